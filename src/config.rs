@@ -1,0 +1,140 @@
+//! Configuration: one complete default embedded in the binary, overridden
+//! key by key by a user's TOML file.
+//!
+//! Merging happens on TOML tables before deserialising, so an override file
+//! names only what it changes and every key still has exactly one
+//! documented default (`config/default.toml`). Deserialising denies unknown
+//! keys: a misspelt threshold is an error, never a silent default.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::sched::{PlacementRules, RecoveryRules, Rules};
+use crate::simulate::Model;
+
+/// The default configuration, documented key by key.
+pub const DEFAULT_TOML: &str = include_str!("config/default.toml");
+
+/// Everything carma can be configured with.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// How the scheduling core picks GPUs.
+    pub placement: PlacementRules,
+    /// What the scheduling core does after an OOM crash.
+    pub recovery: RecoveryRules,
+    /// The GPU and workload model of `carma simulate`.
+    pub simulate: Model,
+}
+
+/// A configuration that cannot be used, with the file it came from.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Config {
+    /// The built-in defaults, overridden by `path` when given.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            None => Self::from_override("<built-in>", ""),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                Self::from_override(path, &text)
+            }
+        }
+    }
+
+    /// The built-in defaults overridden by `text` (TOML); `origin` names the
+    /// text in errors.
+    pub fn from_override(origin: impl AsRef<Path>, text: &str) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: origin.as_ref().to_owned(),
+            message,
+        };
+        let mut table: toml::Table = DEFAULT_TOML
+            .parse()
+            .map_err(|e| invalid(format!("built-in defaults: {e}")))?;
+        let overrides: toml::Table = text.parse().map_err(|e| invalid(format!("{e}")))?;
+        merge(&mut table, overrides);
+        let config: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| invalid(e.message().to_owned()))?;
+        config.validate().map_err(invalid)?;
+        Ok(config)
+    }
+
+    /// The scheduling core's share of the configuration.
+    pub fn rules(&self) -> Rules {
+        Rules {
+            placement: self.placement.clone(),
+            recovery: self.recovery.clone(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        self.rules().validate()?;
+        self.simulate.validate()
+    }
+}
+
+/// Overlays `over` on `base`: tables merge key by key, anything else
+/// replaces.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::Policy;
+
+    #[test]
+    fn defaults_load() {
+        let config = Config::load(None).unwrap();
+        assert_eq!(config.placement.policy, Policy::Magm);
+        assert_eq!(config.placement.margin_mib, 2048);
+    }
+
+    #[test]
+    fn an_override_changes_only_what_it_names() {
+        let config = Config::from_override("t.toml", "[placement]\npolicy = \"best-fit\"\n").unwrap();
+        assert_eq!(config.placement.policy, Policy::BestFit);
+        assert_eq!(config.placement.smact_cap, 0.8);
+        assert_eq!(config.recovery.max_retries, 2);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = Config::from_override("t.toml", "[placement]\nsmact_capp = 0.5\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("t.toml") && text.contains("smact_capp"), "{text}");
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(Config::from_override("t", "[placement]\npolicy = \"fastest\"\n").is_err());
+        assert!(Config::from_override("t", "[placement]\nsmact_cap = 1.5\n").is_err());
+        assert!(Config::from_override("t", "[placement]\nsmact_window_s = 0\n").is_err());
+        assert!(Config::from_override("t", "[simulate]\nramp_s = -1\n").is_err());
+        assert!(Config::from_override("t", "placement = [").is_err());
+    }
+}

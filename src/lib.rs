@@ -1,0 +1,14 @@
+//! carma: a collocation-aware GPU job runner for one server.
+//!
+//! Users drop `.rad` job files into a spool; carma estimates each job's GPU
+//! memory, places it on a GPU that can take it (possibly beside other jobs),
+//! runs it, and re-runs it safely when it dies of out-of-memory. See
+//! `DESIGN.md` in the repository for the whole picture.
+//!
+//! The crate is split by concept: [`sched`] is the pure scheduling core,
+//! [`simulate`] drives it in virtual time, [`config`] holds every threshold.
+
+pub mod config;
+pub mod sched;
+pub mod simulate;
+pub mod size;

@@ -1,0 +1,541 @@
+//! The scheduling core: a pure state machine from events to actions.
+//!
+//! # Theory of operation
+//!
+//! The core owns the queue and the knowledge of which task runs where; it
+//! does no I/O and reads no clock. A driver (the daemon, the simulator, a
+//! test) calls [`Scheduler::step`] with the current time and one [`Event`]
+//! and carries out the [`Action`]s it returns: launch a task, complete it,
+//! move it to recovery, fail it. Between events, [`Scheduler::next_deadline`]
+//! says when the core wants a [`Event::Tick`] because something will change
+//! by itself (a reservation lapses, a GPU's windowed SM activity falls below
+//! the cap). The same code therefore runs live, in virtual time, and under
+//! unit tests.
+//!
+//! Dispatch is first-in first-out with the recovery queue ahead of the main
+//! queue. Only the head task is considered: if it cannot be placed, nothing
+//! behind it is (head-of-line blocking keeps large jobs from starving). A
+//! GPU takes the head when it is healthy, its windowed SM activity is at or
+//! below the cap, and its free memory after outstanding reservations covers
+//! the task's estimate plus a margin. Tasks that need a whole GPU, ask for
+//! exclusivity, run under the `exclusive` policy or recover in `exclusive`
+//! mode take only idle GPUs. Among the passing GPUs the policy chooses.
+//!
+//! Invariants: a task is in exactly one of the queues, running, or gone; a
+//! running task is listed on each of its GPUs; the ledger holds bookings
+//! only for running tasks.
+
+mod ledger;
+mod policy;
+mod rules;
+mod task;
+mod window;
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+pub use policy::Policy;
+pub use rules::{PlacementRules, RecoveryMode, RecoveryRules, Rules};
+pub use task::{Demand, Exit, FailReason, Need, TaskId};
+
+use ledger::Ledger;
+use policy::Candidate;
+use window::SmactWindow;
+
+use crate::size::format_mib;
+
+/// Time since the driver's origin (daemon start, trace start).
+pub type Time = Duration;
+
+/// Something that happened, as the core's input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A task entered the main queue.
+    Queued { task: TaskId, demand: Demand },
+    /// A task is already running on `gpus` (found by a restarted daemon);
+    /// `crashes` is how many OOM crashes it already had.
+    Running {
+        task: TaskId,
+        demand: Demand,
+        gpus: Vec<usize>,
+        crashes: u32,
+    },
+    /// A running task's process ended.
+    Exited { task: TaskId, exit: Exit },
+    /// New readings of some GPUs.
+    Sample(Vec<GpuSample>),
+    /// Nothing happened but time passed (see [`Scheduler::next_deadline`]).
+    Tick,
+}
+
+/// One GPU's reading.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSample {
+    /// GPU index as given to [`Scheduler::new`].
+    pub gpu: usize,
+    /// Memory in use, all processes included.
+    pub used_mib: u64,
+    /// SM activity over the last sampling interval, 0..1.
+    pub smact: f64,
+    /// False when the GPU cannot be read or reports an error: it is skipped.
+    pub healthy: bool,
+    /// Memory attributed to running tasks, where the driver can tell.
+    pub tasks: Vec<(TaskId, u64)>,
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Start `task` on `gpus`. `limit_mib` is the memory the placement
+    /// granted per GPU (estimate + margin), `None` for a whole GPU: an MPS
+    /// driver may cap the job there so a misestimate hurts only itself.
+    Launch {
+        task: TaskId,
+        gpus: Vec<usize>,
+        limit_mib: Option<u64>,
+        why: String,
+    },
+    /// The task succeeded.
+    Complete { task: TaskId },
+    /// The task crashed with OOM and waits in the recovery queue.
+    Recover {
+        task: TaskId,
+        crashes: u32,
+        why: String,
+    },
+    /// The task is finished with for good.
+    Fail { task: TaskId, reason: FailReason },
+}
+
+/// A GPU as the core sees it.
+#[derive(Debug, Clone)]
+struct Gpu {
+    total_mib: u64,
+    used_mib: u64,
+    healthy: bool,
+    window: SmactWindow,
+    /// carma tasks running here.
+    occupants: Vec<Occupant>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Occupant {
+    task: TaskId,
+    user: Option<u32>,
+    /// The task holds the GPU alone (exclusive or whole-GPU placement).
+    sole: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Task {
+    demand: Demand,
+    /// OOM crashes so far.
+    crashes: u32,
+    /// GPUs while running.
+    gpus: Vec<usize>,
+}
+
+/// What a task asks of each GPU it is placed on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Want {
+    /// A GPU with nothing of ours on it and almost no memory used.
+    Idle(&'static str),
+    /// At least `free_mib` free; `book_mib` goes into the ledger.
+    Free { free_mib: u64, book_mib: u64 },
+}
+
+/// The scheduling core. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    rules: Rules,
+    gpus: Vec<Gpu>,
+    tasks: HashMap<TaskId, Task>,
+    recovery: VecDeque<TaskId>,
+    main: VecDeque<TaskId>,
+    ledger: Ledger,
+    /// Round-robin position: the GPU index the cycle continues from.
+    cursor: usize,
+    /// Time of the latest step; time never runs backwards inside the core.
+    now: Time,
+}
+
+impl Scheduler {
+    /// A core for GPUs of the given memory sizes (MiB), indexed in order.
+    pub fn new(rules: Rules, gpu_total_mib: &[u64]) -> Scheduler {
+        let gpus = gpu_total_mib
+            .iter()
+            .map(|&total_mib| Gpu {
+                total_mib,
+                used_mib: 0,
+                healthy: true,
+                window: SmactWindow::new(rules.placement.smact_window_s),
+                occupants: Vec::new(),
+            })
+            .collect();
+        Scheduler {
+            rules,
+            gpus,
+            tasks: HashMap::new(),
+            recovery: VecDeque::new(),
+            main: VecDeque::new(),
+            ledger: Ledger::default(),
+            cursor: 0,
+            now: Time::ZERO,
+        }
+    }
+
+    /// Feeds one event and returns what to do, in order.
+    pub fn step(&mut self, now: Time, event: Event) -> Vec<Action> {
+        self.now = self.now.max(now);
+        let mut actions = Vec::new();
+        match event {
+            Event::Queued { task, demand } => self.queue(task, demand, &mut actions),
+            Event::Running {
+                task,
+                demand,
+                gpus,
+                crashes,
+            } => self.adopt(task, demand, gpus, crashes),
+            Event::Exited { task, exit } => self.exited(task, exit, &mut actions),
+            Event::Sample(samples) => self.sample(samples),
+            Event::Tick => {}
+        }
+        self.dispatch(&mut actions);
+        actions
+    }
+
+    /// When the core next wants a [`Event::Tick`] although no event comes:
+    /// the earliest time a waiting task might fit because a reservation
+    /// lapses or a GPU's windowed SM activity falls to the cap. `None` when
+    /// nothing waits or only an event can help.
+    pub fn next_deadline(&self) -> Option<Time> {
+        if self.recovery.is_empty() && self.main.is_empty() {
+            return None;
+        }
+        let cap = self.rules.placement.smact_cap;
+        let lapse = self.ledger.next_lapse();
+        let cooling = self
+            .gpus
+            .iter()
+            .filter(|g| g.healthy && g.window.average(self.now) > cap)
+            .filter_map(|g| g.window.falls_to(self.now, cap))
+            // A hair later than the exact crossing, so the average is
+            // below the cap even after rounding.
+            .map(|t| t + Duration::from_millis(1));
+        lapse
+            .into_iter()
+            .chain(cooling)
+            .filter(|&t| t > self.now)
+            .min()
+    }
+
+    /// Tasks waiting: (recovery queue, main queue).
+    pub fn queued(&self) -> (usize, usize) {
+        (self.recovery.len(), self.main.len())
+    }
+
+    fn queue(&mut self, task: TaskId, demand: Demand, actions: &mut Vec<Action>) {
+        if let Err(why) = self.placeable(&demand) {
+            actions.push(Action::Fail {
+                task,
+                reason: FailReason::Unplaceable(why),
+            });
+            return;
+        }
+        self.tasks.insert(
+            task,
+            Task {
+                demand,
+                crashes: 0,
+                gpus: Vec::new(),
+            },
+        );
+        self.main.push_back(task);
+    }
+
+    /// Whether some GPU set of this server could ever run the demand.
+    fn placeable(&self, demand: &Demand) -> Result<(), String> {
+        let have = self.gpus.len();
+        match demand.gpus {
+            0 => Err("it asks for 0 GPUs".into()),
+            n if n as usize > have => Err(format!("it needs {n} GPUs, this server has {have}")),
+            _ => Ok(()),
+        }
+    }
+
+    fn adopt(&mut self, task: TaskId, demand: Demand, gpus: Vec<usize>, crashes: u32) {
+        let want = self.want(&demand, crashes);
+        let placed: Vec<(usize, bool)> = gpus
+            .into_iter()
+            .filter(|&g| g < self.gpus.len())
+            .map(|g| (g, self.on_gpu(want, g).is_sole()))
+            .collect();
+        self.occupy(task, demand.user, &placed, want);
+        self.tasks.insert(
+            task,
+            Task {
+                demand,
+                crashes,
+                gpus: placed.iter().map(|&(g, _)| g).collect(),
+            },
+        );
+    }
+
+    fn exited(&mut self, task: TaskId, exit: Exit, actions: &mut Vec<Action>) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        if t.gpus.is_empty() {
+            // Not running: a stale or duplicate report.
+            return;
+        }
+        for &g in &t.gpus {
+            self.gpus[g].occupants.retain(|o| o.task != task);
+        }
+        t.gpus.clear();
+        self.ledger.release(task);
+        let max_retries = t
+            .demand
+            .max_retries
+            .unwrap_or(self.rules.recovery.max_retries);
+        let outcome = match exit {
+            Exit::Success => Action::Complete { task },
+            Exit::Oom if t.crashes < max_retries => {
+                t.crashes += 1;
+                self.recovery.push_back(task);
+                let crashes = t.crashes;
+                let need = looser_need(&self.rules, &t.demand, crashes);
+                let why = match self.rules.recovery.mode {
+                    RecoveryMode::Exclusive => "waits for an idle GPU".to_string(),
+                    RecoveryMode::Looser => format!("waits for a GPU with {} free", format_mib(need)),
+                };
+                actions.push(Action::Recover { task, crashes, why });
+                return;
+            }
+            Exit::Oom => Action::Fail {
+                task,
+                reason: FailReason::OomRetriesExhausted {
+                    crashes: t.crashes + 1,
+                },
+            },
+            Exit::Failed(how) => Action::Fail {
+                task,
+                reason: FailReason::Exit(how),
+            },
+            Exit::Cancelled => Action::Fail {
+                task,
+                reason: FailReason::Cancelled,
+            },
+        };
+        self.tasks.remove(&task);
+        actions.push(outcome);
+    }
+
+    fn sample(&mut self, samples: Vec<GpuSample>) {
+        for s in samples {
+            let Some(gpu) = self.gpus.get_mut(s.gpu) else {
+                continue;
+            };
+            gpu.used_mib = s.used_mib;
+            gpu.healthy = s.healthy;
+            gpu.window.record(self.now, s.smact);
+            for (task, mib) in s.tasks {
+                self.ledger.observe(task, s.gpu, mib);
+            }
+        }
+    }
+
+    /// Places head tasks until one does not fit.
+    fn dispatch(&mut self, actions: &mut Vec<Action>) {
+        self.ledger.expire(self.now);
+        loop {
+            let (queue_is_recovery, task) = match (self.recovery.front(), self.main.front()) {
+                (Some(&t), _) => (true, t),
+                (None, Some(&t)) => (false, t),
+                (None, None) => return,
+            };
+            let Some(action) = self.place(task) else {
+                return;
+            };
+            if queue_is_recovery {
+                self.recovery.pop_front();
+            } else {
+                self.main.pop_front();
+            }
+            actions.push(action);
+        }
+    }
+
+    /// Tries to place one task; returns its launch if it fits now.
+    fn place(&mut self, task: TaskId) -> Option<Action> {
+        let t = self.tasks.get(&task)?;
+        let n = t.demand.gpus as usize;
+        let want = self.want(&t.demand, t.crashes);
+        let mut candidates: Vec<Candidate> = (0..self.gpus.len())
+            .filter_map(|g| self.passes(g, &t.demand, self.on_gpu(want, g)))
+            .collect();
+        if candidates.len() < n {
+            return None;
+        }
+        let user = t.demand.user;
+        let policy = if want.is_sole() {
+            Policy::Exclusive
+        } else {
+            self.rules.placement.policy
+        };
+        policy.rank(&mut candidates, self.cursor, self.gpus.len());
+        candidates.truncate(n);
+        if policy == Policy::RoundRobin {
+            self.cursor = candidates.last().map_or(0, |c| c.gpu + 1) % self.gpus.len();
+        }
+        let placed: Vec<(usize, bool)> = candidates.iter().map(|c| (c.gpu, c.sole)).collect();
+        self.occupy(task, user, &placed, want);
+        let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
+        if let Some(t) = self.tasks.get_mut(&task) {
+            t.gpus = gpus.clone();
+        }
+        Some(Action::Launch {
+            task,
+            why: explain(policy, want, &candidates),
+            limit_mib: match want {
+                Want::Free { free_mib, .. } if !candidates.iter().any(|c| c.sole) => Some(free_mib),
+                _ => None,
+            },
+            gpus,
+        })
+    }
+
+    /// Marks the GPUs (index, held alone) as running `task` and books its
+    /// memory.
+    fn occupy(&mut self, task: TaskId, user: Option<u32>, placed: &[(usize, bool)], want: Want) {
+        for &(g, sole) in placed {
+            self.gpus[g].occupants.push(Occupant { task, user, sole });
+        }
+        if let Want::Free { book_mib, .. } = want {
+            let ramp = Duration::from_secs_f64(self.rules.placement.reservation_ramp_s);
+            let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
+            self.ledger.book(task, &gpus, book_mib, self.now + ramp);
+        }
+    }
+
+    /// What `demand` asks of any GPU after `crashes` OOMs.
+    fn want(&self, demand: &Demand, crashes: u32) -> Want {
+        let p = &self.rules.placement;
+        if demand.exclusive {
+            return Want::Idle("the task asked for exclusive GPUs");
+        }
+        if p.policy == Policy::Exclusive {
+            return Want::Idle("exclusive policy");
+        }
+        if crashes > 0 {
+            if self.rules.recovery.mode == RecoveryMode::Exclusive {
+                return Want::Idle("recovery after an OOM crash");
+            }
+            let need = looser_need(&self.rules, demand, crashes);
+            return Want::Free {
+                free_mib: need,
+                book_mib: need,
+            };
+        }
+        match demand.need {
+            Need::WholeGpu => Want::Idle("the task needs a whole GPU"),
+            Need::Mib(mib) => Want::Free {
+                free_mib: mib.saturating_add(p.margin_mib),
+                book_mib: mib,
+            },
+            Need::Unknown => Want::Free {
+                free_mib: p.unknown_margin_mib,
+                book_mib: p.unknown_margin_mib,
+            },
+        }
+    }
+
+    /// What `want` asks of GPU `g` in particular: a need that fills the
+    /// whole GPU asks for it idle, so no task waits forever for memory no
+    /// GPU has.
+    fn on_gpu(&self, want: Want, g: usize) -> Want {
+        match want {
+            Want::Free { free_mib, .. } if free_mib >= self.gpus[g].total_mib => {
+                Want::Idle("its need fills a whole GPU")
+            }
+            w => w,
+        }
+    }
+
+    /// Whether GPU `index` can take the task now; the ranking data if so.
+    fn passes(&self, index: usize, demand: &Demand, want: Want) -> Option<Candidate> {
+        let p = &self.rules.placement;
+        let gpu = &self.gpus[index];
+        if !gpu.healthy {
+            return None;
+        }
+        let free_mib = gpu
+            .total_mib
+            .saturating_sub(gpu.used_mib)
+            .saturating_sub(self.ledger.outstanding(index, self.now));
+        let smact = gpu.window.average(self.now);
+        let ok = match want {
+            Want::Idle(_) => gpu.occupants.is_empty() && gpu.used_mib <= p.idle_used_mib,
+            Want::Free { free_mib: need, .. } => {
+                free_mib >= need
+                    && smact <= p.smact_cap
+                    && gpu
+                        .occupants
+                        .iter()
+                        .all(|o| !o.sole && (!p.one_user_per_gpu || o.user == demand.user))
+            }
+        };
+        ok.then_some(Candidate {
+            gpu: index,
+            free_mib,
+            smact,
+            sole: want.is_sole(),
+        })
+    }
+}
+
+impl Want {
+    /// The task will hold the GPU alone.
+    fn is_sole(self) -> bool {
+        matches!(self, Want::Idle(_))
+    }
+}
+
+/// Looser recovery: the last need plus a step per crash.
+fn looser_need(rules: &Rules, demand: &Demand, crashes: u32) -> u64 {
+    let base = match demand.need {
+        Need::Mib(mib) => mib,
+        Need::Unknown | Need::WholeGpu => rules.placement.unknown_margin_mib,
+    };
+    base.saturating_add(rules.recovery.looser_step_mib * u64::from(crashes))
+}
+
+/// The placement log line: which rule chose which GPUs, and from what.
+fn explain(policy: Policy, want: Want, chosen: &[Candidate]) -> String {
+    let want = match chosen.first() {
+        Some(c) if c.sole && !want.is_sole() => Want::Idle("its need fills a whole GPU"),
+        _ => want,
+    };
+    let gpus: Vec<String> = chosen
+        .iter()
+        .map(|c| {
+            format!(
+                "GPU {} ({} free, SMACT {:.2})",
+                c.gpu,
+                format_mib(c.free_mib),
+                c.smact
+            )
+        })
+        .collect();
+    match want {
+        Want::Idle(reason) => format!("idle {} ({reason})", gpus.join(", ")),
+        Want::Free { free_mib, .. } => format!(
+            "{policy}: {} (needs {} free)",
+            gpus.join(", "),
+            format_mib(free_mib)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,161 @@
+//! Collocation policies: given the GPUs that passed the preconditions, which
+//! ones a task gets.
+
+use std::fmt;
+
+use serde::Deserialize;
+
+/// How a task picks among the GPUs that can take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Idle GPUs only: the one-job-per-GPU baseline.
+    Exclusive,
+    /// The next passing GPU in a fixed cycle over all GPUs.
+    RoundRobin,
+    /// The lowest-numbered passing GPU.
+    FirstFit,
+    /// The passing GPU with the least free memory: packs small jobs
+    /// together and keeps large holes for large jobs ("MUG").
+    #[serde(alias = "mug")]
+    BestFit,
+    /// The passing GPU with the most free memory: spreads jobs, leaving the
+    /// largest margin against estimation error.
+    Magm,
+    /// The passing GPU with the lowest SM activity: least interference.
+    Lug,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 6] = [
+        Policy::Exclusive,
+        Policy::RoundRobin,
+        Policy::FirstFit,
+        Policy::BestFit,
+        Policy::Magm,
+        Policy::Lug,
+    ];
+
+    /// The name used in configuration and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Exclusive => "exclusive",
+            Policy::RoundRobin => "round-robin",
+            Policy::FirstFit => "first-fit",
+            Policy::BestFit => "best-fit",
+            Policy::Magm => "magm",
+            Policy::Lug => "lug",
+        }
+    }
+
+    /// Orders `candidates` best first. `cursor` is the round-robin position
+    /// (the GPU index the cycle continues from) and `gpu_count` the size of
+    /// the cycle. Ties always break towards the lower GPU index, so every
+    /// decision is reproducible.
+    pub(super) fn rank(self, candidates: &mut [Candidate], cursor: usize, gpu_count: usize) {
+        match self {
+            Policy::Exclusive | Policy::FirstFit => candidates.sort_by_key(|c| c.gpu),
+            Policy::RoundRobin => {
+                candidates.sort_by_key(|c| (c.gpu + gpu_count - cursor % gpu_count) % gpu_count)
+            }
+            Policy::BestFit => candidates.sort_by_key(|c| (c.free_mib, c.gpu)),
+            Policy::Magm => candidates.sort_by_key(|c| (std::cmp::Reverse(c.free_mib), c.gpu)),
+            Policy::Lug => candidates.sort_by(|a, b| {
+                a.smact
+                    .total_cmp(&b.smact)
+                    .then(a.gpu.cmp(&b.gpu))
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .or((s == "mug").then_some(Policy::BestFit))
+            .ok_or_else(|| {
+                let names: Vec<_> = Policy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown policy `{s}`: expected one of {}", names.join(", "))
+            })
+    }
+}
+
+/// A GPU that passed the preconditions, with what the policies rank by.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Candidate {
+    pub gpu: usize,
+    /// Free memory after outstanding reservations, MiB.
+    pub free_mib: u64,
+    /// Windowed SM activity.
+    pub smact: f64,
+    /// The task would hold this GPU alone.
+    pub sole: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cands() -> Vec<Candidate> {
+        // GPU 0: 10 GiB free, busy; GPU 2: 30 GiB free, half busy;
+        // GPU 3: 20 GiB free, quiet.
+        vec![
+            Candidate { gpu: 0, free_mib: 10_240, smact: 0.7, sole: false },
+            Candidate { gpu: 2, free_mib: 30_720, smact: 0.5, sole: false },
+            Candidate { gpu: 3, free_mib: 20_480, smact: 0.1, sole: false },
+        ]
+    }
+
+    fn ranked(p: Policy, cursor: usize) -> Vec<usize> {
+        let mut c = cands();
+        p.rank(&mut c, cursor, 4);
+        c.iter().map(|c| c.gpu).collect()
+    }
+
+    #[test]
+    fn first_fit_and_exclusive_take_the_lowest_index() {
+        assert_eq!(ranked(Policy::FirstFit, 0), [0, 2, 3]);
+        assert_eq!(ranked(Policy::Exclusive, 0), [0, 2, 3]);
+    }
+
+    #[test]
+    fn best_fit_packs_into_the_least_free() {
+        assert_eq!(ranked(Policy::BestFit, 0), [0, 3, 2]);
+    }
+
+    #[test]
+    fn magm_spreads_into_the_most_free() {
+        assert_eq!(ranked(Policy::Magm, 0), [2, 3, 0]);
+    }
+
+    #[test]
+    fn lug_takes_the_quietest() {
+        assert_eq!(ranked(Policy::Lug, 0), [3, 2, 0]);
+    }
+
+    #[test]
+    fn round_robin_continues_from_the_cursor() {
+        // Cursor at GPU 1: the cycle is 1, 2, 3, 0 → passing ones 2, 3, 0.
+        assert_eq!(ranked(Policy::RoundRobin, 1), [2, 3, 0]);
+        // Cursor at 3: 3, 0, 1, 2 → 3, 0, 2.
+        assert_eq!(ranked(Policy::RoundRobin, 3), [3, 0, 2]);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for p in Policy::ALL {
+            assert_eq!(p.name().parse::<Policy>(), Ok(p));
+        }
+        assert_eq!("mug".parse::<Policy>(), Ok(Policy::BestFit));
+        assert!("fastest".parse::<Policy>().unwrap_err().contains("magm"));
+    }
+}

@@ -1,0 +1,81 @@
+//! The thresholds the core decides by, as they appear in the configuration.
+
+use serde::Deserialize;
+
+use super::Policy;
+
+/// Placement and recovery rules together: all the core is configured with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    pub placement: PlacementRules,
+    pub recovery: RecoveryRules,
+}
+
+/// `[placement]`: see the commented default configuration for meanings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementRules {
+    pub policy: Policy,
+    pub smact_cap: f64,
+    pub smact_window_s: f64,
+    pub margin_mib: u64,
+    pub unknown_margin_mib: u64,
+    pub reservation_ramp_s: f64,
+    pub idle_used_mib: u64,
+    pub one_user_per_gpu: bool,
+}
+
+/// Where a task goes after an OOM crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecoveryMode {
+    /// A whole idle GPU: the crash cannot repeat for lack of memory.
+    Exclusive,
+    /// Any GPU with the last need plus a step per crash free.
+    Looser,
+}
+
+/// `[recovery]`: see the commented default configuration for meanings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryRules {
+    pub mode: RecoveryMode,
+    pub looser_step_mib: u64,
+    pub max_retries: u32,
+}
+
+impl Rules {
+    /// Refuses values the core cannot work with.
+    pub fn validate(&self) -> Result<(), String> {
+        let p = &self.placement;
+        if !(p.smact_cap > 0.0 && p.smact_cap <= 1.0) {
+            return Err(format!(
+                "placement.smact_cap = {}: expected a fraction in (0, 1]",
+                p.smact_cap
+            ));
+        }
+        if !(p.smact_window_s.is_finite() && p.smact_window_s > 0.0) {
+            return Err(format!(
+                "placement.smact_window_s = {}: expected seconds > 0",
+                p.smact_window_s
+            ));
+        }
+        if !(p.reservation_ramp_s.is_finite() && p.reservation_ramp_s >= 0.0) {
+            return Err(format!(
+                "placement.reservation_ramp_s = {}: expected seconds >= 0",
+                p.reservation_ramp_s
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Rules {
+    /// The built-in defaults, for unit tests that tweak one rule.
+    pub fn defaults() -> Rules {
+        crate::config::Config::load(None)
+            .expect("built-in config")
+            .rules()
+    }
+}

@@ -1,0 +1,105 @@
+//! What the core knows about a task: an id and what it asks for.
+
+use std::fmt;
+
+/// A task's identity inside the core. Drivers map their own names (spool
+/// directories, trace rows) to these numbers; the core never sees paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u64);
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "t{}", self.0)
+    }
+}
+
+/// How much GPU memory a task needs on each of its GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// An estimate in MiB.
+    Mib(u64),
+    /// The task wants a whole idle GPU (e.g. the legacy `40000` marker, or
+    /// an estimator that knows the job fills any GPU).
+    WholeGpu,
+    /// No estimate at all: the core asks for the larger margin.
+    Unknown,
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Need::Mib(mib) => f.write_str(&crate::size::format_mib(*mib)),
+            Need::WholeGpu => f.write_str("a whole GPU"),
+            Need::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// Everything placement needs to know about a queued task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Demand {
+    /// GPUs the task needs at once (all placed together or not at all).
+    pub gpus: u32,
+    /// Memory needed on each of those GPUs.
+    pub need: Need,
+    /// The task itself asked for GPUs of its own, whatever the policy.
+    pub exclusive: bool,
+    /// The Linux user the task runs as, for the one-user-per-GPU rule of
+    /// MPS. `None` (simulation, tests) means "no constraint".
+    pub user: Option<u32>,
+    /// OOM crashes this task may survive; `None` takes the configured
+    /// default.
+    pub max_retries: Option<u32>,
+}
+
+impl Demand {
+    /// A single-GPU demand with the given need and nothing else special.
+    pub fn new(need: Need) -> Demand {
+        Demand {
+            gpus: 1,
+            need,
+            exclusive: false,
+            user: None,
+            max_retries: None,
+        }
+    }
+}
+
+/// How a task's run ended, as far as the core cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// Exit status 0.
+    Success,
+    /// Died of GPU out-of-memory (the driver matched an OOM signature).
+    Oom,
+    /// Any other failure; the text says how (exit status, signal).
+    Failed(String),
+    /// Stopped on a user's request.
+    Cancelled,
+}
+
+/// Why a task ended up in `failed/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailReason {
+    /// The job itself failed, not of OOM.
+    Exit(String),
+    /// It crashed with OOM more often than allowed.
+    OomRetriesExhausted { crashes: u32 },
+    /// A user cancelled it.
+    Cancelled,
+    /// No GPU set of this server could ever run it.
+    Unplaceable(String),
+}
+
+impl fmt::Display for FailReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FailReason::Exit(how) => write!(f, "job failed: {how}"),
+            FailReason::OomRetriesExhausted { crashes } => {
+                write!(f, "out of GPU memory {crashes} times; giving up")
+            }
+            FailReason::Cancelled => f.write_str("cancelled"),
+            FailReason::Unplaceable(why) => write!(f, "cannot be placed: {why}"),
+        }
+    }
+}
