@@ -116,7 +116,8 @@ mod tests {
 
     #[test]
     fn an_override_changes_only_what_it_names() {
-        let config = Config::from_override("t.toml", "[placement]\npolicy = \"best-fit\"\n").unwrap();
+        let config =
+            Config::from_override("t.toml", "[placement]\npolicy = \"best-fit\"\n").unwrap();
         assert_eq!(config.placement.policy, Policy::BestFit);
         assert_eq!(config.placement.smact_cap, 0.8);
         assert_eq!(config.recovery.max_retries, 2);
@@ -126,7 +127,10 @@ mod tests {
     fn unknown_keys_are_errors() {
         let err = Config::from_override("t.toml", "[placement]\nsmact_capp = 0.5\n").unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("t.toml") && text.contains("smact_capp"), "{text}");
+        assert!(
+            text.contains("t.toml") && text.contains("smact_capp"),
+            "{text}"
+        );
     }
 
     #[test]

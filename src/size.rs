@@ -77,9 +77,18 @@ fn recognize_number(input: &str) -> IResult<&str, &str> {
 fn unit(input: &str) -> IResult<&str, f64> {
     let (input, _) = space0(input)?;
     let (input, factor) = alt((
-        value(1024.0 * 1024.0, alt((tag_no_case("TiB"), tag_no_case("TB"), tag_no_case("T")))),
-        value(1024.0, alt((tag_no_case("GiB"), tag_no_case("GB"), tag_no_case("G")))),
-        value(1.0, alt((tag_no_case("MiB"), tag_no_case("MB"), tag_no_case("M")))),
+        value(
+            1024.0 * 1024.0,
+            alt((tag_no_case("TiB"), tag_no_case("TB"), tag_no_case("T"))),
+        ),
+        value(
+            1024.0,
+            alt((tag_no_case("GiB"), tag_no_case("GB"), tag_no_case("G"))),
+        ),
+        value(
+            1.0,
+            alt((tag_no_case("MiB"), tag_no_case("MB"), tag_no_case("M"))),
+        ),
         map(nom::combinator::eof, |_| 1.0),
     ))
     .parse(input)?;

@@ -13,26 +13,30 @@ use super::{TaskId, Time};
 #[derive(Debug, Clone)]
 struct Booking {
     task: TaskId,
-    gpu: usize,
     mib: u64,
     /// What the last sample attributed to this task on this GPU.
     seen_mib: u64,
     until: Time,
 }
 
-/// All outstanding bookings of one server.
-#[derive(Debug, Clone, Default)]
+/// All outstanding bookings of one server, per GPU.
+#[derive(Debug, Clone)]
 pub struct Ledger {
-    bookings: Vec<Booking>,
+    per_gpu: Vec<Vec<Booking>>,
 }
 
 impl Ledger {
+    pub fn new(gpus: usize) -> Ledger {
+        Ledger {
+            per_gpu: vec![Vec::new(); gpus],
+        }
+    }
+
     /// Books `mib` on each of `gpus` for `task` until `until`.
     pub fn book(&mut self, task: TaskId, gpus: &[usize], mib: u64, until: Time) {
         for &gpu in gpus {
-            self.bookings.push(Booking {
+            self.per_gpu[gpu].push(Booking {
                 task,
-                gpu,
                 mib,
                 seen_mib: 0,
                 until,
@@ -42,39 +46,38 @@ impl Ledger {
 
     /// Records how much memory a sample attributes to `task` on `gpu`.
     pub fn observe(&mut self, task: TaskId, gpu: usize, mib: u64) {
-        for b in self
-            .bookings
-            .iter_mut()
-            .filter(|b| b.task == task && b.gpu == gpu)
-        {
+        if let Some(b) = self.per_gpu[gpu].iter_mut().find(|b| b.task == task) {
             b.seen_mib = b.seen_mib.max(mib);
         }
     }
 
-    /// Drops `task`'s bookings (it ended).
-    pub fn release(&mut self, task: TaskId) {
-        self.bookings.retain(|b| b.task != task);
+    /// Drops `task`'s bookings on `gpus` (it ended).
+    pub fn release(&mut self, task: TaskId, gpus: &[usize]) {
+        for &gpu in gpus {
+            self.per_gpu[gpu].retain(|b| b.task != task);
+        }
     }
 
     /// Drops bookings that have lapsed by `now` or are fully visible in the
     /// GPU readings.
     pub fn expire(&mut self, now: Time) {
-        self.bookings
-            .retain(|b| b.until > now && b.seen_mib < b.mib);
+        for bookings in &mut self.per_gpu {
+            bookings.retain(|b| b.until > now && b.seen_mib < b.mib);
+        }
     }
 
     /// Memory on `gpu` promised but not yet visible in its reading.
     pub fn outstanding(&self, gpu: usize, now: Time) -> u64 {
-        self.bookings
+        self.per_gpu[gpu]
             .iter()
-            .filter(|b| b.gpu == gpu && b.until > now)
+            .filter(|b| b.until > now)
             .map(|b| b.mib.saturating_sub(b.seen_mib))
             .sum()
     }
 
     /// When the next booking lapses, if any.
     pub fn next_lapse(&self) -> Option<Time> {
-        self.bookings.iter().map(|b| b.until).min()
+        self.per_gpu.iter().flatten().map(|b| b.until).min()
     }
 }
 
@@ -88,7 +91,7 @@ mod tests {
 
     #[test]
     fn a_booking_counts_until_seen_or_lapsed() {
-        let mut l = Ledger::default();
+        let mut l = Ledger::new(2);
         l.book(TaskId(1), &[0, 1], 4000, s(120));
         assert_eq!(l.outstanding(0, s(1)), 4000);
         assert_eq!(l.outstanding(1, s(1)), 4000);
@@ -107,10 +110,10 @@ mod tests {
 
     #[test]
     fn release_drops_all_of_a_tasks_bookings() {
-        let mut l = Ledger::default();
+        let mut l = Ledger::new(1);
         l.book(TaskId(1), &[0], 1000, s(10));
         l.book(TaskId(2), &[0], 2000, s(20));
-        l.release(TaskId(1));
+        l.release(TaskId(1), &[0]);
         assert_eq!(l.outstanding(0, s(0)), 2000);
         assert_eq!(l.next_lapse(), Some(s(20)));
     }

@@ -155,6 +155,9 @@ pub struct Scheduler {
     ledger: Ledger,
     /// Round-robin position: the GPU index the cycle continues from.
     cursor: usize,
+    /// Each GPU's windowed SM activity at `now`, refreshed before every
+    /// dispatch (samples only arrive between dispatches).
+    smact: Vec<f64>,
     /// Time of the latest step; time never runs backwards inside the core.
     now: Time,
 }
@@ -178,27 +181,36 @@ impl Scheduler {
             tasks: HashMap::new(),
             recovery: VecDeque::new(),
             main: VecDeque::new(),
-            ledger: Ledger::default(),
+            ledger: Ledger::new(gpu_total_mib.len()),
             cursor: 0,
+            smact: vec![0.0; gpu_total_mib.len()],
             now: Time::ZERO,
         }
     }
 
     /// Feeds one event and returns what to do, in order.
     pub fn step(&mut self, now: Time, event: Event) -> Vec<Action> {
+        self.step_all(now, [event])
+    }
+
+    /// Feeds events that happened at the same time, then dispatches once:
+    /// cheaper than one step each, and no placement sees half of them.
+    pub fn step_all(&mut self, now: Time, events: impl IntoIterator<Item = Event>) -> Vec<Action> {
         self.now = self.now.max(now);
         let mut actions = Vec::new();
-        match event {
-            Event::Queued { task, demand } => self.queue(task, demand, &mut actions),
-            Event::Running {
-                task,
-                demand,
-                gpus,
-                crashes,
-            } => self.adopt(task, demand, gpus, crashes),
-            Event::Exited { task, exit } => self.exited(task, exit, &mut actions),
-            Event::Sample(samples) => self.sample(samples),
-            Event::Tick => {}
+        for event in events {
+            match event {
+                Event::Queued { task, demand } => self.queue(task, demand, &mut actions),
+                Event::Running {
+                    task,
+                    demand,
+                    gpus,
+                    crashes,
+                } => self.adopt(task, demand, gpus, crashes),
+                Event::Exited { task, exit } => self.exited(task, exit, &mut actions),
+                Event::Sample(samples) => self.sample(samples),
+                Event::Tick => {}
+            }
         }
         self.dispatch(&mut actions);
         actions
@@ -217,8 +229,10 @@ impl Scheduler {
         let cooling = self
             .gpus
             .iter()
-            .filter(|g| g.healthy && g.window.average(self.now) > cap)
-            .filter_map(|g| g.window.falls_to(self.now, cap))
+            .zip(&self.smact)
+            // A GPU still busier than the cap never cools without a sample.
+            .filter(|&(g, &smact)| g.healthy && smact > cap && g.window.last() <= cap)
+            .filter_map(|(g, _)| g.window.falls_to(self.now, cap))
             // A hair later than the exact crossing, so the average is
             // below the cap even after rounding.
             .map(|t| t + Duration::from_millis(1));
@@ -292,8 +306,8 @@ impl Scheduler {
         for &g in &t.gpus {
             self.gpus[g].occupants.retain(|o| o.task != task);
         }
+        self.ledger.release(task, &t.gpus);
         t.gpus.clear();
-        self.ledger.release(task);
         let max_retries = t
             .demand
             .max_retries
@@ -307,7 +321,9 @@ impl Scheduler {
                 let need = looser_need(&self.rules, &t.demand, crashes);
                 let why = match self.rules.recovery.mode {
                     RecoveryMode::Exclusive => "waits for an idle GPU".to_string(),
-                    RecoveryMode::Looser => format!("waits for a GPU with {} free", format_mib(need)),
+                    RecoveryMode::Looser => {
+                        format!("waits for a GPU with {} free", format_mib(need))
+                    }
                 };
                 actions.push(Action::Recover { task, crashes, why });
                 return;
@@ -348,6 +364,12 @@ impl Scheduler {
     /// Places head tasks until one does not fit.
     fn dispatch(&mut self, actions: &mut Vec<Action>) {
         self.ledger.expire(self.now);
+        if self.recovery.is_empty() && self.main.is_empty() {
+            return;
+        }
+        for (avg, gpu) in self.smact.iter_mut().zip(&self.gpus) {
+            *avg = gpu.window.average(self.now);
+        }
         loop {
             let (queue_is_recovery, task) = match (self.recovery.front(), self.main.front()) {
                 (Some(&t), _) => (true, t),
@@ -473,7 +495,7 @@ impl Scheduler {
             .total_mib
             .saturating_sub(gpu.used_mib)
             .saturating_sub(self.ledger.outstanding(index, self.now));
-        let smact = gpu.window.average(self.now);
+        let smact = self.smact[index];
         let ok = match want {
             Want::Idle(_) => gpu.occupants.is_empty() && gpu.used_mib <= p.idle_used_mib,
             Want::Free { free_mib: need, .. } => {

@@ -60,11 +60,9 @@ impl Policy {
             }
             Policy::BestFit => candidates.sort_by_key(|c| (c.free_mib, c.gpu)),
             Policy::Magm => candidates.sort_by_key(|c| (std::cmp::Reverse(c.free_mib), c.gpu)),
-            Policy::Lug => candidates.sort_by(|a, b| {
-                a.smact
-                    .total_cmp(&b.smact)
-                    .then(a.gpu.cmp(&b.gpu))
-            }),
+            Policy::Lug => {
+                candidates.sort_by(|a, b| a.smact.total_cmp(&b.smact).then(a.gpu.cmp(&b.gpu)))
+            }
         }
     }
 }
@@ -109,9 +107,24 @@ mod tests {
         // GPU 0: 10 GiB free, busy; GPU 2: 30 GiB free, half busy;
         // GPU 3: 20 GiB free, quiet.
         vec![
-            Candidate { gpu: 0, free_mib: 10_240, smact: 0.7, sole: false },
-            Candidate { gpu: 2, free_mib: 30_720, smact: 0.5, sole: false },
-            Candidate { gpu: 3, free_mib: 20_480, smact: 0.1, sole: false },
+            Candidate {
+                gpu: 0,
+                free_mib: 10_240,
+                smact: 0.7,
+                sole: false,
+            },
+            Candidate {
+                gpu: 2,
+                free_mib: 30_720,
+                smact: 0.5,
+                sole: false,
+            },
+            Candidate {
+                gpu: 3,
+                free_mib: 20_480,
+                smact: 0.1,
+                sole: false,
+            },
         ]
     }
 

@@ -1,0 +1,695 @@
+//! Unit tests of the core: one per policy and per rule, each with its
+//! expectation worked out by hand in the comment.
+
+use super::*;
+
+const GIB: u64 = 1024;
+
+fn s(x: f64) -> Time {
+    Time::from_secs_f64(x)
+}
+
+fn rules(policy: Policy) -> Rules {
+    let mut r = Rules::defaults();
+    r.placement.policy = policy;
+    r
+}
+
+fn sample(gpu: usize, used_mib: u64, smact: f64) -> GpuSample {
+    GpuSample {
+        gpu,
+        used_mib,
+        smact,
+        healthy: true,
+        tasks: Vec::new(),
+    }
+}
+
+fn queue(core: &mut Scheduler, now: f64, id: u64, need: Need) -> Vec<Action> {
+    core.step(
+        s(now),
+        Event::Queued {
+            task: TaskId(id),
+            demand: Demand::new(need),
+        },
+    )
+}
+
+fn launched(actions: &[Action]) -> Vec<(u64, Vec<usize>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch { task, gpus, .. } => Some((task.0, gpus.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Four 40 GiB GPUs with 10, 20, 30 and 5 GiB used and SMACT 0.5, 0.2,
+/// 0.6, 0.1 — the fixture for the policy tests.
+fn four_gpus(policy: Policy) -> Scheduler {
+    let mut core = Scheduler::new(rules(policy), &[40 * GIB; 4]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![
+            sample(0, 10 * GIB, 0.5),
+            sample(1, 20 * GIB, 0.2),
+            sample(2, 30 * GIB, 0.6),
+            sample(3, 5 * GIB, 0.1),
+        ]),
+    );
+    core
+}
+
+// Free memory in the fixture: GPU 0 30 GiB, GPU 1 20 GiB, GPU 2 10 GiB,
+// GPU 3 35 GiB. A 6 GiB task needs 6 + 2 (margin) = 8 GiB free, so every
+// GPU passes; the policy alone decides.
+
+#[test]
+fn first_fit_takes_the_lowest_passing_index() {
+    let mut core = four_gpus(Policy::FirstFit);
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(6 * GIB))),
+        [(1, vec![0])]
+    );
+}
+
+#[test]
+fn best_fit_takes_the_least_free() {
+    // GPU 2 has the least free memory (10 GiB >= 8 GiB).
+    let mut core = four_gpus(Policy::BestFit);
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(6 * GIB))),
+        [(1, vec![2])]
+    );
+}
+
+#[test]
+fn magm_takes_the_most_free() {
+    // GPU 3 has the most free memory (35 GiB).
+    let mut core = four_gpus(Policy::Magm);
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(6 * GIB))),
+        [(1, vec![3])]
+    );
+}
+
+#[test]
+fn lug_takes_the_lowest_smact() {
+    // GPU 3 has SMACT 0.1; make GPU 1 quieter (0.05) to tell LUG from MAGM.
+    let mut core = four_gpus(Policy::Lug);
+    core.step(s(0.0), Event::Sample(vec![sample(1, 20 * GIB, 0.05)]));
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(6 * GIB))),
+        [(1, vec![1])]
+    );
+}
+
+#[test]
+fn round_robin_cycles_through_passing_gpus() {
+    // Cycle starts at GPU 0: tasks go to 0, 1, 2, 3, then 0 again. Tasks
+    // are 1 GiB (3 GiB with margin) so every GPU keeps passing; the
+    // ledger books 1 GiB per task which changes nothing here.
+    let mut core = four_gpus(Policy::RoundRobin);
+    let mut order = Vec::new();
+    for id in 1..=5 {
+        for (_, gpus) in launched(&queue(&mut core, 1.0, id, Need::Mib(GIB))) {
+            order.extend(gpus);
+        }
+    }
+    assert_eq!(order, [0, 1, 2, 3, 0]);
+}
+
+#[test]
+fn round_robin_skips_gpus_that_do_not_pass() {
+    // A 9 GiB task needs 11 GiB free: GPU 2 (10 GiB free) fails. From
+    // cursor 0: GPU 0, then 1, then 3 (2 skipped), then 0.
+    let mut core = four_gpus(Policy::RoundRobin);
+    let mut order = Vec::new();
+    for id in 1..=4 {
+        for (_, gpus) in launched(&queue(&mut core, 1.0, id, Need::Mib(9 * GIB))) {
+            order.extend(gpus);
+        }
+    }
+    assert_eq!(order, [0, 1, 3, 0]);
+}
+
+#[test]
+fn exclusive_policy_uses_idle_gpus_only() {
+    // GPUs 0 and 1 idle, 2 and 3 busy with foreign memory. Three tasks:
+    // two go to 0 and 1, the third waits; when task 1 exits, it gets GPU 0.
+    let mut core = Scheduler::new(rules(Policy::Exclusive), &[40 * GIB; 4]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![
+            sample(0, 0, 0.0),
+            sample(1, 0, 0.0),
+            sample(2, 8 * GIB, 0.0),
+            sample(3, 8 * GIB, 0.0),
+        ]),
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(GIB))),
+        [(1, vec![0])]
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 2, Need::Mib(GIB))),
+        [(2, vec![1])]
+    );
+    assert!(launched(&queue(&mut core, 1.0, 3, Need::Mib(GIB))).is_empty());
+    let actions = core.step(
+        s(5.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Success,
+        },
+    );
+    assert_eq!(actions[0], Action::Complete { task: TaskId(1) });
+    assert_eq!(launched(&actions), [(3, vec![0])]);
+}
+
+#[test]
+fn smact_cap_rejects_busy_gpus() {
+    // Cap 0.8. GPU 0 runs at 0.9 since t=0: window average 0.9 > 0.8, so
+    // first-fit passes over it to GPU 1.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.9), sample(1, 0, 0.0)]),
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 10.0, 1, Need::Mib(GIB))),
+        [(1, vec![1])]
+    );
+}
+
+#[test]
+fn smact_is_windowed_and_the_core_asks_to_be_woken_when_it_cools() {
+    // One GPU at 0.9 from t=0, idle from t=100 (but a foreign process
+    // holds 2 GiB, so it is not idle). With a 60 s window the average
+    // reaches 0.8 at t = 100 + 60 * 0.1 / 0.9 = 106.667 s. A task queued
+    // at 100 waits; the core's deadline is just after 106.667; a tick
+    // there launches it.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 2 * GIB, 0.9)]));
+    core.step(s(100.0), Event::Sample(vec![sample(0, 2 * GIB, 0.0)]));
+    assert!(launched(&queue(&mut core, 100.0, 1, Need::Mib(GIB))).is_empty());
+    let wake = core.next_deadline().expect("a deadline").as_secs_f64();
+    assert!((wake - 106.668).abs() < 0.01, "{wake}");
+    assert!(launched(&core.step(s(106.0), Event::Tick)).is_empty());
+    assert_eq!(launched(&core.step(s(wake), Event::Tick)), [(1, vec![0])]);
+}
+
+#[test]
+fn free_memory_must_cover_estimate_plus_margin() {
+    // GPU 0 has 10 GiB free. An 8 GiB task needs 10 GiB: fits exactly.
+    // A 9 GiB task needs 11 GiB: does not.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 30 * GIB, 0.1)]));
+    assert!(launched(&queue(&mut core, 1.0, 1, Need::Mib(9 * GIB))).is_empty());
+
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 30 * GIB, 0.1)]));
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(8 * GIB))),
+        [(1, vec![0])]
+    );
+}
+
+#[test]
+fn unknown_need_asks_for_the_larger_margin() {
+    // No estimate: 5 GiB free required. GPU 0 has 4 GiB free, GPU 1 6 GiB.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 36 * GIB, 0.1), sample(1, 34 * GIB, 0.1)]),
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Unknown)),
+        [(1, vec![1])]
+    );
+}
+
+#[test]
+fn whole_gpu_and_oversized_needs_take_an_idle_gpu() {
+    // GPU 0 shared (a 1 GiB job of ours... here foreign 3 GiB used, so not
+    // idle), GPU 1 idle. Whole-GPU and a 39 GiB need (39 + 2 >= 40 GiB
+    // capacity) both need an idle GPU; the first gets GPU 1, the second
+    // waits instead of waiting forever for 41 GiB free.
+    let mut core = Scheduler::new(rules(Policy::Magm), &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 3 * GIB, 0.1), sample(1, 0, 0.0)]),
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::WholeGpu)),
+        [(1, vec![1])]
+    );
+    assert!(launched(&queue(&mut core, 1.0, 2, Need::Mib(39 * GIB))).is_empty());
+    // Nobody may join the whole-GPU task on GPU 1, even a tiny one
+    // (it queues behind task 2 anyway: FIFO).
+    let actions = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Success,
+        },
+    );
+    assert_eq!(launched(&actions), [(2, vec![1])]);
+    match &actions[1] {
+        Action::Launch { limit_mib, why, .. } => {
+            assert_eq!(*limit_mib, None);
+            assert!(why.contains("fills a whole GPU"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_sole_task_keeps_its_gpu_to_itself() {
+    // Task 1 asks for exclusivity and gets GPU 0 (first-fit). A small
+    // task 2 must not join it: it goes to GPU 1.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    let mut demand = Demand::new(Need::Mib(GIB));
+    demand.exclusive = true;
+    let a = core.step(
+        s(1.0),
+        Event::Queued {
+            task: TaskId(1),
+            demand,
+        },
+    );
+    assert_eq!(launched(&a), [(1, vec![0])]);
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 2, Need::Mib(GIB))),
+        [(2, vec![1])]
+    );
+}
+
+#[test]
+fn the_ledger_stops_two_tasks_racing_for_the_same_memory() {
+    // One GPU, 20 GiB free, readings not yet showing anything. Task 1
+    // (8 GiB) fits: 20 >= 10. It books 8 GiB, so task 2 (8 GiB) sees 12
+    // GiB free and fits too (12 >= 10); task 3 sees 4 GiB and waits.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 20 * GIB, 0.0)]));
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(8 * GIB))).len(),
+        1
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 2, Need::Mib(8 * GIB))).len(),
+        1
+    );
+    assert!(launched(&queue(&mut core, 1.0, 3, Need::Mib(8 * GIB))).is_empty());
+    // The GPU now shows both tasks' 16 GiB (36 GiB used) and attributes
+    // it: bookings are satisfied, free is 4 GiB: task 3 still waits.
+    let mut reading = sample(0, 36 * GIB, 0.2);
+    reading.tasks = vec![(TaskId(1), 8 * GIB), (TaskId(2), 8 * GIB)];
+    assert!(launched(&core.step(s(5.0), Event::Sample(vec![reading]))).is_empty());
+    // Task 1 ends and its memory is gone from the reading: 12 GiB free.
+    core.step(
+        s(6.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Success,
+        },
+    );
+    let mut reading = sample(0, 28 * GIB, 0.1);
+    reading.tasks = vec![(TaskId(2), 8 * GIB)];
+    assert_eq!(
+        launched(&core.step(s(7.0), Event::Sample(vec![reading]))),
+        [(3, vec![0])]
+    );
+}
+
+#[test]
+fn a_booking_lapses_after_the_ramp_time() {
+    // The reading never attributes task 1's memory. Its 8 GiB booking
+    // blocks task 2 until 1 + 120 s (reservation_ramp_s); the deadline
+    // says so.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 26 * GIB, 0.0)]));
+    // 14 GiB free: task 1 (8+2) fits, books 8 → 6 GiB free; task 2 (8+2)
+    // waits.
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(8 * GIB))).len(),
+        1
+    );
+    assert!(launched(&queue(&mut core, 1.0, 2, Need::Mib(8 * GIB))).is_empty());
+    assert_eq!(core.next_deadline(), Some(s(121.0)));
+    assert_eq!(launched(&core.step(s(121.0), Event::Tick)), [(2, vec![0])]);
+}
+
+#[test]
+fn fifo_head_of_line_blocks_smaller_tasks_behind() {
+    // GPU has 10 GiB free. Head needs 20 GiB, the next only 1 GiB: the
+    // second must not overtake the first.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 30 * GIB, 0.1)]));
+    assert!(launched(&queue(&mut core, 1.0, 1, Need::Mib(20 * GIB))).is_empty());
+    assert!(launched(&queue(&mut core, 1.0, 2, Need::Mib(GIB))).is_empty());
+    assert_eq!(core.queued(), (0, 2));
+}
+
+#[test]
+fn multi_gpu_tasks_take_all_their_gpus_at_once_or_wait() {
+    // 2-GPU task, MAGM. Free: GPU 0 30, GPU 1 20, GPU 2 10, GPU 3 35 GiB.
+    // A 15 GiB need (17 with margin) passes on 0, 1 and 3; MAGM takes the
+    // two most free: 3 then 0.
+    let mut core = four_gpus(Policy::Magm);
+    let mut demand = Demand::new(Need::Mib(15 * GIB));
+    demand.gpus = 2;
+    let a = core.step(
+        s(1.0),
+        Event::Queued {
+            task: TaskId(1),
+            demand: demand.clone(),
+        },
+    );
+    assert_eq!(launched(&a), [(1, vec![3, 0])]);
+    // After the bookings (15 GiB each) GPU 3 has 20 and GPU 0 15 free;
+    // only GPU 1 (20) and 3 (20) pass for 17 GiB; the tie goes to the
+    // lower index → another 2-GPU task fits on 1 and 3.
+    let a = core.step(
+        s(1.0),
+        Event::Queued {
+            task: TaskId(2),
+            demand: demand.clone(),
+        },
+    );
+    assert_eq!(launched(&a), [(2, vec![1, 3])]);
+    // Now only GPU 0 (15) ... none has 17 GiB: a third waits.
+    let a = core.step(
+        s(1.0),
+        Event::Queued {
+            task: TaskId(3),
+            demand,
+        },
+    );
+    assert!(launched(&a).is_empty());
+}
+
+#[test]
+fn tasks_no_server_could_run_fail_at_once() {
+    let mut core = four_gpus(Policy::Magm);
+    let mut demand = Demand::new(Need::Mib(GIB));
+    demand.gpus = 8;
+    let a = core.step(
+        s(1.0),
+        Event::Queued {
+            task: TaskId(1),
+            demand,
+        },
+    );
+    match &a[..] {
+        [
+            Action::Fail {
+                task,
+                reason: FailReason::Unplaceable(why),
+            },
+        ] => {
+            assert_eq!(*task, TaskId(1));
+            assert!(why.contains("8 GPUs") && why.contains("has 4"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unhealthy_gpus_are_skipped() {
+    let mut core = four_gpus(Policy::Magm);
+    let mut broken = sample(3, 5 * GIB, 0.1);
+    broken.healthy = false;
+    core.step(s(0.5), Event::Sample(vec![broken]));
+    // GPU 3 was MAGM's choice; now GPU 0 (30 GiB free) is.
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(GIB))),
+        [(1, vec![0])]
+    );
+}
+
+#[test]
+fn one_user_per_gpu_under_mps() {
+    // Uid 1000's task is on GPU 0 (first-fit). A uid 1001 task must not
+    // join it (MPS serves one user per GPU); it takes GPU 1. Another uid
+    // 1000 task may join GPU 0.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    let job = |id, uid| Event::Queued {
+        task: TaskId(id),
+        demand: Demand {
+            user: Some(uid),
+            ..Demand::new(Need::Mib(GIB))
+        },
+    };
+    assert_eq!(launched(&core.step(s(1.0), job(1, 1000))), [(1, vec![0])]);
+    assert_eq!(launched(&core.step(s(1.0), job(2, 1001))), [(2, vec![1])]);
+    assert_eq!(launched(&core.step(s(1.0), job(3, 1000))), [(3, vec![0])]);
+}
+
+#[test]
+fn an_oom_crash_goes_to_recovery_which_runs_first_on_an_idle_gpu() {
+    // GPU 0 shared by tasks 1 and 2 (first-fit), GPU 1 busy with foreign
+    // memory. Task 2 crashes with OOM: it moves to recovery. Task 3 queued
+    // meanwhile waits behind it (recovery first) although GPU 0 has room.
+    // When task 1 ends GPU 0 is idle and task 2 re-runs there alone.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 20 * GIB, 0.0)]),
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(GIB))),
+        [(1, vec![0])]
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 2, Need::Mib(GIB))),
+        [(2, vec![0])]
+    );
+    let a = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(2),
+            exit: Exit::Oom,
+        },
+    );
+    assert!(matches!(
+        &a[0],
+        Action::Recover {
+            task: TaskId(2),
+            crashes: 1,
+            ..
+        }
+    ));
+    assert!(launched(&queue(&mut core, 3.0, 3, Need::Mib(GIB))).is_empty());
+    assert_eq!(core.queued(), (1, 1));
+    let a = core.step(
+        s(4.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Success,
+        },
+    );
+    // Task 2 re-runs alone on GPU 0; task 3 then passes on GPU 1 (20 GiB
+    // foreign memory is not idle, but it has room and SMACT 0).
+    assert_eq!(launched(&a), [(2, vec![0]), (3, vec![1])]);
+    assert_eq!(core.queued(), (0, 0));
+}
+
+#[test]
+fn looser_recovery_asks_for_more_memory_each_crash() {
+    // Mode looser, step 5 GiB. A 4 GiB task crashed once: it needs
+    // 4 + 5 = 9 GiB free. GPU 0 has 8 GiB free (no), GPU 1 10 GiB (yes).
+    let mut r = rules(Policy::FirstFit);
+    r.recovery.mode = RecoveryMode::Looser;
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 26 * GIB, 0.1), sample(1, 24 * GIB, 0.1)]),
+    );
+    // First run: 6 GiB needed, GPU 0 (14 free) takes it.
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(4 * GIB))),
+        [(1, vec![0])]
+    );
+    // The GPUs read what they read before (the task never allocated).
+    core.step(
+        s(1.5),
+        Event::Sample(vec![sample(0, 32 * GIB, 0.1), sample(1, 30 * GIB, 0.1)]),
+    );
+    let a = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Oom,
+        },
+    );
+    // GPU 0 has 8 GiB free, GPU 1 10 GiB: the re-run goes to GPU 1 at once.
+    match &a[0] {
+        Action::Recover { why, .. } => assert!(why.contains("9GiB"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(launched(&a), [(1, vec![1])]);
+}
+
+#[test]
+fn retry_limit_sends_a_task_to_failed() {
+    // max_retries = 2: crashes 1 and 2 recover, crash 3 fails.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 0, 0.0)]));
+    queue(&mut core, 1.0, 1, Need::Mib(GIB));
+    let oom = Event::Exited {
+        task: TaskId(1),
+        exit: Exit::Oom,
+    };
+    for crash in 1..=2 {
+        let a = core.step(s(crash as f64 + 1.0), oom.clone());
+        assert!(matches!(&a[0], Action::Recover { crashes, .. } if *crashes == crash));
+        assert_eq!(launched(&a), [(1, vec![0])], "re-run after crash {crash}");
+    }
+    let a = core.step(s(9.0), oom);
+    assert_eq!(
+        a,
+        [Action::Fail {
+            task: TaskId(1),
+            reason: FailReason::OomRetriesExhausted { crashes: 3 }
+        }]
+    );
+}
+
+#[test]
+fn a_tasks_own_retry_limit_wins() {
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 0, 0.0)]));
+    core.step(
+        s(1.0),
+        Event::Queued {
+            task: TaskId(1),
+            demand: Demand {
+                max_retries: Some(0),
+                ..Demand::new(Need::Mib(GIB))
+            },
+        },
+    );
+    let a = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Oom,
+        },
+    );
+    assert!(matches!(
+        &a[..],
+        [Action::Fail {
+            reason: FailReason::OomRetriesExhausted { crashes: 1 },
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn other_failures_and_cancellations_fail_with_their_reason() {
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 0, 0.0)]));
+    queue(&mut core, 1.0, 1, Need::Mib(GIB));
+    queue(&mut core, 1.0, 2, Need::Mib(GIB));
+    let a = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Failed("exit status 3".into()),
+        },
+    );
+    assert_eq!(
+        a,
+        [Action::Fail {
+            task: TaskId(1),
+            reason: FailReason::Exit("exit status 3".into())
+        }]
+    );
+    let a = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(2),
+            exit: Exit::Cancelled,
+        },
+    );
+    assert_eq!(
+        a,
+        [Action::Fail {
+            task: TaskId(2),
+            reason: FailReason::Cancelled
+        }]
+    );
+    // A second report of the same exit changes nothing.
+    assert!(
+        core.step(
+            s(3.0),
+            Event::Exited {
+                task: TaskId(2),
+                exit: Exit::Success
+            }
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn a_running_task_found_after_restart_holds_its_gpu() {
+    // A restarted daemon reports task 7 running on GPU 0 with a 30 GiB
+    // estimate. The GPU reading does not show it yet, so its booking
+    // keeps a new 10 GiB task (12 with margin) off GPU 0 (40 - 30 = 10
+    // free): it goes to GPU 1.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    core.step(
+        s(0.0),
+        Event::Running {
+            task: TaskId(7),
+            demand: Demand::new(Need::Mib(30 * GIB)),
+            gpus: vec![0],
+            crashes: 0,
+        },
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(10 * GIB))),
+        [(1, vec![1])]
+    );
+    let a = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(7),
+            exit: Exit::Success,
+        },
+    );
+    assert_eq!(a, [Action::Complete { task: TaskId(7) }]);
+}
+
+#[test]
+fn launch_carries_the_granted_limit_and_an_explanation() {
+    let mut core = four_gpus(Policy::Magm);
+    match &queue(&mut core, 1.0, 1, Need::Mib(6 * GIB))[..] {
+        [Action::Launch { limit_mib, why, .. }] => {
+            assert_eq!(*limit_mib, Some(8 * GIB));
+            assert!(why.starts_with("magm: GPU 3 (35GiB free"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn no_deadline_when_nothing_waits() {
+    let core = four_gpus(Policy::Magm);
+    assert_eq!(core.next_deadline(), None);
+}

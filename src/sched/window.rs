@@ -82,11 +82,11 @@ impl SmactWindow {
     /// (slope = (last value - value leaving) / width), so the crossing is
     /// found segment by segment.
     pub fn falls_to(&self, now: Time, cap: f64) -> Option<Time> {
+        let last = self.last();
         let mut avg = self.average(now);
         if avg <= cap {
             return Some(now);
         }
-        let last = self.last();
         if last > cap {
             return None;
         }

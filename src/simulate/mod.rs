@@ -1,6 +1,15 @@
 //! `carma simulate`: the scheduling core driven through a trace in virtual
-//! time, against a model of GPUs, memory and interference.
+//! time, against a model of GPUs, memory and interference. Answers "what
+//! would policy P do on trace X" in milliseconds, with no GPU.
 
+mod engine;
+mod metrics;
 mod model;
+pub mod trace;
 
+pub use engine::{Setup, run};
+pub use metrics::{Metrics, TaskRecord, lower_bound};
 pub use model::{Model, Sharing};
+
+#[cfg(test)]
+mod tests;

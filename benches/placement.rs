@@ -1,0 +1,114 @@
+//! One placement decision with 10,000 queued tasks on 64 GPUs.
+//!
+//! `cargo bench --bench placement`. Two figures: a decision that places the
+//! head task (a task exits, the head takes its place: the daemon's common
+//! step), and one where the head fits nowhere (every GPU is checked and
+//! rejected: the worst case for an idle step). Each GPU carries a full
+//! 60 s window of 1 s SMACT samples, as under the live daemon.
+
+use std::time::{Duration, Instant};
+
+use carma::config::Config;
+use carma::sched::{Action, Demand, Event, GpuSample, Need, Scheduler, TaskId, Time};
+
+const GPUS: usize = 64;
+const QUEUED: u64 = 10_000;
+const GIB: u64 = 1024;
+
+fn main() {
+    let rules = Config::load(None).expect("built-in config").rules();
+    let mut core = Scheduler::new(rules, &[80 * GIB; GPUS]);
+    let mut now = Time::ZERO;
+    // 60 s of samples: memory in use varies by GPU, SMACT below the cap.
+    for second in 0..60 {
+        now = Time::from_secs(second);
+        let samples = (0..GPUS)
+            .map(|g| GpuSample {
+                gpu: g,
+                used_mib: (g as u64 % 7) * 4 * GIB,
+                smact: 0.1 + (g % 5) as f64 * 0.1,
+                healthy: true,
+                tasks: Vec::new(),
+            })
+            .collect();
+        core.step(now, Event::Sample(samples));
+    }
+    // Fill the GPUs: each takes 8 tasks of 4 GiB (6 with margin) at most.
+    let mut running = std::collections::VecDeque::new();
+    let mut next = 0;
+    let mut queue =
+        |core: &mut Scheduler, need: Need, running: &mut std::collections::VecDeque<TaskId>| {
+            next += 1;
+            let actions = core.step(
+                now,
+                Event::Queued {
+                    task: TaskId(next),
+                    demand: Demand::new(need),
+                },
+            );
+            for a in actions {
+                if let Action::Launch { task, .. } = a {
+                    running.push_back(task);
+                }
+            }
+        };
+    while core.queued() == (0, 0) {
+        queue(&mut core, Need::Mib(4 * GIB), &mut running);
+    }
+    for _ in 0..QUEUED {
+        queue(&mut core, Need::Mib(4 * GIB), &mut running);
+    }
+    println!(
+        "{} tasks running, {} queued, {GPUS} GPUs",
+        running.len(),
+        core.queued().1
+    );
+
+    // A task exits; the head is placed in its stead.
+    let mut placing = Vec::new();
+    for _ in 0..5_000 {
+        let Some(task) = running.pop_front() else {
+            break;
+        };
+        let exit = Event::Exited {
+            task,
+            exit: carma::sched::Exit::Success,
+        };
+        let start = Instant::now();
+        let actions = core.step(now, exit);
+        placing.push(start.elapsed());
+        for a in actions {
+            if let Action::Launch { task, .. } = a {
+                running.push_back(task);
+            }
+        }
+        queue(&mut core, Need::Mib(4 * GIB), &mut running);
+    }
+    report("decision that places the head", &mut placing);
+
+    // The head needs more than any GPU has free: every GPU is rejected.
+    queue(&mut core, Need::Mib(70 * GIB), &mut running);
+    let blocked_core = core.clone();
+    let mut blocked = Vec::new();
+    let mut core = blocked_core;
+    for i in 0..5_000 {
+        let start = Instant::now();
+        let actions = core.step(now + Duration::from_micros(i), Event::Tick);
+        blocked.push(start.elapsed());
+        assert!(actions.is_empty());
+    }
+    report("decision where the head fits nowhere", &mut blocked);
+}
+
+fn report(what: &str, times: &mut [Duration]) {
+    times.sort();
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+    let mean = times.iter().sum::<Duration>() / times.len() as u32;
+    println!(
+        "{what}: mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs ({} runs)",
+        mean.as_secs_f64() * 1e6,
+        pct(0.5).as_secs_f64() * 1e6,
+        pct(0.99).as_secs_f64() * 1e6,
+        times.len()
+    );
+}

@@ -1,0 +1,397 @@
+//! The discrete-event loop: trace arrivals, task progress, memory ramp-up
+//! and OOM crashes in virtual time, with the real scheduling core deciding.
+//!
+//! # Model
+//!
+//! - A task needs `duration_s` seconds of work; alone it does one second of
+//!   work per second. Sharing slows it: under MPS every task on a GPU runs
+//!   at rate `min(1, 1 / Σ smact)` of the tasks there, under `streams` at
+//!   `1/k` for `k` tasks; a multi-GPU task runs at its slowest GPU's rate.
+//! - A task allocates its measured memory (`memory_mib`, per GPU) at
+//!   `min(ramp_s, duration_s / 2)` after it starts. If that memory is not
+//!   free on one of its GPUs then, it dies of OOM, its work is lost, and
+//!   the core decides what happens next. Neighbours are unaffected (MPS
+//!   memory limits make the newcomer fail, not the others).
+//! - A GPU's SM activity is `min(1, Σ smact)` under MPS and the mean of its
+//!   tasks' under `streams`; its power is `idle + (max - idle) x SMACT`.
+//! - The core sees a GPU sample whenever a GPU's state changes; since the
+//!   state is constant in between, that is exactly what 1 s sampling would
+//!   show, at a fraction of the cost.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::sched::{Action, Demand, Event, Exit, GpuSample, Rules, Scheduler, TaskId, Time};
+
+use super::metrics::{Metrics, TaskRecord};
+use super::trace::{EstimateColumn, TraceTask};
+use super::{Model, Sharing};
+
+/// Everything one simulation run needs besides the trace.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// Memory of each GPU, MiB.
+    pub gpus: Vec<u64>,
+    /// Which trace column the core sees as the estimate.
+    pub estimator: EstimateColumn,
+    pub rules: Rules,
+    pub model: Model,
+}
+
+/// Things that happen by themselves in virtual time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Happening {
+    /// Trace row `n` is submitted.
+    Arrive(usize),
+    /// Run `generation` of task `n` allocates its memory.
+    Ramp(usize, u32),
+    /// Task `n` finishes, if its rate was last set by `generation`.
+    Finish(usize, u64),
+    /// The core asked to be woken.
+    Tick,
+}
+
+/// A task while it runs.
+#[derive(Debug, Clone)]
+struct Run {
+    gpus: Vec<usize>,
+    /// Work left, seconds at rate 1.
+    remaining: f64,
+    rate: f64,
+    /// When `remaining` was last brought up to date.
+    since: f64,
+    /// Unique per rate change (of any run), invalidating stale finishes.
+    generation: u64,
+    /// Which launch of the task this is, so a ramp belongs to one run.
+    attempt: u32,
+    claimed: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct SimGpu {
+    total_mib: u64,
+    used_mib: u64,
+    /// Tasks running here.
+    tasks: Vec<usize>,
+    smact: f64,
+    /// Energy and utilization integrals up to `integrated_to`.
+    joules: f64,
+    smact_seconds: f64,
+    integrated_to: f64,
+}
+
+struct Sim<'a> {
+    trace: &'a [TraceTask],
+    setup: &'a Setup,
+    core: Scheduler,
+    gpus: Vec<SimGpu>,
+    runs: Vec<Option<Run>>,
+    records: Vec<TaskRecord>,
+    /// (time in µs, insertion order, happening): a min-heap on time, FIFO
+    /// among equal times so runs are reproducible.
+    agenda: BinaryHeap<Reverse<(u64, u64, Happening)>>,
+    order: u64,
+    now: f64,
+    next_tick: Option<u64>,
+    /// GPUs whose state changed since the core last saw them.
+    dirty: Vec<usize>,
+}
+
+/// Runs the trace to the end and returns its figures.
+pub fn run(trace: &[TraceTask], setup: &Setup) -> Metrics {
+    let mut sim = Sim {
+        trace,
+        setup,
+        core: Scheduler::new(setup.rules.clone(), &setup.gpus),
+        gpus: setup
+            .gpus
+            .iter()
+            .map(|&total_mib| SimGpu {
+                total_mib,
+                ..SimGpu::default()
+            })
+            .collect(),
+        runs: vec![None; trace.len()],
+        records: trace
+            .iter()
+            .map(|t| TaskRecord::submitted(t.submit_s))
+            .collect(),
+        agenda: BinaryHeap::new(),
+        order: 0,
+        now: 0.0,
+        next_tick: None,
+        dirty: (0..setup.gpus.len()).collect(),
+    };
+    sim.flush();
+    for (n, t) in trace.iter().enumerate() {
+        sim.schedule(t.submit_s, Happening::Arrive(n));
+    }
+    while let Some(Reverse((at, _, happening))) = sim.agenda.pop() {
+        sim.advance(at as f64 / 1e6);
+        sim.happen(happening);
+    }
+    let end = sim.now;
+    for g in 0..sim.gpus.len() {
+        sim.integrate(g, end);
+    }
+    Metrics::new(
+        &sim.records,
+        &sim.gpus
+            .iter()
+            .map(|g| (g.joules, g.smact_seconds))
+            .collect::<Vec<_>>(),
+        super::metrics::lower_bound(trace, setup.gpus.len(), setup.model.sharing),
+    )
+}
+
+impl Sim<'_> {
+    fn schedule(&mut self, at: f64, happening: Happening) {
+        self.order += 1;
+        self.agenda
+            .push(Reverse((to_micros(at), self.order, happening)));
+    }
+
+    fn advance(&mut self, t: f64) {
+        self.now = self.now.max(t);
+    }
+
+    fn happen(&mut self, happening: Happening) {
+        match happening {
+            Happening::Arrive(n) => {
+                let t = &self.trace[n];
+                let demand = Demand {
+                    gpus: t.gpus,
+                    ..Demand::new(t.need(self.setup.estimator))
+                };
+                self.feed(Event::Queued {
+                    task: TaskId(n as u64),
+                    demand,
+                });
+            }
+            Happening::Ramp(n, attempt) => {
+                if self.runs[n].as_ref().is_some_and(|r| r.attempt == attempt) {
+                    self.ramp(n);
+                }
+            }
+            Happening::Finish(n, generation) => {
+                if self.runs[n]
+                    .as_ref()
+                    .is_some_and(|r| r.generation == generation)
+                {
+                    self.stop(n, false);
+                    self.feed(Event::Exited {
+                        task: TaskId(n as u64),
+                        exit: Exit::Success,
+                    });
+                }
+            }
+            Happening::Tick => {
+                self.next_tick = None;
+                self.feed(Event::Tick);
+            }
+        }
+    }
+
+    /// Shows the core the GPUs that changed.
+    fn flush(&mut self) {
+        self.feed(None);
+    }
+
+    /// Steps the core with `event` and the samples of the GPUs that changed,
+    /// carries out its actions, repeats while those actions change GPUs,
+    /// and books the core's wake-up.
+    fn feed(&mut self, event: impl Into<Option<Event>>) {
+        let mut event = event.into();
+        while event.is_some() || !self.dirty.is_empty() {
+            let mut dirty = std::mem::take(&mut self.dirty);
+            dirty.sort_unstable();
+            dirty.dedup();
+            let sample = (!dirty.is_empty()).then(|| Event::Sample(self.samples(&dirty)));
+            let events = event.take().into_iter().chain(sample);
+            for action in self.core.step_all(to_time(self.now), events) {
+                match action {
+                    Action::Launch { task, gpus, .. } => self.launch(task.0 as usize, gpus),
+                    Action::Complete { task } => self.records[task.0 as usize].completed(self.now),
+                    Action::Recover { .. } => {}
+                    Action::Fail { task, .. } => self.records[task.0 as usize].failed(self.now),
+                }
+            }
+        }
+        if let Some(deadline) = self.core.next_deadline() {
+            let at = deadline.as_micros() as u64;
+            if self.next_tick.is_none_or(|t| at < t) {
+                self.next_tick = Some(at);
+                self.order += 1;
+                self.agenda.push(Reverse((at, self.order, Happening::Tick)));
+            }
+        }
+    }
+
+    fn launch(&mut self, n: usize, gpus: Vec<usize>) {
+        let t = &self.trace[n];
+        let attempt = self.records[n].launched(self.now);
+        for &g in &gpus {
+            self.integrate(g, self.now);
+            self.gpus[g].tasks.push(n);
+        }
+        let ramp_at = self.now + self.setup.model.ramp_s.min(t.duration_s / 2.0);
+        self.runs[n] = Some(Run {
+            gpus: gpus.clone(),
+            remaining: t.duration_s,
+            rate: 0.0,
+            since: self.now,
+            generation: 0,
+            attempt,
+            claimed: false,
+        });
+        self.schedule(ramp_at, Happening::Ramp(n, attempt));
+        self.changed(&gpus);
+    }
+
+    /// The task allocates its memory: it fits or dies of OOM.
+    fn ramp(&mut self, n: usize) {
+        let mib = self.trace[n].memory_mib.ceil() as u64;
+        let Some(run) = self.runs[n].as_mut() else {
+            return;
+        };
+        let fits = run
+            .gpus
+            .iter()
+            .all(|&g| self.gpus[g].used_mib + mib <= self.gpus[g].total_mib);
+        if fits {
+            run.claimed = true;
+            let gpus = run.gpus.clone();
+            for &g in &gpus {
+                self.gpus[g].used_mib += mib;
+            }
+            self.dirty.extend(gpus);
+            self.flush();
+        } else {
+            self.stop(n, true);
+            self.feed(Event::Exited {
+                task: TaskId(n as u64),
+                exit: Exit::Oom,
+            });
+        }
+    }
+
+    /// Takes a task off its GPUs (finished, or crashed).
+    fn stop(&mut self, n: usize, crashed: bool) {
+        let Some(run) = self.runs[n].take() else {
+            return;
+        };
+        let mib = self.trace[n].memory_mib.ceil() as u64;
+        for &g in &run.gpus {
+            self.integrate(g, self.now);
+            let gpu = &mut self.gpus[g];
+            gpu.tasks.retain(|&m| m != n);
+            if run.claimed {
+                gpu.used_mib -= mib;
+            }
+        }
+        self.records[n].stopped(self.now, crashed);
+        self.changed(&run.gpus);
+    }
+
+    /// Recomputes SM activity and task rates after `gpus` changed, and
+    /// marks them for the core's next sample.
+    fn changed(&mut self, gpus: &[usize]) {
+        self.dirty.extend_from_slice(gpus);
+        let sharing = self.setup.model.sharing;
+        for &g in gpus {
+            let smacts: Vec<f64> = self.gpus[g]
+                .tasks
+                .iter()
+                .map(|&n| self.trace[n].smact_assumed)
+                .collect();
+            self.gpus[g].smact = match sharing {
+                Sharing::Mps => smacts.iter().sum::<f64>().min(1.0),
+                Sharing::Streams if smacts.is_empty() => 0.0,
+                Sharing::Streams => smacts.iter().sum::<f64>() / smacts.len() as f64,
+            };
+        }
+        let mut affected: Vec<usize> = gpus
+            .iter()
+            .flat_map(|&g| self.gpus[g].tasks.iter().copied())
+            .collect();
+        affected.sort_unstable();
+        affected.dedup();
+        for n in affected {
+            self.rerate(n);
+        }
+    }
+
+    fn gpu_rate(&self, g: usize) -> f64 {
+        let tasks = &self.gpus[g].tasks;
+        match self.setup.model.sharing {
+            Sharing::Mps => {
+                let demand: f64 = tasks.iter().map(|&n| self.trace[n].smact_assumed).sum();
+                if demand > 1.0 { 1.0 / demand } else { 1.0 }
+            }
+            Sharing::Streams => 1.0 / tasks.len().max(1) as f64,
+        }
+    }
+
+    /// Brings a running task's progress up to now under its old rate, sets
+    /// its new rate and books its finish.
+    fn rerate(&mut self, n: usize) {
+        let Some(gpus) = self.runs[n].as_ref().map(|r| r.gpus.clone()) else {
+            return;
+        };
+        let rate = gpus.iter().map(|&g| self.gpu_rate(g)).fold(1.0, f64::min);
+        let now = self.now;
+        let Some(run) = self.runs[n].as_mut() else {
+            return;
+        };
+        run.remaining = (run.remaining - run.rate * (now - run.since)).max(0.0);
+        run.since = now;
+        if rate == run.rate {
+            return;
+        }
+        run.rate = rate;
+        let finish = now + run.remaining / rate;
+        self.order += 1;
+        run.generation = self.order;
+        let generation = run.generation;
+        self.schedule(finish, Happening::Finish(n, generation));
+    }
+
+    /// Accumulates GPU `g`'s energy and SMACT-seconds up to `t`.
+    fn integrate(&mut self, g: usize, t: f64) {
+        let model = &self.setup.model;
+        let gpu = &mut self.gpus[g];
+        let dt = (t - gpu.integrated_to).max(0.0);
+        let watts = model.idle_power_w + (model.max_power_w - model.idle_power_w) * gpu.smact;
+        gpu.joules += watts * dt;
+        gpu.smact_seconds += gpu.smact * dt;
+        gpu.integrated_to = gpu.integrated_to.max(t);
+    }
+
+    fn samples(&self, gpus: &[usize]) -> Vec<GpuSample> {
+        gpus.iter()
+            .map(|&g| {
+                let gpu = &self.gpus[g];
+                GpuSample {
+                    gpu: g,
+                    used_mib: gpu.used_mib,
+                    smact: gpu.smact,
+                    healthy: true,
+                    tasks: gpu
+                        .tasks
+                        .iter()
+                        .filter(|&&n| self.runs[n].as_ref().is_some_and(|r| r.claimed))
+                        .map(|&n| (TaskId(n as u64), self.trace[n].memory_mib.ceil() as u64))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+fn to_micros(seconds: f64) -> u64 {
+    (seconds * 1e6).round() as u64
+}
+
+fn to_time(seconds: f64) -> Time {
+    Time::from_micros(to_micros(seconds))
+}

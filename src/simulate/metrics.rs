@@ -1,0 +1,158 @@
+//! The figures a trace run is judged by, shared by `carma simulate` and
+//! (later) `carma report`, and the lower bound they are compared with.
+
+use serde::Serialize;
+
+use super::Sharing;
+use super::trace::TraceTask;
+
+/// What happened to one task, in seconds of trace time.
+#[derive(Debug, Clone, Default)]
+pub struct TaskRecord {
+    submit: f64,
+    /// Start of the run now under way.
+    started: f64,
+    /// Time spent running, crashed runs included.
+    exec: f64,
+    /// When it reached done or failed.
+    end: Option<f64>,
+    succeeded: bool,
+    launches: u32,
+    crashes: u32,
+}
+
+impl TaskRecord {
+    pub fn submitted(at: f64) -> TaskRecord {
+        TaskRecord {
+            submit: at,
+            ..TaskRecord::default()
+        }
+    }
+
+    /// A run starts; returns which launch of the task it is (1-based).
+    pub fn launched(&mut self, at: f64) -> u32 {
+        self.started = at;
+        self.launches += 1;
+        self.launches
+    }
+
+    /// A run ends, finished or crashed.
+    pub fn stopped(&mut self, at: f64, crashed: bool) {
+        self.exec += at - self.started;
+        self.crashes += u32::from(crashed);
+    }
+
+    pub fn completed(&mut self, at: f64) {
+        self.end = Some(at);
+        self.succeeded = true;
+    }
+
+    pub fn failed(&mut self, at: f64) {
+        self.end = Some(at);
+    }
+}
+
+/// A trace run's figures. The field names are the JSON keys of
+/// `carma simulate --json` and `carma report --json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Metrics {
+    /// Tasks in the trace.
+    pub tasks: usize,
+    /// First submission to last completion.
+    pub total_time_s: f64,
+    /// Mean over completed tasks of the time not spent running
+    /// (queueing, recovery queueing): JCT - execution.
+    pub avg_wait_s: f64,
+    /// Mean over completed tasks of the time spent running, crashed runs
+    /// included.
+    pub avg_exec_s: f64,
+    /// Mean over completed tasks of completion - submission.
+    pub avg_jct_s: f64,
+    /// Runs that died of GPU out-of-memory.
+    pub oom_crashes: u32,
+    /// GPU energy over the trace, megajoules.
+    pub energy_mj: f64,
+    /// Mean GPU SM activity over the trace and all GPUs, 0..1.
+    pub mean_utilization: f64,
+    /// A lower bound on `total_time_s` that no policy can beat.
+    pub lower_bound_s: f64,
+}
+
+impl Metrics {
+    /// Sums up task records and per-GPU (joules, SMACT-seconds) integrals.
+    pub fn new(records: &[TaskRecord], gpus: &[(f64, f64)], lower_bound_s: f64) -> Metrics {
+        let start = records
+            .iter()
+            .map(|r| r.submit)
+            .fold(f64::INFINITY, f64::min);
+        let end = records
+            .iter()
+            .filter_map(|r| r.end)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let total = if end >= start { end - start } else { 0.0 };
+        let done: Vec<&TaskRecord> = records.iter().filter(|r| r.succeeded).collect();
+        let mean = |f: &dyn Fn(&TaskRecord) -> f64| {
+            if done.is_empty() {
+                0.0
+            } else {
+                done.iter().map(|r| f(r)).sum::<f64>() / done.len() as f64
+            }
+        };
+        let jct = |r: &TaskRecord| r.end.unwrap_or(r.submit) - r.submit;
+        let smact_seconds: f64 = gpus.iter().map(|g| g.1).sum();
+        Metrics {
+            tasks: records.len(),
+            total_time_s: total,
+            avg_wait_s: mean(&|r| jct(r) - r.exec),
+            avg_exec_s: mean(&|r| r.exec),
+            avg_jct_s: mean(&jct),
+            oom_crashes: records.iter().map(|r| r.crashes).sum(),
+            energy_mj: gpus.iter().map(|g| g.0).sum::<f64>() / 1e6,
+            mean_utilization: if total > 0.0 && !gpus.is_empty() {
+                smact_seconds / (total * gpus.len() as f64)
+            } else {
+                0.0
+            },
+            lower_bound_s: lower_bound_s - start.min(lower_bound_s),
+        }
+    }
+}
+
+/// A lower bound on the trace's total time on `gpus` GPUs under `sharing`,
+/// for any placement policy.
+///
+/// Derivation. (1) A task never runs faster than alone (rate <= 1), so it
+/// ends no earlier than `submit + duration`. (2) Each GPU has a capacity
+/// per second that running tasks use up: under MPS a GPU's tasks run at
+/// `min(1, 1/Σs)` each, so `Σ rate_i * s_i <= 1`; a task needs
+/// `duration * smact` of that per GPU it uses. Under time-slicing
+/// `Σ rate_i <= 1`, so it needs `duration`. Work submitted at or after `t0`
+/// cannot be done before `t0`, and `gpus` GPUs deliver at most `gpus`
+/// units per second, so the trace cannot end before
+/// `t0 + (work submitted at or after t0) / gpus`, for every `t0`. OOM
+/// crashes and waiting only add to both. The bound is the largest of all
+/// these.
+pub fn lower_bound(trace: &[TraceTask], gpus: usize, sharing: Sharing) -> f64 {
+    let gpus = gpus.max(1) as f64;
+    let each_alone = trace
+        .iter()
+        .map(|t| t.submit_s + t.duration_s)
+        .fold(0.0, f64::max);
+    let work = |t: &TraceTask| {
+        let per_gpu = match sharing {
+            Sharing::Mps => t.duration_s * t.smact_assumed,
+            Sharing::Streams => t.duration_s,
+        };
+        per_gpu * f64::from(t.gpus)
+    };
+    let mut by_submit: Vec<&TraceTask> = trace.iter().collect();
+    by_submit.sort_by(|a, b| b.submit_s.total_cmp(&a.submit_s));
+    // Walk from the last submission backwards, accumulating later work.
+    let mut later_work = 0.0;
+    let mut capacity_bound: f64 = 0.0;
+    for t in by_submit {
+        later_work += work(t);
+        capacity_bound = capacity_bound.max(t.submit_s + later_work / gpus);
+    }
+    each_alone.max(capacity_bound)
+}

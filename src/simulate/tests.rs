@@ -1,0 +1,282 @@
+//! Simulator tests: small traces worked out by hand, and the exclusive
+//! policy checked against an independent first-in first-out computation.
+
+use std::path::PathBuf;
+
+use super::trace::{self, EstimateColumn, TraceTask};
+use super::*;
+use crate::sched::{Policy, RecoveryMode, Rules};
+
+const GIB: u64 = 1024;
+
+fn task(submit_s: f64, gpus: u32, duration_s: f64, memory_mib: f64, smact: f64) -> TraceTask {
+    TraceTask {
+        submit_s,
+        task: format!("t{submit_s}.rad"),
+        model: "m".into(),
+        class: "medium".into(),
+        batch: 32,
+        gpus,
+        duration_s,
+        memory_mib,
+        smact_assumed: smact,
+        est_horus_mib: memory_mib,
+        est_faketensor_mib: memory_mib,
+        est_gpumemnet_mib: memory_mib,
+    }
+}
+
+fn setup(gpus: usize, policy: Policy, estimator: EstimateColumn, sharing: Sharing) -> Setup {
+    let config = crate::config::Config::load(None).unwrap();
+    let mut rules: Rules = config.rules();
+    rules.placement.policy = policy;
+    let mut model = config.simulate;
+    model.sharing = sharing;
+    Setup {
+        gpus: vec![40 * GIB; gpus],
+        estimator,
+        rules,
+        model,
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-3
+}
+
+#[test]
+fn exclusive_is_first_in_first_out_with_head_of_line_blocking() {
+    // Two GPUs. A (t=0, 1 GPU, 100 s) starts at once on GPU 0. B (t=0,
+    // 2 GPUs, 50 s) must wait for both: it starts at 100, ends at 150. C
+    // (t=10, 30 s) and D (t=20, 10 s) queue behind B although GPU 1 is
+    // free (head-of-line blocking): they start at 150 and end at 180 and
+    // 160. Total 180 s. Waits 0, 100, 140, 130 → 92.5; executions 100,
+    // 50, 30, 10 → 47.5; JCTs 100, 150, 170, 140 → 140.
+    let trace = [
+        task(0.0, 1, 100.0, 1000.0, 0.3),
+        task(0.0, 2, 50.0, 1000.0, 0.3),
+        task(10.0, 1, 30.0, 1000.0, 0.3),
+        task(20.0, 1, 10.0, 1000.0, 0.3),
+    ];
+    let m = run(
+        &trace,
+        &setup(2, Policy::Exclusive, EstimateColumn::Oracle, Sharing::Mps),
+    );
+    assert_eq!(m.tasks, 4);
+    assert!(close(m.total_time_s, 180.0), "{m:?}");
+    assert!(close(m.avg_wait_s, 92.5), "{m:?}");
+    assert!(close(m.avg_exec_s, 47.5), "{m:?}");
+    assert!(close(m.avg_jct_s, 140.0), "{m:?}");
+    assert_eq!(m.oom_crashes, 0);
+    // Energy: both GPUs idle (55 W) except when running at SMACT 0.3
+    // (55 + 345 * 0.3 = 158.5 W). Busy GPU-seconds: A 100, B 2 x 50,
+    // C 30, D 10 = 240 of 360. Energy = 360 * 55 + 240 * 103.5 J.
+    assert!(
+        close(m.energy_mj, (360.0 * 55.0 + 240.0 * 103.5) / 1e6),
+        "{m:?}"
+    );
+    assert!(close(m.mean_utilization, 240.0 * 0.3 / 360.0), "{m:?}");
+}
+
+/// The exact FIFO schedule of exclusive placement, computed independently:
+/// each task starts when it has arrived, the task before it has started,
+/// and enough GPUs are free; it then runs alone for its duration.
+fn fifo_reference(trace: &[TraceTask], gpus: usize) -> (f64, f64, f64) {
+    let mut free_at = vec![0.0f64; gpus];
+    let mut last_start = 0.0f64;
+    let (mut end, mut wait, mut jct) = (0.0f64, 0.0, 0.0);
+    for t in trace {
+        free_at.sort_by(f64::total_cmp);
+        let n = t.gpus as usize;
+        let start = t.submit_s.max(last_start).max(free_at[n - 1]);
+        for f in free_at.iter_mut().take(n) {
+            *f = start + t.duration_s;
+        }
+        last_start = start;
+        end = end.max(start + t.duration_s);
+        wait += start - t.submit_s;
+        jct += start + t.duration_s - t.submit_s;
+    }
+    let k = trace.len() as f64;
+    (end, wait / k, jct / k)
+}
+
+fn shared_trace(name: &str) -> Vec<TraceTask> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/carma/traces")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: the tests read the shared data set",
+        path.display()
+    );
+    trace::load(&path).unwrap()
+}
+
+#[test]
+fn exclusive_matches_the_fifo_reference_on_the_real_traces() {
+    for name in ["philly_mix_90.csv", "philly_t1_60.csv"] {
+        let trace = shared_trace(name);
+        let m = run(
+            &trace,
+            &setup(4, Policy::Exclusive, EstimateColumn::Oracle, Sharing::Mps),
+        );
+        let (total, wait, jct) = fifo_reference(&trace, 4);
+        assert!(
+            close(m.total_time_s, total),
+            "{name}: {} vs {total}",
+            m.total_time_s
+        );
+        assert!(
+            close(m.avg_wait_s, wait),
+            "{name}: {} vs {wait}",
+            m.avg_wait_s
+        );
+        assert!(close(m.avg_jct_s, jct), "{name}: {} vs {jct}", m.avg_jct_s);
+    }
+}
+
+#[test]
+fn mps_slows_collocated_tasks_by_their_summed_smact() {
+    // One GPU, two 100 s tasks at SMACT 0.7 from t=0. MAGM puts both on
+    // it (SMACT window 0.7 <= 0.8 when the second arrives). Together they
+    // ask for 1.4, so each runs at 1/1.4: both end at 140 s. The GPU is at
+    // SMACT 1.0 (400 W) the whole time: 56 kJ.
+    let trace = [
+        task(0.0, 1, 100.0, 1000.0, 0.7),
+        task(0.0, 1, 100.0, 1000.0, 0.7),
+    ];
+    let m = run(
+        &trace,
+        &setup(1, Policy::Magm, EstimateColumn::Oracle, Sharing::Mps),
+    );
+    assert!(close(m.total_time_s, 140.0), "{m:?}");
+    assert!(close(m.avg_wait_s, 0.0), "{m:?}");
+    assert!(close(m.energy_mj, 0.056), "{m:?}");
+    assert!(close(m.mean_utilization, 1.0), "{m:?}");
+}
+
+#[test]
+fn streams_time_slice_collocated_tasks() {
+    // The same two tasks time-sliced: each at rate 1/2, both end at 200 s.
+    let trace = [
+        task(0.0, 1, 100.0, 1000.0, 0.7),
+        task(0.0, 1, 100.0, 1000.0, 0.7),
+    ];
+    let m = run(
+        &trace,
+        &setup(1, Policy::Magm, EstimateColumn::Oracle, Sharing::Streams),
+    );
+    assert!(close(m.total_time_s, 200.0), "{m:?}");
+}
+
+#[test]
+fn rates_change_when_a_neighbour_leaves() {
+    // One GPU under MPS. A (100 s, 0.6) and B (30 s, 0.6) start at 0:
+    // sum 1.2, each at rate 1/1.2. B's 30 s of work end at 36 s; A has
+    // done 30 s by then and runs alone for its last 70 s: ends at 106 s.
+    let trace = [
+        task(0.0, 1, 100.0, 1000.0, 0.6),
+        task(0.0, 1, 30.0, 1000.0, 0.6),
+    ];
+    let mut s = setup(1, Policy::Magm, EstimateColumn::Oracle, Sharing::Mps);
+    s.rules.placement.smact_cap = 1.0;
+    let m = run(&trace, &s);
+    assert!(close(m.total_time_s, 106.0), "{m:?}");
+    assert!(close(m.avg_exec_s, (106.0 + 36.0) / 2.0), "{m:?}");
+}
+
+#[test]
+fn an_underestimated_task_crashes_and_recovers_on_an_idle_gpu() {
+    // One GPU, no estimates (the core asks only 5 GiB free). A (t=0) and
+    // B (t=1) both need 30 GiB and run 100 s at SMACT 0.3. Both start.
+    // A allocates at 30 s; B at 31 s finds 10 GiB free: OOM after 30 s of
+    // work. Recovery is exclusive: B re-runs when A ends at 100 and ends
+    // at 200. A: JCT 100, exec 100. B: JCT 199, exec 30 + 100 = 130,
+    // wait 69.
+    let trace = [
+        task(0.0, 1, 100.0, 30720.0, 0.3),
+        task(1.0, 1, 100.0, 30720.0, 0.3),
+    ];
+    let m = run(
+        &trace,
+        &setup(1, Policy::Magm, EstimateColumn::None, Sharing::Mps),
+    );
+    assert_eq!(m.oom_crashes, 1);
+    assert!(close(m.total_time_s, 200.0), "{m:?}");
+    assert!(close(m.avg_exec_s, 115.0), "{m:?}");
+    assert!(close(m.avg_wait_s, 34.5), "{m:?}");
+    assert!(close(m.avg_jct_s, 149.5), "{m:?}");
+}
+
+#[test]
+fn oracle_estimates_prevent_the_crash() {
+    // The same trace with the true need known: B (30 + 2 GiB) cannot join
+    // A (30 GiB booked on 40): it waits for A and never crashes.
+    let trace = [
+        task(0.0, 1, 100.0, 30720.0, 0.3),
+        task(1.0, 1, 100.0, 30720.0, 0.3),
+    ];
+    let m = run(
+        &trace,
+        &setup(1, Policy::Magm, EstimateColumn::Oracle, Sharing::Mps),
+    );
+    assert_eq!(m.oom_crashes, 0);
+    assert!(close(m.total_time_s, 200.0), "{m:?}");
+}
+
+#[test]
+fn a_task_larger_than_any_gpu_fails_after_its_retries() {
+    // 50 GiB on a 40 GiB GPU: it OOMs on every run (1 + 2 retries) and
+    // ends in failed; the run still terminates.
+    let trace = [task(0.0, 1, 100.0, 51200.0, 0.3)];
+    let mut s = setup(1, Policy::Magm, EstimateColumn::None, Sharing::Mps);
+    s.rules.recovery.mode = RecoveryMode::Looser;
+    let m = run(&trace, &s);
+    assert_eq!(m.oom_crashes, 3);
+    assert!(close(m.total_time_s, 90.0), "{m:?}");
+}
+
+#[test]
+fn lower_bound_by_hand() {
+    // Two GPUs, MPS. Tasks: (t=0, 100 s, 0.5, 1 GPU), (t=0, 100 s, 0.5,
+    // 2 GPUs), (t=50, 10 s, 1.0, 1 GPU). Alone-bound: max(100, 100, 60) =
+    // 100. Capacity from t0=0: (50 + 100 + 10) / 2 = 80; from t0=50:
+    // 50 + 10 / 2 = 55. Bound = 100. Under streams the capacity bound from
+    // 0 is (100 + 200 + 10) / 2 = 155.
+    let trace = [
+        task(0.0, 1, 100.0, 1.0, 0.5),
+        task(0.0, 2, 100.0, 1.0, 0.5),
+        task(50.0, 1, 10.0, 1.0, 1.0),
+    ];
+    assert!(close(lower_bound(&trace, 2, Sharing::Mps), 100.0));
+    assert!(close(lower_bound(&trace, 2, Sharing::Streams), 155.0));
+}
+
+#[test]
+fn no_policy_beats_the_lower_bound_on_the_real_traces() {
+    for name in ["philly_mix_90.csv", "philly_t1_60.csv"] {
+        let trace = shared_trace(name);
+        for policy in Policy::ALL {
+            for estimator in [
+                EstimateColumn::Oracle,
+                EstimateColumn::Horus,
+                EstimateColumn::None,
+            ] {
+                let m = run(&trace, &setup(4, policy, estimator, Sharing::Mps));
+                assert_eq!(m.tasks, trace.len());
+                assert!(
+                    m.total_time_s >= m.lower_bound_s - 1e-6,
+                    "{name} {policy} {estimator:?}: {m:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn runs_are_reproducible() {
+    let trace = shared_trace("philly_mix_90.csv");
+    let s = setup(4, Policy::Lug, EstimateColumn::Faketensor, Sharing::Mps);
+    assert_eq!(run(&trace, &s), run(&trace, &s));
+}

@@ -1,0 +1,235 @@
+//! Traces: which task arrives when, how long it runs alone, how much memory
+//! it really takes, and what the published estimators said about it.
+//!
+//! The format is the CSV of `shared/data/carma/traces/` (derived from the
+//! Microsoft Philly trace by the CARMA authors).
+
+use std::path::Path;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::sched::Need;
+
+/// `40000` in an estimate column means "the whole 40 GB GPU", as in the
+/// legacy `.rad` files the traces were made from.
+pub const WHOLE_GPU_MARKER_MIB: f64 = 40000.0;
+
+/// One task of a trace.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TraceTask {
+    /// Seconds after the first submission.
+    pub submit_s: f64,
+    /// The task's `.rad` name.
+    pub task: String,
+    pub model: String,
+    /// light / medium / heavy: the class its SMACT assumption comes from.
+    pub class: String,
+    pub batch: u32,
+    pub gpus: u32,
+    /// Measured run time alone (epoch time x epochs), seconds.
+    pub duration_s: f64,
+    /// Measured peak GPU memory per GPU, MiB: what the task really takes.
+    pub memory_mib: f64,
+    /// Standalone SM activity, 0..1 (an assumption by class).
+    pub smact_assumed: f64,
+    pub est_horus_mib: f64,
+    pub est_faketensor_mib: f64,
+    pub est_gpumemnet_mib: f64,
+}
+
+/// Which number the scheduling core is told as a task's estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EstimateColumn {
+    /// The measured peak (`memory_mib`): a perfect estimator.
+    Oracle,
+    /// The Horus formula's answer (`est_horus_mib`).
+    Horus,
+    /// FakeTensor's answer (`est_faketensor_mib`).
+    Faketensor,
+    /// GPUMemNet's answer (`est_gpumemnet_mib`).
+    Gpumemnet,
+    /// No estimate at all.
+    None,
+}
+
+impl std::fmt::Display for EstimateColumn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use clap::ValueEnum;
+        match self.to_possible_value() {
+            Some(v) => f.write_str(v.get_name()),
+            None => write!(f, "{self:?}"),
+        }
+    }
+}
+
+impl TraceTask {
+    /// The estimate the core sees under `column`.
+    pub fn need(&self, column: EstimateColumn) -> Need {
+        let mib = match column {
+            EstimateColumn::Oracle => self.memory_mib,
+            EstimateColumn::Horus => self.est_horus_mib,
+            EstimateColumn::Faketensor => self.est_faketensor_mib,
+            EstimateColumn::Gpumemnet => self.est_gpumemnet_mib,
+            EstimateColumn::None => return Need::Unknown,
+        };
+        if mib == WHOLE_GPU_MARKER_MIB && column != EstimateColumn::Oracle {
+            Need::WholeGpu
+        } else {
+            Need::Mib(mib.ceil() as u64)
+        }
+    }
+}
+
+/// A trace that cannot be used, with the place that is wrong.
+#[derive(Debug, Error)]
+pub enum TraceError {
+    #[error("cannot read trace {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Row {
+        path: String,
+        line: u64,
+        message: String,
+    },
+    #[error("{path}: the trace has no tasks")]
+    Empty { path: String },
+}
+
+/// Reads a trace file; tasks come back in submission order (stable for
+/// equal times, so file order breaks ties).
+pub fn load(path: &Path) -> Result<Vec<TraceTask>, TraceError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Read {
+        path: name.clone(),
+        source,
+    })?;
+    parse(&name, &text)
+}
+
+/// Reads a trace from CSV text; `name` labels errors.
+pub fn parse(name: &str, text: &str) -> Result<Vec<TraceTask>, TraceError> {
+    let row_error = |line: u64, message: String| TraceError::Row {
+        path: name.to_owned(),
+        line,
+        message,
+    };
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers = reader
+        .headers()
+        .map_err(|e| row_error(1, e.to_string()))?
+        .clone();
+    let mut tasks = Vec::new();
+    let mut record = csv::StringRecord::new();
+    loop {
+        match reader.read_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                let line = e.position().map_or(0, |p| p.line());
+                return Err(row_error(line, e.to_string()));
+            }
+        }
+        let line = record.position().map_or(0, |p| p.line());
+        let task: TraceTask = record
+            .deserialize(Some(&headers))
+            .map_err(|e| row_error(line, csv_message(&e)))?;
+        check(&task).map_err(|m| row_error(line, m))?;
+        tasks.push(task);
+    }
+    if tasks.is_empty() {
+        return Err(TraceError::Empty {
+            path: name.to_owned(),
+        });
+    }
+    tasks.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
+    Ok(tasks)
+}
+
+fn csv_message(e: &csv::Error) -> String {
+    match e.kind() {
+        csv::ErrorKind::Deserialize { err, .. } => match err.field() {
+            Some(field) => format!("column {}: {}", field + 1, err.kind()),
+            None => err.kind().to_string(),
+        },
+        _ => e.to_string(),
+    }
+}
+
+fn check(t: &TraceTask) -> Result<(), String> {
+    let finite_nonneg = |what: &str, v: f64| {
+        if v.is_finite() && v >= 0.0 {
+            Ok(())
+        } else {
+            Err(format!("{what} = {v}: expected a number >= 0"))
+        }
+    };
+    finite_nonneg("submit_s", t.submit_s)?;
+    finite_nonneg("memory_mib", t.memory_mib)?;
+    finite_nonneg("est_horus_mib", t.est_horus_mib)?;
+    finite_nonneg("est_faketensor_mib", t.est_faketensor_mib)?;
+    finite_nonneg("est_gpumemnet_mib", t.est_gpumemnet_mib)?;
+    if !(t.duration_s.is_finite() && t.duration_s > 0.0) {
+        return Err(format!(
+            "duration_s = {}: expected seconds > 0",
+            t.duration_s
+        ));
+    }
+    if !(0.0..=1.0).contains(&t.smact_assumed) {
+        return Err(format!(
+            "smact_assumed = {}: expected a fraction in [0, 1]",
+            t.smact_assumed
+        ));
+    }
+    if t.gpus == 0 {
+        return Err("gpus = 0: expected at least 1".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "submit_s,task,model,class,batch,gpus,duration_s,memory_mib,smact_assumed,est_horus_mib,est_faketensor_mib,est_gpumemnet_mib\n";
+
+    #[test]
+    fn rows_are_sorted_by_submission() {
+        let text = format!(
+            "{HEADER}5,b.rad,m,light,32,1,10,100,0.3,1,2,40000\n0,a.rad,m,heavy,8,2,20,200.5,0.85,3,4,5\n"
+        );
+        let tasks = parse("t.csv", &text).unwrap();
+        assert_eq!(tasks[0].task, "a.rad");
+        assert_eq!(tasks[0].need(EstimateColumn::Oracle), Need::Mib(201));
+        assert_eq!(tasks[1].need(EstimateColumn::Gpumemnet), Need::WholeGpu);
+        assert_eq!(tasks[1].need(EstimateColumn::None), Need::Unknown);
+    }
+
+    #[test]
+    fn bad_rows_name_their_line() {
+        let text = format!(
+            "{HEADER}0,a.rad,m,light,32,1,10,100,0.3,1,2,3\n1,b.rad,m,light,32,one,10,100,0.3,1,2,3\n"
+        );
+        let err = parse("t.csv", &text).unwrap_err().to_string();
+        assert!(err.starts_with("t.csv:3: column 6"), "{err}");
+
+        let text = format!("{HEADER}0,a.rad,m,light,32,1,0,100,0.3,1,2,3\n");
+        let err = parse("t.csv", &text).unwrap_err().to_string();
+        assert!(err.contains("t.csv:2: duration_s = 0"), "{err}");
+
+        let text = format!("{HEADER}0,a.rad,m,light,32,1,10,100,1.3,1,2,3\n");
+        assert!(
+            parse("t.csv", &text)
+                .unwrap_err()
+                .to_string()
+                .contains("smact_assumed")
+        );
+        assert!(matches!(
+            parse("t.csv", HEADER),
+            Err(TraceError::Empty { .. })
+        ));
+    }
+}
