@@ -9,6 +9,7 @@
 //! [`simulate`] drives it in virtual time, [`config`] holds every threshold.
 
 pub mod config;
+pub mod gpu;
 pub mod sched;
 pub mod simulate;
 pub mod size;

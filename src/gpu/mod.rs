@@ -1,0 +1,78 @@
+//! GPUs as the daemon sees them: an inventory and periodic readings, from
+//! NVML on a real server or from the simulated backend elsewhere.
+//!
+//! The scheduling core never sees this module's types: the daemon turns
+//! readings into [`crate::sched::GpuSample`]s, attributing per-process
+//! memory to tasks on the way. Backends own their edge types (NVML handles,
+//! the simulator's state file) and report failures per GPU, so one broken
+//! GPU never stops the monitor.
+
+pub mod sim;
+
+use std::fmt;
+
+/// What a GPU is, read once at start.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GpuInfo {
+    /// Index in the backend's enumeration order; what `CARMA_GPUS` lists.
+    pub index: usize,
+    /// Stable identity (NVML UUID; `SIM-<n>` for simulated GPUs).
+    pub uuid: String,
+    /// Marketing name, for people.
+    pub name: String,
+    /// Memory, MiB.
+    pub total_mib: u64,
+}
+
+/// One process's GPU memory, for attributing usage to tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessMemory {
+    pub pid: u32,
+    pub used_mib: u64,
+}
+
+/// One GPU's state at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuReading {
+    pub index: usize,
+    /// Memory in use by all processes, MiB.
+    pub used_mib: u64,
+    /// SM activity since the previous reading, 0..1.
+    pub smact: f64,
+    /// Board power, watts, where known.
+    pub power_w: Option<f64>,
+    /// Energy counter since an arbitrary origin, joules, where known; the
+    /// report takes differences.
+    pub energy_j: Option<f64>,
+    /// Per-process memory, where the backend can tell.
+    pub processes: Vec<ProcessMemory>,
+    /// Set when this GPU could not be read; the other fields are then the
+    /// last known values or zero and the GPU is skipped by placement.
+    pub error: Option<String>,
+}
+
+/// A source of GPU readings.
+pub trait GpuBackend: Send {
+    /// The GPUs, in index order.
+    fn inventory(&self) -> &[GpuInfo];
+    /// Reads every GPU now.
+    fn sample(&mut self) -> Vec<GpuReading>;
+    /// Environment a job on `gpus` needs beyond `CUDA_VISIBLE_DEVICES` (e.g.
+    /// where the simulated GPUs keep their state).
+    fn job_env(&self) -> Vec<(String, String)>;
+    /// A short description for logs and `carma status`.
+    fn describe(&self) -> String;
+}
+
+impl fmt::Display for GpuInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "GPU {} {} ({}, {})",
+            self.index,
+            self.name,
+            crate::size::format_mib(self.total_mib),
+            self.uuid
+        )
+    }
+}
