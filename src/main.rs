@@ -1,12 +1,15 @@
 //! The `carma` command line.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use serde::Serialize;
 
 use carma::config::Config;
+use carma::rad::{self, TaskSpec};
 
 /// Collocation-aware GPU job runner: shares GPUs between training jobs
 /// without out-of-memory crashes.
@@ -25,6 +28,17 @@ struct Cli {
 enum Command {
     /// Print the built-in default configuration (every key, commented).
     Config,
+    /// Validate `.rad` job files without submitting them: print what carma
+    /// reads from each valid one, and `FILE:LINE:COL: message` on stderr for
+    /// each invalid one. Exits 1 if any file is invalid.
+    Check {
+        /// The `.rad` files to check.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print one JSON object per valid file, one per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -46,5 +60,45 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{}", carma::config::DEFAULT_TOML);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Check { files, json } => check(&files, json),
     }
+}
+
+/// One valid file in `carma check --json` output.
+#[derive(Serialize)]
+struct Checked<'a> {
+    /// The path as given on the command line.
+    file: String,
+    #[serde(flatten)]
+    spec: &'a TaskSpec,
+}
+
+/// Checks every file, reporting each bad one and going on: a user fixing a
+/// directory of jobs wants all the errors at once.
+fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {
+    // Written with `writeln!` so that a closed pipe (`| head`) ends the
+    // command with an error instead of a panic.
+    let mut out = std::io::stdout().lock();
+    let mut all_valid = true;
+    for file in files {
+        match rad::check_file(file) {
+            Ok(spec) if json => {
+                let checked = Checked {
+                    file: file.display().to_string(),
+                    spec: &spec,
+                };
+                writeln!(out, "{}", serde_json::to_string(&checked)?)?;
+            }
+            Ok(spec) => writeln!(out, "{}: ok\n{spec}", file.display())?,
+            Err(e) => {
+                eprintln!("{e}");
+                all_valid = false;
+            }
+        }
+    }
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
