@@ -5,8 +5,6 @@
 //! (`FILE:LINE:COL: message`) and if it says what was expected there, not
 //! merely that something failed.
 
-use std::fmt;
-
 use thiserror::Error;
 
 /// A place in a `.rad` file: 1-based line and 1-based column counted in
@@ -22,12 +20,6 @@ pub struct Position {
 impl Position {
     /// The first character of the file.
     pub const START: Position = Position { line: 1, column: 1 };
-}
-
-impl fmt::Display for Position {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.line, self.column)
-    }
 }
 
 /// Why a `.rad` text is not a job, and where.
@@ -54,14 +46,6 @@ impl RadError {
         }
     }
 
-    /// Where the error is.
-    pub fn position(&self) -> Position {
-        Position {
-            line: self.line,
-            column: self.column,
-        }
-    }
-
     /// Adds a parenthesised note that explains how the text was read.
     pub(crate) fn with_note(mut self, note: &str) -> RadError {
         self.message = format!("{} ({note})", self.message);
@@ -73,14 +57,20 @@ impl RadError {
 /// recognise it, short enough that a 10 MB line does not flood a terminal.
 const QUOTE_CHARS: usize = 40;
 
+/// The user's `text`, cut to a readable length for a message.
+pub(crate) fn clip(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_CHARS) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
 /// `found "two"`, `found nothing`: the second half of an "expected ..."
-/// message, quoting the text with escapes and cut to a readable length.
+/// message, quoting the text with escapes and [`clip`]ped.
 pub(crate) fn found(text: &str) -> String {
     if text.is_empty() {
-        return "found nothing".to_owned();
-    }
-    match text.char_indices().nth(QUOTE_CHARS) {
-        Some((cut, _)) => format!("found {:?}...", &text[..cut]),
-        None => format!("found {text:?}"),
+        "found nothing".to_owned()
+    } else {
+        format!("found {:?}", clip(text))
     }
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::error::RadError;
+use super::error::{RadError, clip};
 use super::spec::TaskSpec;
 use super::suggest::closest;
 use super::{Parsed, parse_bytes};
@@ -100,13 +100,14 @@ fn job_dir(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// Checks that `model` names a regular file inside `dir`; the error says
+/// Checks that `path` names a regular file inside `dir`; the error says
 /// what is wrong and, when the name is close to one on disk, what was
 /// probably meant.
-fn find_model(dir: &Path, model: &str) -> Result<(), String> {
-    let real = match fs::canonicalize(dir.join(model)) {
+fn find_model(dir: &Path, path: &str) -> Result<(), String> {
+    let model = clip(path);
+    let real = match fs::canonicalize(dir.join(path)) {
         Ok(real) => real,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(missing(dir, model)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(missing(dir, path)),
         Err(e) => return Err(format!("cannot read the model summary `{model}`: {e}")),
     };
     let root = fs::canonicalize(dir)
@@ -136,8 +137,10 @@ fn missing(dir: &Path, model: &str) -> String {
         .flatten()
         .filter_map(|entry| entry.file_name().into_string().ok())
         .collect();
-    let mut message =
-        format!("model summary `{model}` not found (paths are relative to the .rad's directory)");
+    let mut message = format!(
+        "model summary `{}` not found (paths are relative to the .rad's directory)",
+        clip(model)
+    );
     if let Some(name) = closest(file_name, names.iter().map(String::as_str)) {
         let suggestion = match subdir {
             Some(subdir) => format!("{subdir}/{name}"),

@@ -23,7 +23,7 @@ use nom::{
 };
 
 use super::Parsed;
-use super::error::{RadError, found};
+use super::error::{RadError, clip, found};
 use super::spec::{DEFAULT_GPUS, PublishedEstimates, Syntax, TaskSpec};
 use super::suggest::closest;
 use super::text::{self, Line};
@@ -187,7 +187,7 @@ fn known_key(line: &Line<'_>, key: &str) -> Result<Key, RadError> {
     };
     Err(RadError::new(
         line.at(0),
-        format!("unknown key `{key}`: {hint}"),
+        format!("unknown key `{}`: {hint}", clip(key)),
     ))
 }
 
@@ -221,6 +221,6 @@ fn memory(value: &Value<'_>) -> Result<Need, RadError> {
         Ok(0) => Err(value.expected(WHAT)),
         Ok(mib) => Ok(Need::Mib(mib)),
         // The size's own column is 1-based inside the value.
-        Err(e) => Err(value.error_at(e.column - 1, e.message)),
+        Err(e) => Err(value.error_at(e.column.saturating_sub(1), e.message)),
     }
 }

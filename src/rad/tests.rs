@@ -592,3 +592,14 @@ fn display_shows_every_line_of_the_script() {
     );
     assert!(text.contains("memory      4096 MiB"), "{text}");
 }
+
+#[test]
+fn long_offending_text_is_quoted_short() {
+    let key = "k".repeat(60_000);
+    let error = parse(&format!("{key}: 1\nrun\n")).unwrap_err();
+    assert_eq!((error.line, error.column), (1, 1));
+    assert!(error.message.len() < 200, "{}", error.message.len());
+    assert!(error.message.contains("unknown key `kkkk"), "{error}");
+    let error = parse(&format!("gpus: {key}\nrun\n")).unwrap_err();
+    assert!(error.message.len() < 200, "{}", error.message.len());
+}
