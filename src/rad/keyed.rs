@@ -191,7 +191,7 @@ fn known_key(line: &Line<'_>, key: &str) -> Result<Key, RadError> {
     ))
 }
 
-/// A job name: it ends up in logs and file names, so no `/`.
+/// A job name: it may end up naming files and directories, so no `/`.
 fn name(value: &Value<'_>) -> Result<String, RadError> {
     const WHAT: &str = "a job name (without `/`)";
     let name = value.non_empty(WHAT)?;

@@ -111,19 +111,23 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
 }
 
 /// An optional memory line: blank means absent; otherwise a positive plain
-/// number of MiB, fractions rounded up (an estimate must not shrink), and
-/// [`LEGACY_WHOLE_GPU_MIB`] means a whole GPU.
+/// number of MiB, fractions rounded up (an estimate must not shrink). A
+/// value of exactly [`LEGACY_WHOLE_GPU_MIB`] means a whole GPU; 39999.5 is
+/// a measurement that happens to round to it.
 fn mib(value: &Value<'_>, what: &str) -> Result<Option<Need>, RadError> {
     if value.text.is_empty() {
         return Ok(None);
     }
     let plain = value.text.bytes().all(|b| b.is_ascii_digit() || b == b'.');
     match size::parse_mib(value.text) {
-        Ok(mib) if plain && mib > 0 => Ok(Some(if mib == LEGACY_WHOLE_GPU_MIB {
-            Need::WholeGpu
-        } else {
-            Need::Mib(mib)
-        })),
+        Ok(mib) if plain && mib > 0 => {
+            let whole = value.text.parse::<f64>() == Ok(LEGACY_WHOLE_GPU_MIB as f64);
+            Ok(Some(if whole {
+                Need::WholeGpu
+            } else {
+                Need::Mib(mib)
+            }))
+        }
         _ => Err(value.expected(&format!(
             "{what} (a positive number; {LEGACY_WHOLE_GPU_MIB} means the whole GPU)"
         ))),

@@ -205,6 +205,11 @@ fn legacy_fields_round_up_and_40000_means_a_whole_gpu() {
     );
     assert_eq!(spec.name, None);
     assert_eq!(spec.retries, None);
+    // Only the marker itself asks for a whole GPU.
+    let near = self::spec(&legacy_with(10, "39999.5")).published.horus;
+    assert_eq!(near, Some(Need::Mib(40_000)));
+    let marker = self::spec(&legacy_with(9, "40000.0")).memory;
+    assert_eq!(marker, Some(Need::WholeGpu));
 }
 
 #[test]
