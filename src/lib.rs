@@ -6,10 +6,12 @@
 //! `DESIGN.md` in the repository for the whole picture.
 //!
 //! The crate is split by concept: [`sched`] is the pure scheduling core,
-//! [`simulate`] drives it in virtual time, [`config`] holds every threshold.
+//! [`simulate`] drives it in virtual time, [`config`] holds every threshold,
+//! [`rad`] reads job files.
 
 pub mod config;
 pub mod gpu;
+pub mod rad;
 pub mod sched;
 pub mod simulate;
 pub mod size;

@@ -1,4 +1,7 @@
-//! The `carma` command line.
+//! The `carma` command line: argument parsing and dispatch; each command
+//! lives in `commands/`.
+
+mod commands;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,8 +10,6 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use carma::config::Config;
-use carma::sched::Policy;
-use carma::simulate::{self, Sharing, trace::EstimateColumn};
 
 /// Collocation-aware GPU job runner: shares GPUs between training jobs
 /// without out-of-memory crashes.
@@ -27,37 +28,20 @@ struct Cli {
 enum Command {
     /// Print the built-in default configuration (every key, commented).
     Config,
+    /// Validate `.rad` job files without submitting them: print what carma
+    /// reads from each valid one, and `FILE:LINE:COL: message` on stderr for
+    /// each invalid one. Exits 1 if any file is invalid.
+    Check {
+        /// The `.rad` files to check.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print one JSON object per valid file, one per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Replay a trace in virtual time on simulated GPUs and print its
     /// figures: what would this policy do on this trace?
-    Simulate(SimulateArgs),
-}
-
-#[derive(clap::Args)]
-struct SimulateArgs {
-    /// Trace CSV (the format of shared/data/carma/traces).
-    #[arg(long)]
-    trace: PathBuf,
-    /// GPUs and their memory, e.g. 4x40GiB or 2x40GiB,2x80GiB.
-    #[arg(long, default_value = "4x40GiB")]
-    gpus: String,
-    /// Placement policy [default: placement.policy of the configuration].
-    #[arg(long)]
-    policy: Option<Policy>,
-    /// Which trace column the scheduler sees as each task's estimate.
-    #[arg(long, value_enum, default_value = "oracle")]
-    estimator: EstimateColumn,
-    /// How collocated tasks share a GPU [default: simulate.sharing].
-    #[arg(long, value_enum)]
-    sharing: Option<SharingArg>,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum SharingArg {
-    Mps,
-    Streams,
+    Simulate(commands::simulate::Args),
 }
 
 fn main() -> ExitCode {
@@ -79,54 +63,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{}", carma::config::DEFAULT_TOML);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Simulate(args) => simulate_trace(cli.config.as_deref(), args),
+        Command::Check { files, json } => commands::check::run(&files, json),
+        Command::Simulate(args) => commands::simulate::run(cli.config.as_deref(), args),
     }
-}
-
-fn simulate_trace(config: Option<&std::path::Path>, args: SimulateArgs) -> Result<ExitCode> {
-    let config = Config::load(config)?;
-    let trace = simulate::trace::load(&args.trace)?;
-    let gpus = carma::size::parse_gpu_set(&args.gpus)
-        .map_err(|e| anyhow::anyhow!("--gpus {}: column {}: {}", args.gpus, e.column, e.message))?;
-    let mut rules = config.rules();
-    if let Some(policy) = args.policy {
-        rules.placement.policy = policy;
-    }
-    let mut model = config.simulate.clone();
-    if let Some(sharing) = args.sharing {
-        model.sharing = match sharing {
-            SharingArg::Mps => Sharing::Mps,
-            SharingArg::Streams => Sharing::Streams,
-        };
-    }
-    let policy = rules.placement.policy;
-    let setup = simulate::Setup {
-        gpus,
-        estimator: args.estimator,
-        rules,
-        model,
-    };
-    let m = simulate::run(&trace, &setup);
-    if args.json {
-        println!("{}", serde_json::to_string(&m)?);
-    } else {
-        println!(
-            "trace {} on {} with {policy}, estimator {}:",
-            args.trace.display(),
-            args.gpus,
-            args.estimator
-        );
-        println!("  tasks             {}", m.tasks);
-        println!(
-            "  total time        {:.0} s (lower bound {:.0} s)",
-            m.total_time_s, m.lower_bound_s
-        );
-        println!("  avg wait          {:.1} s", m.avg_wait_s);
-        println!("  avg execution     {:.1} s", m.avg_exec_s);
-        println!("  avg JCT           {:.1} s", m.avg_jct_s);
-        println!("  OOM crashes       {}", m.oom_crashes);
-        println!("  GPU energy        {:.2} MJ", m.energy_mj);
-        println!("  mean utilization  {:.1} %", m.mean_utilization * 100.0);
-    }
-    Ok(ExitCode::SUCCESS)
 }

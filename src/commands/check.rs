@@ -1,0 +1,49 @@
+//! `carma check`: validate `.rad` files without submitting them.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use carma::rad::{self, TaskSpec};
+
+/// One valid file in `carma check --json` output.
+#[derive(Serialize)]
+struct Checked<'a> {
+    /// The path as given on the command line.
+    file: String,
+    #[serde(flatten)]
+    spec: &'a TaskSpec,
+}
+
+/// Checks every file, reporting each bad one and going on: a user fixing a
+/// directory of jobs wants all the errors at once.
+pub fn run(files: &[PathBuf], json: bool) -> Result<ExitCode> {
+    // Written with `writeln!` so that a closed pipe (`| head`) ends the
+    // command with an error instead of a panic.
+    let mut out = std::io::stdout().lock();
+    let mut all_valid = true;
+    for file in files {
+        match rad::check_file(file) {
+            Ok(spec) if json => {
+                let checked = Checked {
+                    file: file.display().to_string(),
+                    spec: &spec,
+                };
+                writeln!(out, "{}", serde_json::to_string(&checked)?)?;
+            }
+            Ok(spec) => writeln!(out, "{}: ok\n{spec}", file.display())?,
+            Err(e) => {
+                eprintln!("{e}");
+                all_valid = false;
+            }
+        }
+    }
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

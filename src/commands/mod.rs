@@ -1,0 +1,4 @@
+//! One module per `carma` subcommand.
+
+pub mod check;
+pub mod simulate;

@@ -1,0 +1,152 @@
+//! What needs the file system: reading a `.rad` safely, naming the job
+//! after its file, and finding its model summary next to it.
+//!
+//! Kept apart from the pure parser, like ripgrep's split between validating
+//! what the user wrote and building what needs the system: the parser can
+//! be fed anything in a unit test, while these checks answer the questions
+//! only a directory can (does `BERT_base.model` exist here, or only
+//! `bert_base.model`?). The model summary must resolve inside the `.rad`'s
+//! own directory, symbolic links included: jobs run as their owner, and
+//! carma must not be talked into reading other users' files.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::error::{RadError, clip};
+use super::spec::TaskSpec;
+use super::suggest::closest;
+use super::{Parsed, parse_bytes};
+
+/// Largest `.rad` read. Real ones are a few hundred bytes; the bound keeps
+/// a stray multi-gigabyte file from being loaded into memory at all.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A `.rad` file that is not a usable job, with its path.
+#[derive(Debug, Error)]
+pub enum FileError {
+    /// The file (or its metadata) could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    /// Not something carma reads as a job file at all.
+    #[error("{}: {reason}", path.display())]
+    Refused { path: PathBuf, reason: String },
+    /// The file's content is not a valid job; prints `FILE:LINE:COL: message`.
+    #[error("{}:{error}", path.display())]
+    Invalid { path: PathBuf, error: RadError },
+}
+
+/// Reads, parses and checks the `.rad` at `path`: the job's name defaults to
+/// the file's stem, and the model summary it names must exist inside the
+/// file's directory.
+pub fn check_file(path: &Path) -> Result<TaskSpec, FileError> {
+    let bytes = read(path)?;
+    let invalid = |error| FileError::Invalid {
+        path: path.to_owned(),
+        error,
+    };
+    let Parsed { mut spec, model_at } = parse_bytes(&bytes).map_err(invalid)?;
+    if spec.name.is_none() {
+        spec.name = path
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned());
+    }
+    if let (Some(model), Some(at)) = (&spec.model, model_at) {
+        find_model(job_dir(path), model).map_err(|message| invalid(RadError::new(at, message)))?;
+    }
+    Ok(spec)
+}
+
+/// The file's bytes, refusing directories, FIFOs, devices (reading those
+/// blocks or never ends) and files over [`MAX_FILE_BYTES`].
+fn read(path: &Path) -> Result<Vec<u8>, FileError> {
+    let read_error = |source| FileError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let refused = |reason: String| FileError::Refused {
+        path: path.to_owned(),
+        reason,
+    };
+    let too_large = || {
+        refused(format!(
+            "larger than {MAX_FILE_BYTES} bytes: not a job file"
+        ))
+    };
+    let metadata = fs::metadata(path).map_err(read_error)?;
+    if !metadata.is_file() {
+        return Err(refused("not a regular file".to_owned()));
+    }
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(read_error)?;
+    // The file may have grown since its metadata was read.
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// The directory a `.rad`'s relative paths start from.
+fn job_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Checks that `path` names a regular file inside `dir`; the error says
+/// what is wrong and, when the name is close to one on disk, what was
+/// probably meant.
+fn find_model(dir: &Path, path: &str) -> Result<(), String> {
+    let model = clip(path);
+    let real = match fs::canonicalize(dir.join(path)) {
+        Ok(real) => real,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(missing(dir, path)),
+        Err(e) => return Err(format!("cannot read the model summary `{model}`: {e}")),
+    };
+    let root = fs::canonicalize(dir)
+        .map_err(|e| format!("cannot read the job's directory {}: {e}", dir.display()))?;
+    if !real.starts_with(&root) {
+        return Err(format!(
+            "the model summary `{model}` leads outside the job's directory \
+             (through a symbolic link): a job may only use files in its own directory"
+        ));
+    }
+    if !real.is_file() {
+        return Err(format!("the model summary `{model}` is not a regular file"));
+    }
+    Ok(())
+}
+
+/// "not found", with the closest name in the directory the path points to.
+fn missing(dir: &Path, model: &str) -> String {
+    let (subdir, file_name) = match model.rsplit_once(['/', '\\']) {
+        Some((subdir, file_name)) => (Some(subdir), file_name),
+        None => (None, model),
+    };
+    let search = subdir.map_or_else(|| dir.to_owned(), |subdir| dir.join(subdir));
+    let names: Vec<String> = fs::read_dir(search)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .collect();
+    let mut message = format!(
+        "model summary `{}` not found (paths are relative to the .rad's directory)",
+        clip(model)
+    );
+    if let Some(name) = closest(file_name, names.iter().map(String::as_str)) {
+        let suggestion = match subdir {
+            Some(subdir) => format!("{subdir}/{name}"),
+            None => name.to_owned(),
+        };
+        message.push_str(&format!(": did you mean `{suggestion}`?"));
+    }
+    message
+}

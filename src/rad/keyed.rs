@@ -1,0 +1,226 @@
+//! The native keyed syntax: `key: value` directives among the script's
+//! lines.
+//!
+//! A job is mostly a shell script, so every line that is neither a
+//! directive, blank, nor a full-line comment goes to one `bash`, as written
+//! (bash reads its own `#` comments). Directives therefore need a shape that
+//! shell lines do not take: an identifier at the very start of the line,
+//! optional spaces, then `:`. A `:` followed by `/`, `\` or another `:` is
+//! not a directive (`http://...`, `C:\...`, `s3://...`), and an indented
+//! line is always script (loop bodies, here-documents). In a directive, `#`
+//! at the start of a word begins a comment, so `dataset: set#2` keeps its
+//! `#`.
+//!
+//! Unknown keys are errors, never ignored: a misspelt `memmory:` that was
+//! silently dropped would turn into an OOM crash hours later.
+
+use nom::{
+    IResult, Parser,
+    bytes::complete::take_while,
+    character::complete::{char, satisfy, space0},
+    combinator::recognize,
+    sequence::{pair, terminated},
+};
+
+use super::Parsed;
+use super::error::{RadError, clip, found};
+use super::spec::{DEFAULT_GPUS, PublishedEstimates, Syntax, TaskSpec};
+use super::suggest::closest;
+use super::text::{self, Line};
+use super::value::{self, Value};
+use crate::sched::Need;
+use crate::size;
+
+/// The keys a keyed `.rad` understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Name,
+    Model,
+    Dataset,
+    BatchSize,
+    Gpus,
+    Policy,
+    Memory,
+    Retries,
+}
+
+impl Key {
+    const ALL: [Key; 8] = [
+        Key::Name,
+        Key::Model,
+        Key::Dataset,
+        Key::BatchSize,
+        Key::Gpus,
+        Key::Policy,
+        Key::Memory,
+        Key::Retries,
+    ];
+
+    fn spelling(self) -> &'static str {
+        match self {
+            Key::Name => "name",
+            Key::Model => "model",
+            Key::Dataset => "dataset",
+            Key::BatchSize => "batch_size",
+            Key::Gpus => "gpus",
+            Key::Policy => "policy",
+            Key::Memory => "memory",
+            Key::Retries => "retries",
+        }
+    }
+}
+
+/// A directive line cut into its key and value.
+pub(super) struct Directive<'a> {
+    key: &'a str,
+    /// The value, without spaces or comment (possibly empty).
+    value: &'a str,
+    /// Byte offset of `value` in the line.
+    value_start: usize,
+}
+
+/// The line as a directive, or `None` when it is script (or anything else).
+pub(super) fn directive(line: &str) -> Option<Directive<'_>> {
+    let identifier = recognize(pair(
+        satisfy(|c| c.is_ascii_alphabetic()),
+        take_while(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+    ));
+    let parsed: IResult<&str, &str> = terminated(identifier, pair(space0, char(':'))).parse(line);
+    let (rest, key) = parsed.ok()?;
+    if rest.starts_with(['/', '\\', ':']) {
+        return None;
+    }
+    let value = strip_comment(rest);
+    let value_start = line.len() - rest.len() + (value.len() - value.trim_start().len());
+    Some(Directive {
+        key,
+        value: value.trim(),
+        value_start,
+    })
+}
+
+/// The text before a comment: `#` at the start or after whitespace.
+fn strip_comment(text: &str) -> &str {
+    let mut after_space = true;
+    for (offset, c) in text.char_indices() {
+        if c == '#' && after_space {
+            return &text[..offset];
+        }
+        after_space = c.is_whitespace();
+    }
+    text
+}
+
+/// Reads a keyed file.
+pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
+    let mut spec = TaskSpec {
+        syntax: Syntax::Keyed,
+        name: None,
+        script: Vec::new(),
+        model: None,
+        dataset: None,
+        batch_size: None,
+        gpus: DEFAULT_GPUS,
+        policy: None,
+        memory: None,
+        published: PublishedEstimates::default(),
+        retries: None,
+    };
+    let mut model_at = None;
+    let mut seen: Vec<(Key, usize)> = Vec::new();
+    for line in lines {
+        if line.is_blank() || line.is_comment() {
+            continue;
+        }
+        let Some(directive) = directive(line.text) else {
+            spec.script.push(line.text.to_owned());
+            continue;
+        };
+        let key = known_key(line, directive.key)?;
+        if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+            return Err(RadError::new(
+                line.at(0),
+                format!(
+                    "duplicate key `{}`: already given on line {first}",
+                    key.spelling()
+                ),
+            ));
+        }
+        seen.push((key, line.number));
+        let value = Value::new(line, directive.value_start, directive.value);
+        match key {
+            Key::Name => spec.name = Some(name(&value)?),
+            Key::Model => {
+                spec.model = Some(value::model_path(&value)?);
+                model_at = Some(value.at);
+            }
+            Key::Dataset => spec.dataset = Some(value.non_empty("a dataset name or path")?),
+            Key::BatchSize => spec.batch_size = Some(value::positive(&value, value::BATCH_SIZE)?),
+            Key::Gpus => spec.gpus = value::positive(&value, value::GPUS)?,
+            Key::Policy => spec.policy = Some(value::policy(&value)?),
+            Key::Memory => spec.memory = Some(memory(&value)?),
+            Key::Retries => {
+                spec.retries = Some(value::count(
+                    &value,
+                    "the number of re-runs after OOM (a non-negative integer)",
+                )?)
+            }
+        }
+    }
+    if spec.script.is_empty() {
+        return Err(RadError::new(
+            text::end(lines),
+            "expected at least one command line (e.g. `python train.py`), found end of file",
+        ));
+    }
+    Ok(Parsed { spec, model_at })
+}
+
+fn known_key(line: &Line<'_>, key: &str) -> Result<Key, RadError> {
+    if let Some(known) = Key::ALL.into_iter().find(|k| k.spelling() == key) {
+        return Ok(known);
+    }
+    let spellings = Key::ALL.map(Key::spelling);
+    let hint = match closest(key, spellings) {
+        Some(suggestion) => format!("did you mean `{suggestion}`?"),
+        None => format!("expected one of {}", spellings.join(", ")),
+    };
+    Err(RadError::new(
+        line.at(0),
+        format!("unknown key `{}`: {hint}", clip(key)),
+    ))
+}
+
+/// A job name: it may end up naming files and directories, so no `/`.
+fn name(value: &Value<'_>) -> Result<String, RadError> {
+    const WHAT: &str = "a job name (without `/`)";
+    let name = value.non_empty(WHAT)?;
+    match name.find('/') {
+        Some(offset) => Err(value.error_at(
+            name[..offset].chars().count(),
+            format!("expected {WHAT}, {}", found(&name)),
+        )),
+        None => Ok(name),
+    }
+}
+
+/// Words that ask for a whole idle GPU instead of a size.
+const WHOLE_GPU: [&str; 2] = ["whole", "whole-gpu"];
+
+/// A declared memory need: a size with units (MiB without), or `whole`.
+fn memory(value: &Value<'_>) -> Result<Need, RadError> {
+    const WHAT: &str =
+        "a positive size such as 4G, 1500M or 4096 (MiB), or `whole` for a whole GPU";
+    if WHOLE_GPU.iter().any(|w| w.eq_ignore_ascii_case(value.text)) {
+        return Ok(Need::WholeGpu);
+    }
+    if !value.text.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(value.expected(WHAT));
+    }
+    match size::parse_mib(value.text) {
+        Ok(0) => Err(value.expected(WHAT)),
+        Ok(mib) => Ok(Need::Mib(mib)),
+        // The size's own column is 1-based inside the value.
+        Err(e) => Err(value.error_at(e.column.saturating_sub(1), e.message)),
+    }
+}

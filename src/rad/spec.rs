@@ -1,0 +1,164 @@
+//! [`TaskSpec`]: a job as carma understands it, whichever syntax it came in.
+//!
+//! Both syntaxes produce this one type so that nothing after the parser
+//! (estimators, the spool, the scheduler's demand) knows or cares how a job
+//! was written. It holds what the file says, not what carma decides: an
+//! absent field stays `None`, and defaults that belong to configuration
+//! (policy, retries) are applied later.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+
+use crate::sched::Need;
+
+/// GPUs a job gets when its file does not say: most training scripts use
+/// one device unless told otherwise.
+pub const DEFAULT_GPUS: u32 = 1;
+
+/// Which of the two `.rad` syntaxes a file used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Syntax {
+    /// `key: value` directives among the script's lines (native).
+    Keyed,
+    /// The research prototype's one-field-per-line format.
+    Legacy,
+}
+
+/// The user's wish about sharing a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyHint {
+    /// Run alone on idle GPUs.
+    Exclusive,
+    /// May share GPUs with other jobs.
+    Collocate,
+}
+
+impl fmt::Display for PolicyHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PolicyHint::Exclusive => "exclusive",
+            PolicyHint::Collocate => "collocate",
+        })
+    }
+}
+
+/// Memory estimates published with the research prototype's workloads
+/// (legacy lines 10-12), one per estimator it compared.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PublishedEstimates {
+    /// The Horus analytic formula's estimate.
+    #[serde(serialize_with = "serialize_need")]
+    pub horus: Option<Need>,
+    /// PyTorch FakeTensor's estimate.
+    #[serde(serialize_with = "serialize_need")]
+    pub faketensor: Option<Need>,
+    /// GPUMemNet's estimate (an upper bucket edge).
+    #[serde(serialize_with = "serialize_need")]
+    pub gpumemnet: Option<Need>,
+}
+
+/// One job, as written in its `.rad` file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskSpec {
+    /// The syntax the file used: messages and `carma check` say it, and a
+    /// legacy file is a published workload that must keep running
+    /// unchanged.
+    pub syntax: Syntax,
+    /// The job's name in logs and reports. Only keyed files can set it; the
+    /// parser never sees a path, so callers default it to the file's stem
+    /// ([`crate::rad::check_file`] does).
+    pub name: Option<String>,
+    /// The lines one `bash` runs, in order and as written. One shell, so
+    /// that `conda activate` changes the environment of the `python` line
+    /// after it. Legacy files give `[activation, command]`.
+    pub script: Vec<String>,
+    /// The model summary file, relative to the `.rad`'s directory: the
+    /// estimators' input. Never absolute and never through `..`, so a job
+    /// can only point carma at files of its own directory.
+    pub model: Option<String>,
+    /// The dataset's name or path as written. Informational (reports,
+    /// history): the script reads its data itself.
+    pub dataset: Option<String>,
+    /// The batch size. Memory grows with it, so estimators use it as a
+    /// feature and the history estimator keys on it.
+    pub batch_size: Option<u32>,
+    /// GPUs the job needs at once ([`DEFAULT_GPUS`] unless the file says);
+    /// placement finds them all together or waits.
+    pub gpus: u32,
+    /// The user's wish about sharing; `None` leaves it to the configured
+    /// placement policy.
+    pub policy: Option<PolicyHint>,
+    /// Memory per GPU the file declares (keyed `memory:`; legacy line 9,
+    /// the measured peak). First in the estimator chain: the user, or a
+    /// measurement, knows best.
+    #[serde(serialize_with = "serialize_need")]
+    pub memory: Option<Need>,
+    /// Estimates published with legacy workloads, kept so carma's own
+    /// estimators can be compared with the research prototype's.
+    pub published: PublishedEstimates,
+    /// OOM re-runs this job allows; `None` takes the configured default.
+    pub retries: Option<u32>,
+}
+
+/// A need in JSON: a number of MiB, `"whole-gpu"`, `"unknown"`, or `null`
+/// when absent. Plain numbers keep the output easy to use from `jq`.
+fn serialize_need<S: Serializer>(need: &Option<Need>, serializer: S) -> Result<S::Ok, S::Error> {
+    match need {
+        None => serializer.serialize_none(),
+        Some(Need::Mib(mib)) => serializer.serialize_u64(*mib),
+        Some(Need::WholeGpu) => serializer.serialize_str("whole-gpu"),
+        Some(Need::Unknown) => serializer.serialize_str("unknown"),
+    }
+}
+
+/// A need for people: exact MiB (what the file said, not a rounded GiB).
+fn need_text(need: &Option<Need>) -> String {
+    match need {
+        None => "-".to_owned(),
+        Some(Need::Mib(mib)) => format!("{mib} MiB"),
+        Some(Need::WholeGpu) => "a whole GPU".to_owned(),
+        Some(Need::Unknown) => "unknown".to_owned(),
+    }
+}
+
+/// A multi-line summary, one field per line, indented two spaces: what
+/// `carma check` prints under each file name.
+impl fmt::Display for TaskSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn or_dash<T: fmt::Display>(value: &Option<T>) -> String {
+            value
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), ToString::to_string)
+        }
+        let syntax = match self.syntax {
+            Syntax::Keyed => "keyed",
+            Syntax::Legacy => "legacy (positional)",
+        };
+        writeln!(f, "  syntax      {syntax}")?;
+        writeln!(f, "  name        {}", or_dash(&self.name))?;
+        for (index, line) in self.script.iter().enumerate() {
+            let label = if index == 0 { "script" } else { "" };
+            writeln!(f, "  {label:<11} {line}")?;
+        }
+        writeln!(f, "  model       {}", or_dash(&self.model))?;
+        writeln!(f, "  dataset     {}", or_dash(&self.dataset))?;
+        writeln!(f, "  batch_size  {}", or_dash(&self.batch_size))?;
+        writeln!(f, "  gpus        {}", self.gpus)?;
+        writeln!(f, "  policy      {}", or_dash(&self.policy))?;
+        writeln!(f, "  memory      {}", need_text(&self.memory))?;
+        let published = &self.published;
+        if published != &PublishedEstimates::default() {
+            writeln!(
+                f,
+                "  published   horus {}, faketensor {}, gpumemnet {}",
+                need_text(&published.horus),
+                need_text(&published.faketensor),
+                need_text(&published.gpumemnet)
+            )?;
+        }
+        write!(f, "  retries     {}", or_dash(&self.retries))
+    }
+}

@@ -1,0 +1,610 @@
+//! The parser against hand-made good and bad files: every refusal is pinned
+//! to its line, column and wording, because those are what a user sees.
+
+use super::*;
+use crate::sched::Need;
+
+/// The DESIGN.md example, verbatim.
+const RESNET: &str = "\
+# ResNet-50 on ImageNet
+model: resnet50_32.model     # model summary file, relative to this file
+batch_size: 32
+gpus: 1
+policy: collocate            # or: exclusive
+memory: 4G                   # optional: the user's own declaration
+conda activate tf
+python resnet50.py --batch_size 32
+";
+
+/// A legacy file shaped like the published BERT workload.
+const LEGACY: &str = "\
+# assumption is that model.txt file is in this directory
+conda activate tf
+python train.py
+BERT_base.model
+wiki
+32
+exclusive
+1
+19828
+17456.9336
+40000
+32000";
+
+fn spec(text: &str) -> TaskSpec {
+    match parse(text) {
+        Ok(parsed) => parsed.spec,
+        Err(e) => panic!("{e} in:\n{text}"),
+    }
+}
+
+/// Asserts that `text` is refused at `line`:`column` with a message holding
+/// every one of `words`.
+#[track_caller]
+fn refused(text: &str, line: usize, column: usize, words: &[&str]) {
+    refused_bytes(text.as_bytes(), line, column, words);
+}
+
+#[track_caller]
+fn refused_bytes(bytes: &[u8], line: usize, column: usize, words: &[&str]) {
+    let error = match parse_bytes(bytes) {
+        Ok(parsed) => panic!("accepted: {parsed:?}"),
+        Err(error) => error,
+    };
+    assert_eq!((error.line, error.column), (line, column), "{error}");
+    for word in words {
+        assert!(error.message.contains(word), "{word:?} not in: {error}");
+    }
+    // The &str front agrees wherever the input is text.
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        assert_eq!(parse(text), Err(error));
+    }
+}
+
+/// LEGACY with 1-based line `number` replaced.
+fn legacy_with(number: usize, replacement: &str) -> String {
+    let mut lines: Vec<&str> = LEGACY.lines().collect();
+    lines[number - 1] = replacement;
+    lines.join("\n")
+}
+
+const LEGACY_NOTE: &str = "legacy positional syntax because no `key: value` line";
+
+// Keyed syntax, accepted.
+
+#[test]
+fn the_design_example_reads_field_by_field() {
+    let spec = spec(RESNET);
+    assert_eq!(
+        spec,
+        TaskSpec {
+            syntax: Syntax::Keyed,
+            name: None,
+            script: vec![
+                "conda activate tf".into(),
+                "python resnet50.py --batch_size 32".into()
+            ],
+            model: Some("resnet50_32.model".into()),
+            dataset: None,
+            batch_size: Some(32),
+            gpus: 1,
+            policy: Some(PolicyHint::Collocate),
+            memory: Some(Need::Mib(4096)),
+            published: PublishedEstimates::default(),
+            retries: None,
+        }
+    );
+}
+
+#[test]
+fn every_key_is_read() {
+    let spec = spec(
+        "name: bert-run-2\ndataset: /raid/wiki # where it lives\nretries: 0\n\
+         policy: Exclusive\ngpus: 4\nmemory: whole\npython x.py\n",
+    );
+    assert_eq!(spec.name.as_deref(), Some("bert-run-2"));
+    assert_eq!(spec.dataset.as_deref(), Some("/raid/wiki"));
+    assert_eq!(spec.retries, Some(0));
+    assert_eq!(spec.policy, Some(PolicyHint::Exclusive));
+    assert_eq!(spec.gpus, 4);
+    assert_eq!(spec.memory, Some(Need::WholeGpu));
+    assert_eq!(spec.model, None);
+}
+
+#[test]
+fn script_lines_keep_their_order_and_text() {
+    let spec = spec(
+        "# setup\nconda activate tf\n  # indented comment\n\nexport URL=http://x/y # bash comment\n\
+         http://example.com/data\nC:\\data\\run.bat\nfor i in 1 2; do\n  gpus: echo $i\ndone\n\
+         gpus: 2\npython train.py --epochs 3  \n",
+    );
+    assert_eq!(
+        spec.script,
+        [
+            "conda activate tf",
+            "export URL=http://x/y # bash comment",
+            "http://example.com/data",
+            "C:\\data\\run.bat",
+            "for i in 1 2; do",
+            "  gpus: echo $i",
+            "done",
+            "python train.py --epochs 3  ",
+        ]
+    );
+    assert_eq!(spec.gpus, 2);
+}
+
+#[test]
+fn directives_may_come_anywhere_and_hash_inside_a_word_is_not_a_comment() {
+    let spec = spec("python a.py\ndataset: set#2   # the second one\nname : run#1\n");
+    assert_eq!(spec.dataset.as_deref(), Some("set#2"));
+    assert_eq!(spec.name.as_deref(), Some("run#1"));
+    assert_eq!(spec.script, ["python a.py"]);
+}
+
+#[test]
+fn sizes_take_units() {
+    for (text, mib) in [
+        ("12G", 12 * 1024),
+        ("12GiB", 12 * 1024),
+        ("1500M", 1500),
+        ("1500", 1500),
+        ("1.5 GB", 1536),
+    ] {
+        let spec = spec(&format!("memory: {text}\npython a.py\n"));
+        assert_eq!(spec.memory, Some(Need::Mib(mib)), "{text}");
+    }
+    assert_eq!(
+        spec("memory: Whole-GPU\nrun\n").memory,
+        Some(Need::WholeGpu)
+    );
+}
+
+#[test]
+fn crlf_and_a_byte_order_mark_change_nothing() {
+    for text in [RESNET, LEGACY] {
+        let crlf = text.replace('\n', "\r\n");
+        assert_eq!(parse(&crlf), parse(text));
+        assert_eq!(parse(&format!("\u{feff}{text}")), parse(text));
+        let mut bytes = vec![0xEF, 0xBB, 0xBF];
+        bytes.extend_from_slice(crlf.as_bytes());
+        assert_eq!(parse_bytes(&bytes), parse(text));
+    }
+    // Errors point at the same places too; the BOM takes no column.
+    refused("\u{feff}gpus: x\r\npython a.py\r\n", 1, 7, &["GPUs"]);
+}
+
+#[test]
+fn model_position_is_reported() {
+    let parsed = parse(RESNET).unwrap();
+    assert_eq!(parsed.model_at, Some(Position { line: 2, column: 8 }));
+    let parsed = parse(LEGACY).unwrap();
+    assert_eq!(parsed.model_at, Some(Position { line: 4, column: 1 }));
+}
+
+// Legacy syntax, accepted.
+
+#[test]
+fn legacy_fields_round_up_and_40000_means_a_whole_gpu() {
+    let spec = spec(LEGACY);
+    assert_eq!(spec.syntax, Syntax::Legacy);
+    assert_eq!(spec.script, ["conda activate tf", "python train.py"]);
+    assert_eq!(spec.model.as_deref(), Some("BERT_base.model"));
+    assert_eq!(spec.dataset.as_deref(), Some("wiki"));
+    assert_eq!(spec.batch_size, Some(32));
+    assert_eq!(spec.policy, Some(PolicyHint::Exclusive));
+    assert_eq!(spec.gpus, 1);
+    assert_eq!(spec.memory, Some(Need::Mib(19828)));
+    assert_eq!(
+        spec.published,
+        PublishedEstimates {
+            horus: Some(Need::Mib(17457)),
+            faketensor: Some(Need::WholeGpu),
+            gpumemnet: Some(Need::Mib(32000)),
+        }
+    );
+    assert_eq!(spec.name, None);
+    assert_eq!(spec.retries, None);
+    // Only the marker itself asks for a whole GPU.
+    let near = self::spec(&legacy_with(10, "39999.5")).published.horus;
+    assert_eq!(near, Some(Need::Mib(40_000)));
+    let marker = self::spec(&legacy_with(9, "40000.0")).memory;
+    assert_eq!(marker, Some(Need::WholeGpu));
+}
+
+#[test]
+fn legacy_tolerates_trailing_whitespace_and_blank_tails() {
+    let sloppy = LEGACY.replace('\n', "  \t\n") + "   \n\n \n";
+    assert_eq!(spec(&sloppy), spec(LEGACY));
+}
+
+#[test]
+fn legacy_memory_lines_are_optional() {
+    let eight: Vec<&str> = LEGACY.lines().take(8).collect();
+    let spec8 = spec(&eight.join("\n"));
+    assert_eq!(spec8.memory, None);
+    assert_eq!(spec8.published, PublishedEstimates::default());
+    // A blank line in the middle leaves that one estimate out.
+    let spec = spec(&legacy_with(10, "   "));
+    assert_eq!(spec.published.horus, None);
+    assert_eq!(spec.published.faketensor, Some(Need::WholeGpu));
+}
+
+#[test]
+fn legacy_collocation_is_spelt_either_way() {
+    for word in ["collocation", "collocate", "Collocation"] {
+        assert_eq!(
+            spec(&legacy_with(7, word)).policy,
+            Some(PolicyHint::Collocate)
+        );
+    }
+}
+
+// Refusals: keyed syntax.
+
+#[test]
+fn unknown_key_suggests_the_closest() {
+    refused(
+        "gpus: 1\nbatchsize: 32\npython a.py\n",
+        2,
+        1,
+        &["unknown key `batchsize`", "did you mean `batch_size`?"],
+    );
+    refused(
+        "flavour: vanilla\npython a.py\n",
+        1,
+        1,
+        &["unknown key `flavour`", "expected one of name, model"],
+    );
+}
+
+#[test]
+fn bad_unit_points_at_the_unit() {
+    refused("memory: 12Q\npython a.py\n", 1, 11, &["unknown unit `Q`"]);
+}
+
+#[test]
+fn memory_needs_a_size_or_whole() {
+    refused(
+        "memory: lots\nrun\n",
+        1,
+        9,
+        &["positive size", "`whole`", "\"lots\""],
+    );
+    refused("memory: 0\nrun\n", 1, 9, &["positive size", "\"0\""]);
+    refused("memory: -4G\nrun\n", 1, 9, &["positive size", "\"-4G\""]);
+}
+
+#[test]
+fn directives_without_commands_are_refused() {
+    refused(
+        "gpus: 1\nmodel: x.model\n",
+        3,
+        1,
+        &["expected at least one command line", "end of file"],
+    );
+}
+
+#[test]
+fn empty_whitespace_and_comment_only_files_have_no_command() {
+    let words = &["expected at least one command line"][..];
+    refused("", 1, 1, words);
+    refused("  \n\t\n", 3, 1, words);
+    refused("# a\n# b", 2, 4, words);
+}
+
+#[test]
+fn gpus_must_be_a_positive_integer() {
+    let words = ["expected the number of GPUs (a positive integer)"];
+    refused("gpus: 0\nrun\n", 1, 7, &[words[0], "found \"0\""]);
+    refused("gpus: -2\nrun\n", 1, 7, &[words[0], "found \"-2\""]);
+    refused("gpus: two\nrun\n", 1, 7, &[words[0], "found \"two\""]);
+    refused("gpus: 1.5\nrun\n", 1, 7, &[words[0]]);
+}
+
+#[test]
+fn numbers_too_large_for_u32_are_named() {
+    refused(
+        "gpus: 99999999999\nrun\n",
+        1,
+        7,
+        &["number of GPUs", "too large", "4294967295"],
+    );
+    refused(
+        "batch_size: 4294967296\nrun\n",
+        1,
+        13,
+        &["batch size", "too large"],
+    );
+}
+
+#[test]
+fn retries_may_be_zero_but_not_negative() {
+    refused("retries: -1\nrun\n", 1, 10, &["re-runs", "non-negative"]);
+}
+
+#[test]
+fn duplicate_keys_name_the_first() {
+    refused(
+        "gpus: 1\npython a.py\ngpus: 2\n",
+        3,
+        1,
+        &["duplicate key `gpus`", "line 1"],
+    );
+}
+
+#[test]
+fn bad_policy_suggests_the_closest() {
+    refused(
+        "policy: colocate\nrun\n",
+        1,
+        9,
+        &[
+            "expected `exclusive` or `collocate`",
+            "did you mean `collocate`?",
+        ],
+    );
+}
+
+#[test]
+fn empty_values_say_what_was_expected() {
+    refused("gpus:\nrun\n", 1, 6, &["number of GPUs", "found nothing"]);
+    refused(
+        "policy:   # later\nrun\n",
+        1,
+        11,
+        &["`exclusive`", "found nothing"],
+    );
+    refused("model:\nrun\n", 1, 7, &["model summary", "found nothing"]);
+}
+
+#[test]
+fn names_cannot_hold_slashes() {
+    refused("name: a/b\nrun\n", 1, 8, &["job name (without `/`)"]);
+}
+
+#[test]
+fn model_paths_stay_in_the_job_directory() {
+    refused(
+        "model: /etc/shadow\nrun\n",
+        1,
+        8,
+        &["relative to the .rad's directory", "own directory"],
+    );
+    refused(
+        "model: models/../../x.model\nrun\n",
+        1,
+        15,
+        &["`..` leaves"],
+    );
+    refused("model: C:\\x.model\nrun\n", 1, 8, &["own directory"]);
+    refused("model: ~/x.model\nrun\n", 1, 8, &["own directory"]);
+}
+
+// Refusals: legacy syntax.
+
+#[test]
+fn legacy_gpu_count_must_be_numeric() {
+    refused(
+        &legacy_with(8, "two"),
+        8,
+        1,
+        &[
+            "expected the number of GPUs (a positive integer), found \"two\"",
+            LEGACY_NOTE,
+        ],
+    );
+}
+
+#[test]
+fn legacy_batch_size_zero_and_fractions_are_refused() {
+    refused(
+        &legacy_with(6, "0"),
+        6,
+        1,
+        &["batch size", "\"0\"", LEGACY_NOTE],
+    );
+    refused(&legacy_with(6, " 32.5"), 6, 2, &["batch size", "\"32.5\""]);
+}
+
+#[test]
+fn legacy_negative_and_unit_memory_is_refused() {
+    refused(
+        &legacy_with(10, "-5"),
+        10,
+        1,
+        &[
+            "Horus estimate in MiB (a positive number; 40000 means",
+            "\"-5\"",
+        ],
+    );
+    refused(&legacy_with(9, "16G"), 9, 1, &["measured peak", "\"16G\""]);
+    refused(&legacy_with(12, "0"), 12, 1, &["GPUMemNet", "\"0\""]);
+}
+
+#[test]
+fn legacy_with_too_few_lines_says_which_is_missing() {
+    let five: Vec<&str> = LEGACY.lines().take(5).collect();
+    refused(
+        &(five.join("\n") + "\n"),
+        6,
+        1,
+        &[
+            "expected the batch size (a positive integer) on line 6, found end of file",
+            LEGACY_NOTE,
+        ],
+    );
+    refused(
+        "# just a comment\nconda activate tf",
+        2,
+        18,
+        &["the command to run on line 3"],
+    );
+}
+
+#[test]
+fn legacy_with_thirteen_lines_is_refused() {
+    refused(
+        &format!("{LEGACY}\n1234\n"),
+        13,
+        1,
+        &["at most 12 lines", "\"1234\"", LEGACY_NOTE],
+    );
+}
+
+#[test]
+fn legacy_misspelt_policy_suggests() {
+    refused(
+        &legacy_with(7, "exclusiv"),
+        7,
+        1,
+        &["did you mean `exclusive`?", LEGACY_NOTE],
+    );
+    refused(
+        &legacy_with(7, "colocation"),
+        7,
+        1,
+        &["did you mean `collocation`?"],
+    );
+}
+
+#[test]
+fn legacy_line_one_must_be_a_comment() {
+    refused(
+        &legacy_with(1, "assumption: none"),
+        1,
+        1,
+        &["unknown key `assumption`"],
+    );
+    refused(
+        &legacy_with(1, "the model"),
+        1,
+        1,
+        &["a comment starting with `#`", LEGACY_NOTE],
+    );
+}
+
+#[test]
+fn legacy_blank_required_lines_are_refused() {
+    refused(
+        &legacy_with(3, "   "),
+        3,
+        4,
+        &["the command to run", "found nothing"],
+    );
+}
+
+#[test]
+fn legacy_model_path_stays_in_the_job_directory() {
+    refused(
+        &legacy_with(4, "../../etc/passwd"),
+        4,
+        1,
+        &["`..` leaves", LEGACY_NOTE],
+    );
+}
+
+// Refusals: not text.
+
+#[test]
+fn binary_junk_is_binary_data() {
+    refused_bytes(b"\x7fELF\x02\x01\x01\x00\x00", 1, 1, &["binary data"]);
+    refused_bytes(
+        b"gpus: 1\npython a.py\x07\n",
+        2,
+        12,
+        &["binary data", "0x07"],
+    );
+}
+
+#[test]
+fn nul_bytes_are_binary_data() {
+    refused_bytes(b"gpus: 1\npython\x00 a.py\n", 2, 7, &["binary data", "NUL"]);
+}
+
+#[test]
+fn non_utf8_is_located() {
+    refused_bytes(
+        b"gpus: 1\npython caf\xe9.py\n",
+        2,
+        11,
+        &["not UTF-8", "0xE9"],
+    );
+    // Columns count characters, not bytes.
+    refused_bytes(
+        "# café\npython é"
+            .as_bytes()
+            .iter()
+            .chain(b"\xff")
+            .copied()
+            .collect::<Vec<_>>()
+            .as_slice(),
+        2,
+        9,
+        &["not UTF-8", "0xFF"],
+    );
+}
+
+#[test]
+fn stray_carriage_returns_are_refused() {
+    refused("gpus: 1\rpython a.py\n", 1, 8, &["carriage return"]);
+}
+
+#[test]
+fn a_ten_megabyte_line_is_refused_quickly() {
+    let mut text = String::from("gpus: 1\n");
+    text.push_str(&"é".repeat(5 * 1024 * 1024));
+    let started = std::time::Instant::now();
+    refused(
+        &text,
+        2,
+        MAX_LINE_BYTES / 2 + 1,
+        &["line too long", "at most 65536 bytes"],
+    );
+    assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+}
+
+#[test]
+fn too_many_lines_are_refused() {
+    refused(
+        &"\n".repeat(MAX_LINES),
+        MAX_LINES + 1,
+        1,
+        &["too many lines"],
+    );
+}
+
+// Output shapes.
+
+#[test]
+fn json_uses_plain_numbers_and_words() {
+    let json = serde_json::to_value(spec(LEGACY)).unwrap();
+    assert_eq!(json["syntax"], "legacy");
+    assert_eq!(json["memory"], 19828);
+    assert_eq!(json["policy"], "exclusive");
+    assert_eq!(json["published"]["faketensor"], "whole-gpu");
+    assert_eq!(json["published"]["horus"], 17457);
+    assert_eq!(json["retries"], serde_json::Value::Null);
+}
+
+#[test]
+fn display_shows_every_line_of_the_script() {
+    let text = spec(RESNET).to_string();
+    assert!(text.contains("  script      conda activate tf\n"), "{text}");
+    assert!(
+        text.contains("\n              python resnet50.py"),
+        "{text}"
+    );
+    assert!(text.contains("memory      4096 MiB"), "{text}");
+}
+
+#[test]
+fn long_offending_text_is_quoted_short() {
+    let key = "k".repeat(60_000);
+    let error = parse(&format!("{key}: 1\nrun\n")).unwrap_err();
+    assert_eq!((error.line, error.column), (1, 1));
+    assert!(error.message.len() < 200, "{}", error.message.len());
+    assert!(error.message.contains("unknown key `kkkk"), "{error}");
+    let error = parse(&format!("gpus: {key}\nrun\n")).unwrap_err();
+    assert!(error.message.len() < 200, "{}", error.message.len());
+}

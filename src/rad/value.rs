@@ -1,0 +1,148 @@
+//! Field values both syntaxes share: counts, the policy, the model path.
+//!
+//! A legacy line 8 and a keyed `gpus:` mean the same thing, so they are read
+//! by the same function and fail with the same words; only where the value
+//! sits differs, and [`Value`] carries that.
+
+use nom::{IResult, Parser, character::complete::digit1, combinator::all_consuming};
+
+use super::error::{Position, RadError, found};
+use super::spec::PolicyHint;
+use super::suggest::closest;
+use super::text::Line;
+
+/// What a GPU count is, in messages.
+pub(super) const GPUS: &str = "the number of GPUs (a positive integer)";
+/// What a batch size is, in messages.
+pub(super) const BATCH_SIZE: &str = "the batch size (a positive integer)";
+
+/// A field's text (trimmed) and where it starts in the file.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Value<'a> {
+    /// The value without surrounding whitespace (or comment).
+    pub text: &'a str,
+    /// Where `text` starts.
+    pub at: Position,
+}
+
+impl<'a> Value<'a> {
+    /// The value `text` starting at byte `start` of `line`.
+    pub fn new(line: &Line<'a>, start: usize, text: &'a str) -> Value<'a> {
+        Value {
+            text,
+            at: line.at(start),
+        }
+    }
+
+    /// A whole line, trimmed (legacy fields).
+    pub fn of_line(line: &Line<'a>) -> Value<'a> {
+        let start = line.text.len() - line.text.trim_start().len();
+        Value::new(line, start, line.text.trim())
+    }
+
+    /// An error at the start of the value.
+    pub fn error(&self, message: impl Into<String>) -> RadError {
+        RadError::new(self.at, message)
+    }
+
+    /// An error `chars` characters into the value.
+    pub fn error_at(&self, chars: usize, message: impl Into<String>) -> RadError {
+        let at = Position {
+            line: self.at.line,
+            column: self.at.column + chars,
+        };
+        RadError::new(at, message)
+    }
+
+    /// `expected {what}, found "..."` at the start of the value.
+    pub fn expected(&self, what: &str) -> RadError {
+        self.error(format!("expected {what}, {}", found(self.text)))
+    }
+
+    /// The value as an owned string, refusing an empty one.
+    pub fn non_empty(&self, what: &str) -> Result<String, RadError> {
+        if self.text.is_empty() {
+            return Err(self.expected(what));
+        }
+        Ok(self.text.to_owned())
+    }
+}
+
+/// A count such as GPUs or a batch size: digits only, and not zero.
+pub(super) fn positive(value: &Value<'_>, what: &str) -> Result<u32, RadError> {
+    match count(value, what)? {
+        0 => Err(value.expected(what)),
+        n => Ok(n),
+    }
+}
+
+/// A count that may be zero (e.g. re-runs). Signs, fractions and words are
+/// refused; so is anything that does not fit in 32 bits, by name.
+pub(super) fn count(value: &Value<'_>, what: &str) -> Result<u32, RadError> {
+    let digits: IResult<&str, &str> = all_consuming(digit1).parse(value.text);
+    let Ok((_, digits)) = digits else {
+        return Err(value.expected(what));
+    };
+    digits.parse().map_err(|_| {
+        value.error(format!(
+            "expected {what}, {}: too large (at most {})",
+            found(value.text),
+            u32::MAX
+        ))
+    })
+}
+
+/// Spellings of the policy hint: `collocation` is the legacy format's,
+/// `collocate` the keyed one's; both are accepted everywhere.
+const POLICIES: [(&str, PolicyHint); 3] = [
+    ("exclusive", PolicyHint::Exclusive),
+    ("collocate", PolicyHint::Collocate),
+    ("collocation", PolicyHint::Collocate),
+];
+
+/// `exclusive`, `collocate` or `collocation`, in any case.
+pub(super) fn policy(value: &Value<'_>) -> Result<PolicyHint, RadError> {
+    if let Some((_, hint)) = POLICIES
+        .iter()
+        .find(|(word, _)| word.eq_ignore_ascii_case(value.text))
+    {
+        return Ok(*hint);
+    }
+    let mut message = format!(
+        "expected `exclusive` or `collocate` (or `collocation`), {}",
+        found(value.text)
+    );
+    if let Some(word) = closest(value.text, POLICIES.iter().map(|(word, _)| *word)) {
+        message.push_str(&format!(": did you mean `{word}`?"));
+    }
+    Err(value.error(message))
+}
+
+/// The model summary's path. It must stay inside the job's directory:
+/// jobs run as their owner, and a path that is absolute or climbs out with
+/// `..` would let a `.rad` point carma at other users' files.
+pub(super) fn model_path(value: &Value<'_>) -> Result<String, RadError> {
+    const WHAT: &str = "the model summary file, relative to the .rad's directory";
+    let path = value.non_empty(WHAT)?;
+    let drive = matches!(path.as_bytes(), [letter, b':', ..] if letter.is_ascii_alphabetic());
+    if path.starts_with(['/', '\\', '~']) || drive {
+        return Err(value.error(format!(
+            "expected {WHAT}, {}: a job may only use files in its own directory",
+            found(&path)
+        )));
+    }
+    let mut chars = 0;
+    for component in path.split(['/', '\\']) {
+        if component == ".." {
+            return Err(value.error_at(
+                chars,
+                format!(
+                    "expected {WHAT}, {}: `..` leaves the job's directory",
+                    found(&path)
+                ),
+            ));
+        }
+        chars += component.chars().count() + 1;
+    }
+    Ok(path)
+}
