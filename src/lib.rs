@@ -7,10 +7,12 @@
 //!
 //! The crate is split by concept: [`sched`] is the pure scheduling core,
 //! [`simulate`] drives it in virtual time, [`config`] holds every threshold,
-//! [`rad`] reads job files.
+//! [`rad`] reads job files, [`gpu`] reads GPUs (real or simulated),
+//! [`procfs`] names processes by pid and start time.
 
 pub mod config;
 pub mod gpu;
+pub mod procfs;
 pub mod rad;
 pub mod sched;
 pub mod simulate;

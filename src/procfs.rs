@@ -1,0 +1,191 @@
+//! Processes as Linux's `/proc` shows them, named by pid *and* start time.
+//!
+//! A bare pid is not an identity: after a process exits the kernel hands its
+//! pid to the next process that asks, so "pid 4242 is alive" may be true of
+//! a stranger. The start time (clock ticks after boot, field 22 of
+//! `/proc/<pid>/stat`) never changes for a process and differs for the next
+//! holder of the pid, so pid + start time names one process for the
+//! machine's uptime. carma records that pair wherever it must find a process
+//! again: a task's supervisor after a daemon restart, a simulated GPU's
+//! memory claim.
+//!
+//! Everything here reads `/proc`; a process we cannot read (gone, or `/proc`
+//! not mounted) is reported as absent, never as an error, because absent is
+//! what every caller has to handle anyway.
+
+use std::fs;
+
+use serde::{Deserialize, Serialize};
+
+/// One process, for as long as it lives: its pid and the start time that
+/// tells it from later holders of that pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessId {
+    pub pid: u32,
+    /// Clock ticks after boot at which the process started.
+    pub start_time: u64,
+}
+
+impl ProcessId {
+    /// This process.
+    pub fn current() -> Option<ProcessId> {
+        ProcessId::of(std::process::id())
+    }
+
+    /// Whatever process holds `pid` now, zombies included (a zombie still
+    /// holds its pid until it is reaped).
+    pub fn of(pid: u32) -> Option<ProcessId> {
+        start_time(pid).map(|start_time| ProcessId { pid, start_time })
+    }
+
+    /// Whether this very process still runs: its pid is taken by a process
+    /// with the same start time that is not a zombie. A zombie has exited;
+    /// only its exit status waits for its parent.
+    pub fn is_alive(&self) -> bool {
+        stat(self.pid).is_some_and(|stat| stat.start_time == self.start_time && !stat.has_exited())
+    }
+}
+
+/// Start time of the process holding `pid`, in clock ticks after boot.
+pub fn start_time(pid: u32) -> Option<u64> {
+    stat(pid).map(|stat| stat.start_time)
+}
+
+/// Session id of the process holding `pid`.
+pub fn session_id(pid: u32) -> Option<u32> {
+    stat(pid).map(|stat| stat.session_id)
+}
+
+/// The fields of `/proc/<pid>/stat` that carma uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stat {
+    /// Field 3: `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
+    state: char,
+    /// Field 6.
+    session_id: u32,
+    /// Field 22.
+    start_time: u64,
+}
+
+impl Stat {
+    fn has_exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
+fn stat(pid: u32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Reads a `/proc/<pid>/stat` line. Field 2, the command name, is in
+/// parentheses and may itself contain spaces and parentheses (`a) (b` is a
+/// valid name), so the fields after it are counted from the *last* `)`.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let (_, after_comm) = text.rsplit_once(')')?;
+    // Field 3 is the first after the command name.
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).copied();
+    let mut state = field(3)?.chars();
+    let (Some(state), None) = (state.next(), state.next()) else {
+        return None;
+    };
+    Some(Stat {
+        state,
+        session_id: field(6)?.parse().ok()?,
+        start_time: field(22)?.parse().ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command};
+    use std::time::{Duration, Instant};
+
+    /// A real line from a shell, with a command name that tries to fool a
+    /// parser that splits on the first `)`.
+    const TRICKY: &str = "4242 (a) (b 1 2) S 1 4242 4240 34816 4242 4194560 123 0 0 0 \
+        1 2 0 0 20 0 1 0 987654 8568832 1104 18446744073709551615 1 1 0 0 0 0 \
+        65536 3686404 1266761467 0 0 0 17 1 0 0 0 0 0";
+
+    #[test]
+    fn parses_after_the_last_parenthesis() {
+        assert_eq!(
+            parse_stat(TRICKY),
+            Some(Stat {
+                state: 'S',
+                session_id: 4240,
+                start_time: 987654,
+            })
+        );
+    }
+
+    #[test]
+    fn truncated_or_garbled_lines_are_not_processes() {
+        assert_eq!(parse_stat(""), None);
+        assert_eq!(parse_stat("4242 (sleep) S 1 2 3"), None);
+        assert_eq!(parse_stat("4242 (sleep"), None);
+        let garbled = TRICKY.replace(" 987654 ", " soon ");
+        assert_eq!(parse_stat(&garbled), None);
+    }
+
+    #[test]
+    fn this_process_is_alive() {
+        let me = ProcessId::current().unwrap();
+        assert_eq!(me.pid, std::process::id());
+        assert!(me.is_alive());
+        assert!(session_id(me.pid).is_some());
+    }
+
+    #[test]
+    fn the_same_pid_with_another_start_time_is_another_process() {
+        let me = ProcessId::current().unwrap();
+        let impostor = ProcessId {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(!impostor.is_alive());
+    }
+
+    #[test]
+    fn a_child_is_alive_until_it_exits_and_dead_as_a_zombie() {
+        let mut child = Command::new("sleep").arg("0.2").spawn().unwrap();
+        let id = ProcessId::of(child.id()).unwrap();
+        assert!(id.is_alive());
+        wait_for_zombie(&child);
+        // Not reaped yet: the pid is still taken, by a zombie.
+        assert_eq!(ProcessId::of(child.id()), Some(id));
+        assert!(!id.is_alive());
+        child.wait().unwrap();
+        assert!(!id.is_alive());
+        assert_eq!(ProcessId::of(child.id()), None);
+    }
+
+    #[test]
+    fn a_command_name_with_parentheses_reads_like_any_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .unwrap();
+        let tricky = dir.path().join("a) (b 1 2");
+        std::os::unix::fs::symlink(sleep, &tricky).unwrap();
+        let mut child = Command::new(&tricky).arg("5").spawn().unwrap();
+        let comm = fs::read_to_string(format!("/proc/{}/comm", child.id())).unwrap();
+        assert_eq!(comm.trim_end(), "a) (b 1 2");
+        let id = ProcessId::of(child.id()).unwrap();
+        assert!(id.is_alive());
+        assert_eq!(session_id(child.id()), session_id(std::process::id()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!id.is_alive());
+    }
+
+    fn wait_for_zombie(child: &Child) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stat(child.id()).is_some_and(|s| s.state != 'Z') {
+            assert!(Instant::now() < deadline, "child never exited");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
