@@ -1,2 +1,0 @@
-//! Simulated GPUs: memory and SM activity come from the `carma fake-train`
-//! jobs that run on them. (To be implemented.)

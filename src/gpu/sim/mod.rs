@@ -1,0 +1,264 @@
+//! Simulated GPUs: the daemon's GPU backend on machines without GPUs.
+//!
+//! Only NVML is replaced: jobs are real processes (`carma fake-train`), and
+//! what they "allocate" is recorded in a state file in the spool
+//! ([`state`]). The backend reads that file each sample, like NVML reads the
+//! driver. A fake job claims memory under the file's lock and dies with
+//! PyTorch's OOM message when the memory is not there (`carma fake-train`), so
+//! the daemon meets the same situations as on a real server: collocated
+//! jobs, OOM crashes, processes killed with their memory still counted until
+//! the next sample notices they are gone.
+//!
+//! The state lives in the spool so that it outlives the daemon: a restarted
+//! daemon finds the claims of the fake jobs that kept running.
+
+pub mod state;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use thiserror::Error;
+
+use super::{GpuBackend, GpuInfo, GpuReading, ProcessMemory};
+use state::{State, StateDir};
+
+/// The variable that tells a fake job where the simulated GPUs keep their
+/// state (an absolute directory).
+pub const STATE_DIR_VAR: &str = "CARMA_SIMGPU";
+
+/// Name of the state directory inside the spool.
+const STATE_DIR: &str = "simgpu";
+
+/// Something the simulation could not do.
+#[derive(Debug, Error)]
+pub enum SimError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no simulated GPUs in {dir} (is `carma daemon --simulate-gpus` running on it?)")]
+    Missing { dir: PathBuf },
+    #[error("{path}: not a simulated-GPU state: {message}")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("{path}: locked by another process for too long")]
+    Busy { path: PathBuf },
+    #[error("simulated GPUs: {0}")]
+    Invalid(String),
+}
+
+/// The simulated GPUs of one spool.
+pub struct SimGpus {
+    /// Where the state lives; jobs find it through [`STATE_DIR_VAR`].
+    state: StateDir,
+    inventory: Vec<GpuInfo>,
+    idle_power_w: f64,
+    max_power_w: f64,
+    /// The last good readings and when they were taken: returned, marked
+    /// with the error, while the state cannot be read, and the start of the
+    /// next energy integration.
+    last: Option<(Instant, Vec<GpuReading>)>,
+}
+
+impl SimGpus {
+    /// Opens the simulated GPUs of the spool at `spool`, one per entry of
+    /// `sizes_mib`, drawing `idle_power_w + (max_power_w - idle_power_w) *
+    /// smact` watts.
+    ///
+    /// An existing state with the same GPU sizes is kept, with its claims:
+    /// the daemon restarts while fake jobs run. A state with other sizes, or
+    /// one that cannot be read, is replaced (and the log says so): its
+    /// claims would not fit the new GPUs.
+    pub fn open(
+        spool: &Path,
+        sizes_mib: &[u64],
+        idle_power_w: f64,
+        max_power_w: f64,
+    ) -> Result<SimGpus, SimError> {
+        if sizes_mib.is_empty() || sizes_mib.contains(&0) {
+            return Err(SimError::Invalid(format!(
+                "every GPU needs memory, got {sizes_mib:?} MiB"
+            )));
+        }
+        if !(idle_power_w.is_finite() && max_power_w.is_finite())
+            || idle_power_w < 0.0
+            || max_power_w < idle_power_w
+        {
+            return Err(SimError::Invalid(format!(
+                "power must satisfy 0 <= idle <= max, got idle {idle_power_w} W, max {max_power_w} W"
+            )));
+        }
+        let state = StateDir::create(&spool.join(STATE_DIR))?;
+        {
+            let locked = state.lock()?;
+            match locked.read() {
+                Ok(old) if old.sizes_mib() == sizes_mib => {
+                    let claims: usize = old.gpus.iter().map(|gpu| gpu.claims.len()).sum();
+                    log::info!(
+                        "simulated GPUs: keeping {} with {claims} claim(s)",
+                        state.path().display()
+                    );
+                }
+                Ok(old) => {
+                    log::warn!(
+                        "simulated GPUs: replacing {}: it has GPUs of {:?} MiB, asked for {:?} MiB",
+                        state.path().display(),
+                        old.sizes_mib(),
+                        sizes_mib
+                    );
+                    locked.write(&State::new(sizes_mib))?;
+                }
+                Err(SimError::Missing { .. }) => locked.write(&State::new(sizes_mib))?,
+                Err(e) => {
+                    log::warn!("simulated GPUs: replacing unreadable state: {e}");
+                    locked.write(&State::new(sizes_mib))?;
+                }
+            }
+        }
+        let inventory = sizes_mib
+            .iter()
+            .enumerate()
+            .map(|(index, &total_mib)| GpuInfo {
+                index,
+                uuid: format!("SIM-{index}"),
+                name: "Simulated GPU".into(),
+                total_mib,
+            })
+            .collect();
+        Ok(SimGpus {
+            state,
+            inventory,
+            idle_power_w,
+            max_power_w,
+            last: None,
+        })
+    }
+
+    /// Reads every GPU as of `now`; [`GpuBackend::sample`] with the clock
+    /// injected, so tests can integrate energy over known intervals.
+    fn sample_at(&mut self, now: Instant) -> Vec<GpuReading> {
+        let state = match self.read_state() {
+            Ok(state) => state,
+            Err(e) => return self.failed(&e.to_string()),
+        };
+        let readings: Vec<GpuReading> = state
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(index, gpu)| {
+                let smact = gpu.smact();
+                let power_w = self.idle_power_w + (self.max_power_w - self.idle_power_w) * smact;
+                // NVML's counter integrates power continuously; between two
+                // samples we know only the ends, so take the mean of both.
+                let energy_j = match &self.last {
+                    Some((then, last)) => {
+                        let secs = now.saturating_duration_since(*then).as_secs_f64();
+                        let before = &last[index];
+                        before.energy_j.unwrap_or(0.0)
+                            + secs * (before.power_w.unwrap_or(power_w) + power_w) / 2.0
+                    }
+                    None => 0.0,
+                };
+                GpuReading {
+                    index,
+                    used_mib: gpu.used_mib(),
+                    smact,
+                    power_w: Some(power_w),
+                    energy_j: Some(energy_j),
+                    processes: gpu
+                        .claims
+                        .iter()
+                        .map(|claim| ProcessMemory {
+                            pid: claim.process.pid,
+                            used_mib: claim.mib,
+                        })
+                        .collect(),
+                    error: None,
+                }
+            })
+            .collect();
+        self.last = Some((now, readings.clone()));
+        readings
+    }
+
+    /// The state with the claims of dead processes dropped (and written
+    /// back, so fake jobs do not count them either).
+    fn read_state(&self) -> Result<State, SimError> {
+        let locked = self.state.lock()?;
+        let mut state = locked.read()?;
+        if state.sizes_mib() != self.sizes_mib() {
+            return Err(SimError::Invalid(format!(
+                "{} now has GPUs of {:?} MiB, this backend {:?} MiB (another daemon on this spool?)",
+                self.state.path().display(),
+                state.sizes_mib(),
+                self.sizes_mib()
+            )));
+        }
+        if state.prune() {
+            locked.write(&state)?;
+        }
+        Ok(state)
+    }
+
+    fn sizes_mib(&self) -> Vec<u64> {
+        self.inventory.iter().map(|gpu| gpu.total_mib).collect()
+    }
+
+    /// The last good readings (zero before the first) marked with `error`.
+    /// Their time is left alone, so the next good reading integrates energy
+    /// across the gap.
+    fn failed(&self, error: &str) -> Vec<GpuReading> {
+        let mut readings = match &self.last {
+            Some((_, last)) => last.clone(),
+            None => (0..self.inventory.len())
+                .map(|index| GpuReading {
+                    index,
+                    used_mib: 0,
+                    smact: 0.0,
+                    power_w: None,
+                    energy_j: None,
+                    processes: Vec::new(),
+                    error: None,
+                })
+                .collect(),
+        };
+        for reading in &mut readings {
+            reading.error = Some(error.to_owned());
+        }
+        readings
+    }
+}
+
+impl GpuBackend for SimGpus {
+    fn inventory(&self) -> &[GpuInfo] {
+        &self.inventory
+    }
+
+    fn sample(&mut self) -> Vec<GpuReading> {
+        self.sample_at(Instant::now())
+    }
+
+    fn job_env(&self) -> Vec<(String, String)> {
+        vec![(
+            STATE_DIR_VAR.to_owned(),
+            self.state.path().display().to_string(),
+        )]
+    }
+
+    fn describe(&self) -> String {
+        let sizes: Vec<String> = self
+            .inventory
+            .iter()
+            .map(|gpu| crate::size::format_mib(gpu.total_mib))
+            .collect();
+        format!(
+            "{} simulated GPU(s) ({}) in {}",
+            self.inventory.len(),
+            sizes.join(", "),
+            self.state.path().display()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

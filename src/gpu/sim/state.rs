@@ -1,0 +1,421 @@
+//! The simulated GPUs' shared state: one small JSON file that the backend
+//! and every fake job read and change under one lock.
+//!
+//! Layout of the state directory (`<spool>/simgpu/`):
+//!
+//! - `lock`: empty; holding an exclusive `flock` on it is the right to read
+//!   and change the state. A separate file, because the state file itself
+//!   is replaced on every write and a lock on a replaced file guards nothing.
+//! - `state.json`: per GPU its memory and the claims on it.
+//!
+//! The state is not durable (a lost file only loses claims of fake jobs), so
+//! writes skip fsync; but a reader must never see half a file, so every
+//! write goes to a temporary file that is renamed over `state.json`.
+//!
+//! The directory is world-writable on purpose: the daemon may run as root
+//! and launch jobs as their owners, and every owner's fake job must be able
+//! to claim memory. Simulated GPUs are for tests and demos, not for machines
+//! whose users must be kept apart.
+
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fs2::FileExt;
+use serde::{Deserialize, Serialize};
+
+use super::SimError;
+use crate::procfs::ProcessId;
+
+/// Every GPU of the simulation and what is claimed on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// In index order.
+    pub gpus: Vec<SimGpu>,
+}
+
+/// One simulated GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimGpu {
+    /// Memory, MiB.
+    pub total_mib: u64,
+    /// What the processes on this GPU hold, oldest first.
+    pub claims: Vec<Claim>,
+}
+
+/// Memory and SM activity that one process holds on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    /// The holder; a claim whose holder is gone is dropped at the next read.
+    #[serde(flatten)]
+    pub process: ProcessId,
+    pub mib: u64,
+    /// The holder's share of SM activity, 0..1.
+    pub smact: f64,
+}
+
+/// Why a claim was refused; nothing was claimed anywhere.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// A GPU index beyond the simulation.
+    NoSuchGpu { index: usize, count: usize },
+    /// The GPU at position `position` of the requested list has too little
+    /// free memory; `gpu` is how it stood.
+    OutOfMemory { position: usize, gpu: SimGpu },
+}
+
+impl State {
+    /// GPUs with these sizes (MiB) and nothing claimed.
+    pub fn new(sizes_mib: &[u64]) -> State {
+        State {
+            gpus: sizes_mib
+                .iter()
+                .map(|&total_mib| SimGpu {
+                    total_mib,
+                    claims: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Each GPU's memory, MiB, in index order.
+    pub fn sizes_mib(&self) -> Vec<u64> {
+        self.gpus.iter().map(|gpu| gpu.total_mib).collect()
+    }
+
+    /// Drops the claims of processes that are gone (exited, killed, or
+    /// their pid reused by another process). Returns whether any was.
+    pub fn prune(&mut self) -> bool {
+        let mut pruned = false;
+        for gpu in &mut self.gpus {
+            let before = gpu.claims.len();
+            gpu.claims.retain(|claim| claim.process.is_alive());
+            pruned |= gpu.claims.len() != before;
+        }
+        pruned
+    }
+
+    /// Claims `mib` and `smact` for `process` on every GPU in `gpus`, or on
+    /// none of them: a multi-GPU job that gets only some of its GPUs is
+    /// as dead as one that gets none, and must not hold the others.
+    pub fn claim(
+        &mut self,
+        gpus: &[usize],
+        process: ProcessId,
+        mib: u64,
+        smact: f64,
+    ) -> Result<(), Refusal> {
+        let count = self.gpus.len();
+        for (position, &index) in gpus.iter().enumerate() {
+            let gpu = self
+                .gpus
+                .get(index)
+                .ok_or(Refusal::NoSuchGpu { index, count })?;
+            if gpu.free_mib() < mib {
+                return Err(Refusal::OutOfMemory {
+                    position,
+                    gpu: gpu.clone(),
+                });
+            }
+        }
+        for &index in gpus {
+            self.gpus[index].claims.push(Claim {
+                process,
+                mib,
+                smact,
+            });
+        }
+        Ok(())
+    }
+
+    /// Drops every claim of `process`.
+    pub fn release(&mut self, process: ProcessId) {
+        for gpu in &mut self.gpus {
+            gpu.claims.retain(|claim| claim.process != process);
+        }
+    }
+}
+
+impl SimGpu {
+    /// Memory claimed, MiB.
+    pub fn used_mib(&self) -> u64 {
+        self.claims.iter().map(|claim| claim.mib).sum()
+    }
+
+    /// Memory not claimed, MiB.
+    pub fn free_mib(&self) -> u64 {
+        self.total_mib.saturating_sub(self.used_mib())
+    }
+
+    /// SM activity of all claims together; a GPU is at most fully busy.
+    pub fn smact(&self) -> f64 {
+        self.claims
+            .iter()
+            .map(|claim| claim.smact)
+            .sum::<f64>()
+            .min(1.0)
+    }
+}
+
+/// How long a reader waits for the lock before giving up. A holder keeps it
+/// for microseconds; one that keeps it for seconds is stopped (SIGSTOP) or
+/// stuck, and the daemon's monitor must not hang on it.
+const LOCK_PATIENCE: Duration = Duration::from_secs(5);
+const LOCK_FILE: &str = "lock";
+const STATE_FILE: &str = "state.json";
+
+/// A state directory, created or found.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    dir: PathBuf,
+}
+
+/// The lock on a state directory; reading and writing need it. Dropping it
+/// closes the lock file, which releases the lock.
+pub struct Locked<'a> {
+    dir: &'a StateDir,
+    _lock: File,
+}
+
+impl StateDir {
+    /// Creates `dir` and its lock file where missing, open to every user
+    /// (see the module docs).
+    pub fn create(dir: &Path) -> Result<StateDir, SimError> {
+        let io = |source| SimError::Io {
+            path: dir.to_owned(),
+            source,
+        };
+        fs::create_dir_all(dir).map_err(io)?;
+        let dir = dir.canonicalize().map_err(io)?;
+        let mode = fs::metadata(&dir).map_err(io)?.permissions().mode();
+        if mode & 0o777 != 0o777 {
+            fs::set_permissions(&dir, Permissions::from_mode(0o777)).map_err(io)?;
+        }
+        let lock = dir.join(LOCK_FILE);
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&lock)
+            .map_err(|source| SimError::Io { path: lock, source })?;
+        Ok(StateDir { dir })
+    }
+
+    /// A state directory someone else created.
+    pub fn existing(dir: &Path) -> StateDir {
+        StateDir {
+            dir: dir.to_owned(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Waits for the lock, at most [`LOCK_PATIENCE`].
+    pub fn lock(&self) -> Result<Locked<'_>, SimError> {
+        let path = self.dir.join(LOCK_FILE);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SimError::Missing {
+                    dir: self.dir.clone(),
+                });
+            }
+            Err(source) => return Err(SimError::Io { path, source }),
+        };
+        let deadline = Instant::now() + LOCK_PATIENCE;
+        loop {
+            match file.try_lock_exclusive() {
+                Ok(()) => {
+                    return Ok(Locked {
+                        dir: self,
+                        _lock: file,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(SimError::Busy { path });
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(source) => return Err(SimError::Io { path, source }),
+            }
+        }
+    }
+}
+
+impl Locked<'_> {
+    /// The state as last written.
+    pub fn read(&self) -> Result<State, SimError> {
+        let path = self.dir.dir.join(STATE_FILE);
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SimError::Missing {
+                    dir: self.dir.dir.clone(),
+                });
+            }
+            Err(source) => return Err(SimError::Io { path, source }),
+        };
+        let state: State = serde_json::from_str(&text).map_err(|e| SimError::Corrupt {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        if state.gpus.is_empty() {
+            return Err(SimError::Corrupt {
+                path,
+                message: "no GPUs".into(),
+            });
+        }
+        Ok(state)
+    }
+
+    /// Replaces the state in one rename, so no reader sees half of it.
+    pub fn write(&self, state: &State) -> Result<(), SimError> {
+        let path = self.dir.dir.join(STATE_FILE);
+        let temp = self
+            .dir
+            .dir
+            .join(format!("{STATE_FILE}.{}.tmp", std::process::id()));
+        let io = |source| SimError::Io {
+            path: temp.clone(),
+            source,
+        };
+        let text = serde_json::to_vec_pretty(state).map_err(|e| io(e.into()))?;
+        // A leftover from a killed writer with our pid; we hold the lock, so
+        // no live writer uses this name.
+        match fs::remove_file(&temp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io(e)),
+            _ => {}
+        }
+        // create_new: never follow a link someone planted at the name in
+        // this world-writable directory.
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .map_err(io)?;
+        // Readable by every user's fake jobs whatever the writer's umask.
+        file.set_permissions(Permissions::from_mode(0o644))
+            .map_err(io)?;
+        file.write_all(&text).map_err(io)?;
+        drop(file);
+        fs::rename(&temp, &path).map_err(io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn me() -> ProcessId {
+        ProcessId::current().unwrap()
+    }
+
+    /// A process that has exited and been reaped.
+    fn dead() -> ProcessId {
+        let mut child = Command::new("true").spawn().unwrap();
+        let id = ProcessId::of(child.id()).unwrap();
+        child.wait().unwrap();
+        id
+    }
+
+    #[test]
+    fn claims_sum_up_and_smact_caps_at_one() {
+        let mut state = State::new(&[40960]);
+        state.claim(&[0], me(), 10240, 0.7).unwrap();
+        state.claim(&[0], me(), 5120, 0.6).unwrap();
+        let gpu = &state.gpus[0];
+        assert_eq!(gpu.used_mib(), 15360);
+        assert_eq!(gpu.free_mib(), 40960 - 15360);
+        assert_eq!(gpu.smact(), 1.0);
+    }
+
+    #[test]
+    fn a_claim_that_does_not_fit_everywhere_is_claimed_nowhere() {
+        let mut state = State::new(&[40960, 40960]);
+        state.claim(&[1], me(), 30720, 0.5).unwrap();
+        let before = state.clone();
+        let refusal = state.claim(&[0, 1], me(), 20480, 0.5).unwrap_err();
+        let Refusal::OutOfMemory { position, gpu } = refusal else {
+            panic!("{refusal:?}");
+        };
+        assert_eq!(position, 1);
+        assert_eq!(gpu.free_mib(), 10240);
+        assert_eq!(state, before);
+        assert_eq!(
+            state.claim(&[0, 4], me(), 1, 0.1),
+            Err(Refusal::NoSuchGpu { index: 4, count: 2 })
+        );
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn an_exact_fit_is_a_fit() {
+        let mut state = State::new(&[1024]);
+        assert_eq!(state.claim(&[0], me(), 1024, 0.5), Ok(()));
+        assert_eq!(state.gpus[0].free_mib(), 0);
+    }
+
+    #[test]
+    fn release_drops_only_the_holders_claims() {
+        let mut state = State::new(&[40960, 40960]);
+        let other = dead();
+        state.claim(&[0, 1], me(), 1024, 0.5).unwrap();
+        state.claim(&[0], other, 2048, 0.5).unwrap();
+        state.release(me());
+        assert_eq!(state.gpus[0].claims.len(), 1);
+        assert_eq!(state.gpus[0].claims[0].process, other);
+        assert!(state.gpus[1].claims.is_empty());
+    }
+
+    #[test]
+    fn dead_claims_are_pruned() {
+        let mut state = State::new(&[40960]);
+        state.claim(&[0], me(), 1024, 0.5).unwrap();
+        state.claim(&[0], dead(), 2048, 0.5).unwrap();
+        assert!(state.prune());
+        assert_eq!(state.gpus[0].used_mib(), 1024);
+        assert!(!state.prune());
+    }
+
+    #[test]
+    fn state_survives_a_write_and_a_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::create(&tmp.path().join("simgpu")).unwrap();
+        let mut state = State::new(&[40960, 81920]);
+        state.claim(&[1], me(), 1024, 0.25).unwrap();
+        let locked = dir.lock().unwrap();
+        locked.write(&state).unwrap();
+        assert_eq!(locked.read().unwrap(), state);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "no temporary file left: {names:?}");
+    }
+
+    #[test]
+    fn a_missing_state_is_named_as_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = StateDir::existing(tmp.path()).lock().err().unwrap();
+        assert!(matches!(err, SimError::Missing { .. }), "{err}");
+        let dir = StateDir::create(tmp.path()).unwrap();
+        let err = dir.lock().unwrap().read().unwrap_err();
+        assert!(matches!(err, SimError::Missing { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_lock_excludes_a_second_holder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::create(tmp.path()).unwrap();
+        let held = dir.lock().unwrap();
+        let other = File::open(tmp.path().join(LOCK_FILE)).unwrap();
+        assert!(other.try_lock_exclusive().is_err());
+        drop(held);
+        assert!(other.try_lock_exclusive().is_ok());
+    }
+}
