@@ -42,6 +42,9 @@ enum Command {
     /// Replay a trace in virtual time on simulated GPUs and print its
     /// figures: what would this policy do on this trace?
     Simulate(commands::simulate::Args),
+    /// A fake training job for simulated GPUs (tests and demos).
+    #[command(hide = true)]
+    FakeTrain(commands::fake_train::Args),
 }
 
 fn main() -> ExitCode {
@@ -65,5 +68,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Check { files, json } => commands::check::run(&files, json),
         Command::Simulate(args) => commands::simulate::run(cli.config.as_deref(), args),
+        Command::FakeTrain(args) => Ok(commands::fake_train::run(args)),
     }
 }

@@ -1,4 +1,5 @@
 //! One module per `carma` subcommand.
 
 pub mod check;
+pub mod fake_train;
 pub mod simulate;

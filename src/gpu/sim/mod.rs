@@ -4,7 +4,7 @@
 //! what they "allocate" is recorded in a state file in the spool
 //! ([`state`]). The backend reads that file each sample, like NVML reads the
 //! driver. A fake job claims memory under the file's lock and dies with
-//! PyTorch's OOM message when the memory is not there (`carma fake-train`), so
+//! PyTorch's OOM message when the memory is not there ([`fake_train`]), so
 //! the daemon meets the same situations as on a real server: collocated
 //! jobs, OOM crashes, processes killed with their memory still counted until
 //! the next sample notices they are gone.
@@ -12,6 +12,8 @@
 //! The state lives in the spool so that it outlives the daemon: a restarted
 //! daemon finds the claims of the fake jobs that kept running.
 
+pub mod fake_train;
+mod oom;
 pub mod state;
 
 use std::path::{Path, PathBuf};

@@ -213,7 +213,7 @@ impl StateDir {
         &self.dir
     }
 
-    /// Waits for the lock, at most [`LOCK_PATIENCE`].
+    /// Waits for the lock, at most `LOCK_PATIENCE`.
     pub fn lock(&self) -> Result<Locked<'_>, SimError> {
         let path = self.dir.join(LOCK_FILE);
         let file = match File::open(&path) {
