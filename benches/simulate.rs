@@ -79,7 +79,7 @@ fn main() {
              (total {:.0} s, lower bound {:.0} s, {} OOM crashes)",
             took.as_secs_f64(),
             m.total_time_s,
-            m.lower_bound_s,
+            m.lower_bound_s.unwrap_or(0.0),
             m.oom_crashes
         );
     }

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::daemon::DaemonConfig;
+use crate::oom::OomRules;
 use crate::sched::{PlacementRules, RecoveryRules, Rules};
 use crate::simulate::Model;
 
@@ -27,6 +29,10 @@ pub struct Config {
     pub recovery: RecoveryRules,
     /// The GPU and workload model of `carma simulate`.
     pub simulate: Model,
+    /// The daemon's own settings.
+    pub daemon: DaemonConfig,
+    /// How an OOM crash is recognised.
+    pub oom: OomRules,
 }
 
 /// A configuration that cannot be used, with the file it came from.
@@ -85,7 +91,8 @@ impl Config {
 
     fn validate(&self) -> Result<(), String> {
         self.rules().validate()?;
-        self.simulate.validate()
+        self.simulate.validate()?;
+        self.daemon.validate()
     }
 }
 

@@ -11,9 +11,14 @@
 //! [`procfs`] names processes by pid and start time.
 
 pub mod config;
+pub mod daemon;
 pub mod gpu;
+pub mod oom;
 pub mod procfs;
 pub mod rad;
+pub mod report;
 pub mod sched;
 pub mod simulate;
 pub mod size;
+pub mod spool;
+pub mod supervisor;

@@ -45,6 +45,23 @@ enum Command {
     /// A fake training job for simulated GPUs (tests and demos).
     #[command(hide = true)]
     FakeTrain(commands::fake_train::Args),
+    /// Serve a spool: watch it, place jobs on GPUs, run them, recover
+    /// them from out-of-memory crashes.
+    Daemon(commands::daemon::Args),
+    /// Check `.rad` files and submit them; prints each task's name.
+    Submit(commands::submit::Args),
+    /// Show queues and GPUs as the daemon sees them.
+    Status(commands::status::Args),
+    /// Cancel a waiting or running task.
+    Cancel(commands::cancel::Args),
+    /// Figures of what ran in a spool (the keys of `simulate --json`).
+    Report(commands::report::Args),
+    /// Turn a trace into fake-train job files and print a staggered
+    /// submission script.
+    Replay(commands::replay::Args),
+    /// Run one job under supervision (started by the daemon).
+    #[command(hide = true)]
+    Supervise(commands::supervise::Args),
 }
 
 fn main() -> ExitCode {
@@ -69,5 +86,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Check { files, json } => commands::check::run(&files, json),
         Command::Simulate(args) => commands::simulate::run(cli.config.as_deref(), args),
         Command::FakeTrain(args) => Ok(commands::fake_train::run(args)),
+        Command::Daemon(args) => commands::daemon::run(cli.config.as_deref(), args),
+        Command::Submit(args) => commands::submit::run(cli.config.as_deref(), args),
+        Command::Status(args) => commands::status::run(cli.config.as_deref(), args),
+        Command::Cancel(args) => commands::cancel::run(cli.config.as_deref(), args),
+        Command::Report(args) => commands::report::run(cli.config.as_deref(), args),
+        Command::Replay(args) => commands::replay::run(args),
+        Command::Supervise(args) => commands::supervise::run(args),
     }
 }

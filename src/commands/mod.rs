@@ -1,5 +1,13 @@
 //! One module per `carma` subcommand.
 
+pub mod cancel;
 pub mod check;
+pub mod daemon;
 pub mod fake_train;
+pub mod replay;
+pub mod report;
 pub mod simulate;
+pub mod spool_arg;
+pub mod status;
+pub mod submit;
+pub mod supervise;

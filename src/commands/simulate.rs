@@ -74,7 +74,8 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         println!("  tasks             {}", m.tasks);
         println!(
             "  total time        {:.0} s (lower bound {:.0} s)",
-            m.total_time_s, m.lower_bound_s
+            m.total_time_s,
+            m.lower_bound_s.unwrap_or(0.0)
         );
         println!("  avg wait          {:.1} s", m.avg_wait_s);
         println!("  avg execution     {:.1} s", m.avg_exec_s);

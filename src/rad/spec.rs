@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 use crate::sched::Need;
 
@@ -50,13 +50,10 @@ impl fmt::Display for PolicyHint {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PublishedEstimates {
     /// The Horus analytic formula's estimate.
-    #[serde(serialize_with = "serialize_need")]
     pub horus: Option<Need>,
     /// PyTorch FakeTensor's estimate.
-    #[serde(serialize_with = "serialize_need")]
     pub faketensor: Option<Need>,
     /// GPUMemNet's estimate (an upper bucket edge).
-    #[serde(serialize_with = "serialize_need")]
     pub gpumemnet: Option<Need>,
 }
 
@@ -94,24 +91,12 @@ pub struct TaskSpec {
     /// Memory per GPU the file declares (keyed `memory:`; legacy line 9,
     /// the measured peak). First in the estimator chain: the user, or a
     /// measurement, knows best.
-    #[serde(serialize_with = "serialize_need")]
     pub memory: Option<Need>,
     /// Estimates published with legacy workloads, kept so carma's own
     /// estimators can be compared with the research prototype's.
     pub published: PublishedEstimates,
     /// OOM re-runs this job allows; `None` takes the configured default.
     pub retries: Option<u32>,
-}
-
-/// A need in JSON: a number of MiB, `"whole-gpu"`, `"unknown"`, or `null`
-/// when absent. Plain numbers keep the output easy to use from `jq`.
-fn serialize_need<S: Serializer>(need: &Option<Need>, serializer: S) -> Result<S::Ok, S::Error> {
-    match need {
-        None => serializer.serialize_none(),
-        Some(Need::Mib(mib)) => serializer.serialize_u64(*mib),
-        Some(Need::WholeGpu) => serializer.serialize_str("whole-gpu"),
-        Some(Need::Unknown) => serializer.serialize_str("unknown"),
-    }
 }
 
 /// A need for people: exact MiB (what the file said, not a rounded GiB).

@@ -52,6 +52,13 @@ pub type Time = Duration;
 pub enum Event {
     /// A task entered the main queue.
     Queued { task: TaskId, demand: Demand },
+    /// A task waits in the recovery queue after `crashes` OOM crashes
+    /// (found there by a restarted daemon).
+    Recovering {
+        task: TaskId,
+        demand: Demand,
+        crashes: u32,
+    },
     /// A task is already running on `gpus` (found by a restarted daemon);
     /// `crashes` is how many OOM crashes it already had.
     Running {
@@ -62,6 +69,10 @@ pub enum Event {
     },
     /// A running task's process ended.
     Exited { task: TaskId, exit: Exit },
+    /// A user cancelled a task. A queued one is dropped at once (and
+    /// failed as cancelled); for a running one the driver stops the job
+    /// and reports its exit as [`Exit::Cancelled`].
+    Cancel { task: TaskId },
     /// New readings of some GPUs.
     Sample(Vec<GpuSample>),
     /// Nothing happened but time passed (see [`Scheduler::next_deadline`]).
@@ -200,7 +211,12 @@ impl Scheduler {
         let mut actions = Vec::new();
         for event in events {
             match event {
-                Event::Queued { task, demand } => self.queue(task, demand, &mut actions),
+                Event::Queued { task, demand } => self.queue(task, demand, 0, &mut actions),
+                Event::Recovering {
+                    task,
+                    demand,
+                    crashes,
+                } => self.queue(task, demand, crashes, &mut actions),
                 Event::Running {
                     task,
                     demand,
@@ -208,6 +224,7 @@ impl Scheduler {
                     crashes,
                 } => self.adopt(task, demand, gpus, crashes),
                 Event::Exited { task, exit } => self.exited(task, exit, &mut actions),
+                Event::Cancel { task } => self.cancel(task, &mut actions),
                 Event::Sample(samples) => self.sample(samples),
                 Event::Tick => {}
             }
@@ -248,7 +265,61 @@ impl Scheduler {
         (self.recovery.len(), self.main.len())
     }
 
-    fn queue(&mut self, task: TaskId, demand: Demand, actions: &mut Vec<Action>) {
+    /// Replaces the rules (a configuration reload). Running tasks stay
+    /// where they are; the next dispatch uses the new rules.
+    pub fn set_rules(&mut self, rules: Rules) {
+        for gpu in &mut self.gpus {
+            gpu.window.set_width(rules.placement.smact_window_s);
+        }
+        self.rules = rules;
+    }
+
+    /// Why the task at the head of the queues cannot start now, for people
+    /// (`carma status`, SIGUSR1): what it needs and, per GPU, what is
+    /// missing. `None` when nothing waits.
+    pub fn head_waits_for(&self) -> Option<String> {
+        let &task = self.recovery.front().or(self.main.front())?;
+        let t = self.tasks.get(&task)?;
+        let want = self.want(&t.demand, t.crashes);
+        let p = &self.rules.placement;
+        let mut reasons = Vec::new();
+        for (g, gpu) in self.gpus.iter().enumerate() {
+            let why = match self.on_gpu(want, g) {
+                _ if !gpu.healthy => "unhealthy".to_string(),
+                Want::Idle(_) if !gpu.occupants.is_empty() => "runs tasks".to_string(),
+                Want::Idle(_) => format!("{} in use", format_mib(gpu.used_mib)),
+                Want::Free { free_mib: need, .. } => {
+                    let free = gpu
+                        .total_mib
+                        .saturating_sub(gpu.used_mib)
+                        .saturating_sub(self.ledger.outstanding(g, self.now));
+                    if self.smact[g] > p.smact_cap {
+                        format!("SMACT {:.2} > {:.2}", self.smact[g], p.smact_cap)
+                    } else if free < need {
+                        format!("{} free < {}", format_mib(free), format_mib(need))
+                    } else if gpu.occupants.iter().any(|o| o.sole) {
+                        "held by an exclusive task".to_string()
+                    } else if gpu.occupants.iter().any(|o| o.user != t.demand.user) {
+                        "runs another user's task (MPS)".to_string()
+                    } else {
+                        "fits".to_string()
+                    }
+                }
+            };
+            reasons.push(format!("GPU {g}: {why}"));
+        }
+        let needs = match want {
+            Want::Idle(why) => format!("an idle GPU ({why})"),
+            Want::Free { free_mib, .. } => format!("{} free", format_mib(free_mib)),
+        };
+        Some(format!(
+            "{task} needs {} x {needs}; {}",
+            t.demand.gpus,
+            reasons.join("; ")
+        ))
+    }
+
+    fn queue(&mut self, task: TaskId, demand: Demand, crashes: u32, actions: &mut Vec<Action>) {
         if let Err(why) = self.placeable(&demand) {
             actions.push(Action::Fail {
                 task,
@@ -260,11 +331,15 @@ impl Scheduler {
             task,
             Task {
                 demand,
-                crashes: 0,
+                crashes,
                 gpus: Vec::new(),
             },
         );
-        self.main.push_back(task);
+        if crashes > 0 {
+            self.recovery.push_back(task);
+        } else {
+            self.main.push_back(task);
+        }
     }
 
     /// Whether some GPU set of this server could ever run the demand.
@@ -345,6 +420,19 @@ impl Scheduler {
         };
         self.tasks.remove(&task);
         actions.push(outcome);
+    }
+
+    fn cancel(&mut self, task: TaskId, actions: &mut Vec<Action>) {
+        let before = self.recovery.len() + self.main.len();
+        self.recovery.retain(|&t| t != task);
+        self.main.retain(|&t| t != task);
+        if self.recovery.len() + self.main.len() < before {
+            self.tasks.remove(&task);
+            actions.push(Action::Fail {
+                task,
+                reason: FailReason::Cancelled,
+            });
+        }
     }
 
     fn sample(&mut self, samples: Vec<GpuSample>) {

@@ -25,6 +25,37 @@ pub enum Need {
     Unknown,
 }
 
+/// In records and JSON output a need is a number of MiB, `"whole-gpu"` or
+/// `"unknown"`: plain numbers keep the files easy to use from `jq`.
+impl serde::Serialize for Need {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Need::Mib(mib) => serializer.serialize_u64(*mib),
+            Need::WholeGpu => serializer.serialize_str("whole-gpu"),
+            Need::Unknown => serializer.serialize_str("unknown"),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Need {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Need, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Mib(u64),
+            Word(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Mib(mib) => Ok(Need::Mib(mib)),
+            Raw::Word(w) if w == "whole-gpu" => Ok(Need::WholeGpu),
+            Raw::Word(w) if w == "unknown" => Ok(Need::Unknown),
+            Raw::Word(w) => Err(serde::de::Error::custom(format!(
+                "expected MiB, \"whole-gpu\" or \"unknown\", found \"{w}\""
+            ))),
+        }
+    }
+}
+
 impl fmt::Display for Need {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

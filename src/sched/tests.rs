@@ -693,3 +693,80 @@ fn no_deadline_when_nothing_waits() {
     let core = four_gpus(Policy::Magm);
     assert_eq!(core.next_deadline(), None);
 }
+
+#[test]
+fn cancelling_a_queued_task_drops_it_and_unblocks_the_queue() {
+    // GPU has 10 GiB free; the 20 GiB head blocks a 1 GiB task. Cancelling
+    // the head fails it as cancelled and the small task starts.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 30 * GIB, 0.1)]));
+    queue(&mut core, 1.0, 1, Need::Mib(20 * GIB));
+    queue(&mut core, 1.0, 2, Need::Mib(GIB));
+    let why = core.head_waits_for().unwrap();
+    assert!(
+        why.contains("t1 needs 1 x 22GiB free") && why.contains("GPU 0: 10GiB free < 22GiB"),
+        "{why}"
+    );
+    let a = core.step(s(2.0), Event::Cancel { task: TaskId(1) });
+    assert_eq!(
+        a[0],
+        Action::Fail {
+            task: TaskId(1),
+            reason: FailReason::Cancelled
+        }
+    );
+    assert_eq!(launched(&a), [(2, vec![0])]);
+    // Cancelling a running or unknown task changes nothing by itself.
+    assert!(
+        core.step(s(3.0), Event::Cancel { task: TaskId(2) })
+            .is_empty()
+    );
+    assert!(
+        core.step(s(3.0), Event::Cancel { task: TaskId(9) })
+            .is_empty()
+    );
+    assert_eq!(core.head_waits_for(), None);
+}
+
+#[test]
+fn new_rules_apply_to_the_next_dispatch() {
+    // SMACT 0.9 blocks the task under the 0.8 cap; raising the cap to 0.95
+    // lets it in at the next tick.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 2 * GIB, 0.9)]));
+    assert!(launched(&queue(&mut core, 1.0, 1, Need::Mib(GIB))).is_empty());
+    let mut r = rules(Policy::FirstFit);
+    r.placement.smact_cap = 0.95;
+    core.set_rules(r);
+    assert_eq!(launched(&core.step(s(2.0), Event::Tick)), [(1, vec![0])]);
+}
+
+#[test]
+fn a_task_found_in_recovery_queues_ahead_of_the_main_queue() {
+    // Restart: task 1 pending, task 2 in recovery after one crash. With a
+    // busy GPU (foreign memory, so not idle) nothing starts; task 2 is the
+    // head (recovery first) and needs an idle GPU.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 4 * GIB, 0.1)]));
+    let a = core.step_all(
+        s(1.0),
+        [
+            Event::Queued {
+                task: TaskId(1),
+                demand: Demand::new(Need::Mib(GIB)),
+            },
+            Event::Recovering {
+                task: TaskId(2),
+                demand: Demand::new(Need::Mib(GIB)),
+                crashes: 1,
+            },
+        ],
+    );
+    assert!(launched(&a).is_empty());
+    assert_eq!(core.queued(), (1, 1));
+    assert!(
+        core.head_waits_for()
+            .unwrap()
+            .starts_with("t2 needs 1 x an idle GPU")
+    );
+}

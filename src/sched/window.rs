@@ -29,6 +29,12 @@ impl SmactWindow {
         }
     }
 
+    /// Changes the window's length (a configuration reload); samples are
+    /// kept and pruned to the new length as new ones arrive.
+    pub fn set_width(&mut self, width_s: f64) {
+        self.width = width_s;
+    }
+
     /// Records the value from `at` on. Samples must come in time order; a
     /// sample at the same time as the last replaces it.
     pub fn record(&mut self, at: Time, value: f64) {

@@ -140,7 +140,11 @@ pub fn run(trace: &[TraceTask], setup: &Setup) -> Metrics {
             .iter()
             .map(|g| (g.joules, g.smact_seconds))
             .collect::<Vec<_>>(),
-        super::metrics::lower_bound(trace, setup.gpus.len(), setup.model.sharing),
+        Some(super::metrics::lower_bound(
+            trace,
+            setup.gpus.len(),
+            setup.model.sharing,
+        )),
     )
 }
 

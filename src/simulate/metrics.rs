@@ -74,13 +74,14 @@ pub struct Metrics {
     pub energy_mj: f64,
     /// Mean GPU SM activity over the trace and all GPUs, 0..1.
     pub mean_utilization: f64,
-    /// A lower bound on `total_time_s` that no policy can beat.
-    pub lower_bound_s: f64,
+    /// A lower bound on `total_time_s` that no policy can beat; `null` in
+    /// `carma report`, where the tasks' standalone durations are unknown.
+    pub lower_bound_s: Option<f64>,
 }
 
 impl Metrics {
     /// Sums up task records and per-GPU (joules, SMACT-seconds) integrals.
-    pub fn new(records: &[TaskRecord], gpus: &[(f64, f64)], lower_bound_s: f64) -> Metrics {
+    pub fn new(records: &[TaskRecord], gpus: &[(f64, f64)], lower_bound_s: Option<f64>) -> Metrics {
         let start = records
             .iter()
             .map(|r| r.submit)
@@ -113,7 +114,7 @@ impl Metrics {
             } else {
                 0.0
             },
-            lower_bound_s: lower_bound_s - start.min(lower_bound_s),
+            lower_bound_s: lower_bound_s.map(|b| b - start.min(b)),
         }
     }
 }

@@ -1,0 +1,56 @@
+//! `carma daemon`: serve a spool.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+
+use carma::config::Config;
+use carma::daemon::{self, Options};
+use carma::gpu::GpuBackend;
+use carma::gpu::sim::SimGpus;
+
+use super::spool_arg::SpoolArg;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    spool: SpoolArg,
+    /// Run on simulated GPUs instead of NVML, e.g. 4x40GiB: memory and SM
+    /// activity then come from `carma fake-train` jobs.
+    #[arg(long, value_name = "SPEC")]
+    simulate_gpus: Option<String>,
+}
+
+pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    let spool = args.spool.resolve(&config);
+    spool.create()?;
+    let backend: Box<dyn GpuBackend> = match &args.simulate_gpus {
+        Some(spec) => {
+            let sizes = carma::size::parse_gpu_set(spec).map_err(|e| {
+                anyhow::anyhow!("--simulate-gpus {spec}: column {}: {}", e.column, e.message)
+            })?;
+            Box::new(
+                SimGpus::open(
+                    spool.root(),
+                    &sizes,
+                    config.simulate.idle_power_w,
+                    config.simulate.max_power_w,
+                )
+                .context("cannot set up the simulated GPUs")?,
+            )
+        }
+        None => bail!(
+            "no usable NVML (libnvidia-ml.so): this build cannot read real GPUs yet; \
+             run `carma daemon --simulate-gpus 4x40GiB` to use simulated GPUs"
+        ),
+    };
+    daemon::run(Options {
+        spool: PathBuf::from(spool.root()),
+        config,
+        config_path: config_path.map(Path::to_owned),
+        backend,
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

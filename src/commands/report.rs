@@ -1,0 +1,59 @@
+//! `carma report`: what ran in a spool, in the simulator's figures.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use carma::config::Config;
+use carma::report;
+
+use super::spool_arg::SpoolArg;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    spool: SpoolArg,
+    /// Print one JSON object (the keys of `carma simulate --json`, plus
+    /// `reruns`).
+    #[arg(long)]
+    json: bool,
+    /// Also write one CSV row per task to this file.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+}
+
+pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    let spool = args.spool.resolve(&config);
+    let (r, rows) = report::build(&spool)?;
+    if let Some(path) = &args.csv {
+        let mut writer = csv::Writer::from_path(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        for row in &rows {
+            writer.serialize(row)?;
+        }
+        writer.flush()?;
+    }
+    let m = &r.metrics;
+    if args.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let done = rows.iter().filter(|r| r.state == "done").count();
+    println!(
+        "spool {}: {} tasks ({done} done, {} failed)",
+        spool.root().display(),
+        m.tasks,
+        m.tasks - done
+    );
+    println!("  total time        {:.1} s", m.total_time_s);
+    println!("  avg wait          {:.1} s", m.avg_wait_s);
+    println!("  avg execution     {:.1} s", m.avg_exec_s);
+    println!("  avg JCT           {:.1} s", m.avg_jct_s);
+    println!("  OOM crashes       {}", m.oom_crashes);
+    println!("  re-runs           {}", r.reruns);
+    println!("  GPU energy        {:.4} MJ", m.energy_mj);
+    println!("  mean utilization  {:.1} %", m.mean_utilization * 100.0);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,123 @@
+//! `carma status`: queues and GPUs as the daemon last saw them.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use carma::config::Config;
+use carma::daemon::status::Status;
+use carma::size::format_mib;
+use carma::spool::State;
+use carma::spool::record::{read_json, unix_now};
+
+use super::spool_arg::SpoolArg;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    spool: SpoolArg,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--json`: the daemon's status plus what only the directories know.
+#[derive(Serialize)]
+struct Output {
+    spool: String,
+    daemon_running: bool,
+    /// Seconds since the daemon last wrote its status.
+    age_s: Option<f64>,
+    done: usize,
+    failed: usize,
+    #[serde(flatten)]
+    status: Option<Status>,
+}
+
+pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    let spool = args.spool.resolve(&config);
+    let status: Option<Status> = read_json(&spool.status_file()).ok();
+    let out = Output {
+        spool: spool.root().display().to_string(),
+        daemon_running: spool.daemon_running(),
+        age_s: status
+            .as_ref()
+            .map(|s| (unix_now() - s.updated_at).max(0.0)),
+        done: spool.list(State::Done).map_or(0, |l| l.tasks.len()),
+        failed: spool.list(State::Failed).map_or(0, |l| l.tasks.len()),
+        status,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        print_human(&out);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_human(out: &Output) {
+    let Some(status) = &out.status else {
+        println!(
+            "spool {}: no daemon status yet{}",
+            out.spool,
+            if out.daemon_running {
+                ""
+            } else {
+                " (no daemon running)"
+            }
+        );
+        println!("done {}, failed {}", out.done, out.failed);
+        return;
+    };
+    let age = out.age_s.unwrap_or(0.0);
+    if out.daemon_running {
+        println!(
+            "carma daemon (pid {}) serving {} on {}; updated {age:.1} s ago",
+            status.daemon_pid, out.spool, status.backend
+        );
+    } else {
+        println!(
+            "NO DAEMON serving {}; last status from pid {}, {age:.0} s ago:",
+            out.spool, status.daemon_pid
+        );
+    }
+    println!("\nGPU  memory used        SMACT  tasks");
+    for g in &status.gpus {
+        let memory = format!("{} / {}", format_mib(g.used_mib), format_mib(g.total_mib));
+        let tasks = match &g.error {
+            Some(e) => format!("ERROR: {e}"),
+            None => g.tasks.join(", "),
+        };
+        println!("{:<4} {memory:<20} {:<6.2} {tasks}", g.index, g.smact);
+    }
+    let now = unix_now();
+    println!("\nrunning ({})", status.running.len());
+    for t in &status.running {
+        let gpus: Vec<String> = t.gpus.iter().map(ToString::to_string).collect();
+        println!(
+            "  {}  run {} on GPU {} as {}, {:.0} s, peak {}",
+            t.name,
+            t.run,
+            gpus.join(","),
+            t.user,
+            (now - t.since).max(0.0),
+            format_mib(t.peak_mib)
+        );
+    }
+    for (label, names) in [("recovery", &status.recovery), ("pending", &status.pending)] {
+        println!("{label} ({})", names.len());
+        for name in names.iter().take(20) {
+            println!("  {name}");
+        }
+        if names.len() > 20 {
+            println!("  ... and {} more", names.len() - 20);
+        }
+    }
+    if let Some(why) = &status.head_waits_for {
+        println!("\nhead of queue: {why}");
+    }
+    println!("\ndone {}, failed {}", out.done, out.failed);
+}

@@ -1,0 +1,36 @@
+//! `[daemon]`: the daemon's own settings.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// See the commented default configuration for meanings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    pub spool: PathBuf,
+    pub sample_interval_s: f64,
+    pub metrics_interval_s: f64,
+    pub cancel_grace_s: f64,
+    pub allow_root_jobs: bool,
+}
+
+impl DaemonConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, value) in [
+            ("sample_interval_s", self.sample_interval_s),
+            ("metrics_interval_s", self.metrics_interval_s),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(format!("daemon.{key} = {value}: expected seconds > 0"));
+            }
+        }
+        if !(self.cancel_grace_s.is_finite() && self.cancel_grace_s >= 0.0) {
+            return Err(format!(
+                "daemon.cancel_grace_s = {}: expected seconds >= 0",
+                self.cancel_grace_s
+            ));
+        }
+        Ok(())
+    }
+}

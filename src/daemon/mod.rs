@@ -1,0 +1,562 @@
+//! `carma daemon`: the event loop that serves one spool.
+//!
+//! # Theory of operation
+//!
+//! One thread owns all state and runs the loop; other threads only send it
+//! messages ([`Msg`]): the spool watcher (`notify`), the GPU monitor, the
+//! signal handler (`signal-hook`), and one reaper per supervisor this
+//! daemon started. Each turn of the loop drains every waiting message,
+//! turns them into core events, steps the scheduling core once, and
+//! carries out its actions (launch, complete, recover, fail) as renames in
+//! the spool. It sleeps only until the next message, the core's next
+//! deadline, or the next status write: placement happens as soon as
+//! capacity exists.
+//!
+//! Jobs do not belong to the daemon: each runs under its own supervisor in
+//! its own session, which records the run's end in the spool. So the daemon
+//! can stop (SIGTERM: it stops dispatching and exits, jobs keep running),
+//! be restarted, or be killed at any moment; a starting daemon rebuilds all
+//! state from the spool ([`restore`]), re-attaches to live supervisors and
+//! finishes the runs that ended while it was away.
+
+mod config;
+mod intake;
+mod monitor;
+mod restore;
+mod runs;
+pub mod status;
+mod watch;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+pub use config::DaemonConfig;
+
+use crate::config::Config;
+use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
+use crate::procfs::ProcessId;
+use crate::rad::TaskSpec;
+use crate::sched::{Action, Demand, Event, GpuSample, Scheduler, TaskId, Time};
+use crate::spool::record::{RunAs, TaskRecord, unix_now};
+use crate::spool::{Spool, State, TaskName, write_replace};
+use status::{GpuStatus, RunningTask, Status};
+use watch::Change;
+
+/// What the loop's helper threads tell it.
+#[derive(Debug)]
+pub enum Msg {
+    /// A change in the spool's watched directories.
+    Spool(Change),
+    /// A fresh reading of every GPU.
+    Readings(Vec<GpuReading>),
+    /// A signal arrived.
+    Signal(i32),
+    /// A supervisor this daemon started has exited (task number, run).
+    Reaped(u64, u32),
+}
+
+/// How the daemon was started.
+pub struct Options {
+    pub spool: PathBuf,
+    pub config: Config,
+    /// The file the configuration came from, re-read on SIGHUP.
+    pub config_path: Option<PathBuf>,
+    pub backend: Box<dyn GpuBackend>,
+}
+
+/// A task the daemon is responsible for: waiting or running.
+#[derive(Debug)]
+struct Task {
+    name: TaskName,
+    /// Where its directory is now: pending, recovery or running.
+    state: State,
+    spec: TaskSpec,
+    record: TaskRecord,
+    demand: Demand,
+    /// Who the job runs as, when the daemon is root.
+    run_as: Option<RunAs>,
+    /// Owner's name, for logs and status.
+    user: String,
+    /// The current (or last) run's number; 0 before the first.
+    run: u32,
+    /// GPUs of the current run.
+    gpus: Vec<usize>,
+    /// The current run's supervisor, once known.
+    supervisor: Option<ProcessId>,
+    /// Started by an earlier daemon: nobody reaps it for us, so its run
+    /// directory is polled for the end.
+    adopted: bool,
+    /// When the current run was launched (Unix seconds).
+    since: f64,
+    /// Most memory seen on one GPU during the current run, MiB.
+    peak_mib: u64,
+}
+
+/// The loop's state. Fields are documented where they are not obvious.
+struct Daemon {
+    spool: Spool,
+    config: Config,
+    config_path: Option<PathBuf>,
+    core: Scheduler,
+    /// The core's time zero.
+    origin: Instant,
+    tasks: HashMap<u64, Task>,
+    gpus: Vec<GpuInfo>,
+    backend_name: String,
+    /// Environment every job needs from the GPU backend.
+    backend_env: Vec<(String, String)>,
+    readings: Vec<GpuReading>,
+    /// The carma binary, started again as `carma supervise`.
+    exe: PathBuf,
+    tx: Sender<Msg>,
+    /// Files created in `pending/` whose writer has not closed them yet.
+    unfinished: HashMap<String, Instant>,
+    sample_interval_ms: Arc<AtomicU64>,
+    status_written: Instant,
+    metrics_written: Instant,
+    /// Last look at adopted runs.
+    polled: Instant,
+    /// Core events produced while handling messages, fed at the next step.
+    events: Vec<Event>,
+    /// The per-GPU errors last reported, so each is logged once.
+    gpu_errors: BTreeMap<usize, String>,
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(options: Options) -> Result<()> {
+    let spool = Spool::new(&options.spool);
+    spool.create()?;
+    let _lock = spool.lock()?;
+    let mut backend = options.backend;
+    let gpus = backend.inventory().to_vec();
+    let backend_name = backend.describe();
+    let backend_env = backend.job_env();
+    let readings = backend.sample();
+    for gpu in &gpus {
+        log::info!("{gpu}");
+    }
+    let (tx, rx) = mpsc::channel();
+    let _watcher = watch::watch(&spool.dir(State::Pending), &spool.cancel_dir(), tx.clone())
+        .context("cannot watch the spool")?;
+    let config = options.config;
+    let interval_ms = Arc::new(AtomicU64::new(interval_ms(&config)));
+    let sizes: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
+    let mut daemon = Daemon {
+        core: Scheduler::new(config.rules(), &sizes),
+        spool,
+        config,
+        config_path: options.config_path,
+        origin: Instant::now(),
+        tasks: HashMap::new(),
+        gpus,
+        backend_name,
+        backend_env,
+        readings: Vec::new(),
+        exe: std::env::current_exe().context("cannot find the carma binary")?,
+        tx: tx.clone(),
+        unfinished: HashMap::new(),
+        sample_interval_ms: Arc::clone(&interval_ms),
+        status_written: Instant::now(),
+        metrics_written: Instant::now(),
+        polled: Instant::now(),
+        events: Vec::new(),
+        gpu_errors: BTreeMap::new(),
+    };
+    daemon.on_readings(readings);
+    daemon.restore()?;
+    signals(tx.clone())?;
+    monitor::spawn(backend, interval_ms, tx);
+    log::info!(
+        "serving {} with {} ({} tasks waiting, {} running)",
+        daemon.spool.root().display(),
+        daemon.backend_name,
+        daemon.core.queued().0 + daemon.core.queued().1,
+        daemon
+            .tasks
+            .values()
+            .filter(|t| t.state == State::Running)
+            .count()
+    );
+    daemon.step();
+    daemon.serve(rx);
+    Ok(())
+}
+
+fn interval_ms(config: &Config) -> u64 {
+    (config.daemon.sample_interval_s * 1000.0).round().max(1.0) as u64
+}
+
+/// Forwards SIGTERM, SIGINT, SIGHUP and SIGUSR1 to the loop.
+fn signals(tx: Sender<Msg>) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if tx.send(Msg::Signal(signal)).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(())
+}
+
+impl Daemon {
+    fn now(&self) -> Time {
+        self.origin.elapsed()
+    }
+
+    /// The loop. Returns when asked to stop.
+    fn serve(&mut self, rx: Receiver<Msg>) {
+        loop {
+            let first = match rx.recv_timeout(self.sleep_for()) {
+                Ok(msg) => Some(msg),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            let mut stop = false;
+            for msg in first.into_iter().chain(rx.try_iter()) {
+                stop |= self.handle(msg);
+            }
+            if stop {
+                self.write_status();
+                log::info!(
+                    "stopping; {} jobs keep running under their supervisors",
+                    self.tasks
+                        .values()
+                        .filter(|t| t.state == State::Running)
+                        .count()
+                );
+                return;
+            }
+            self.poll_adopted();
+            self.claim_stale_unfinished();
+            self.step();
+            self.housekeeping();
+        }
+    }
+
+    /// How long the loop may sleep: until the core's deadline, the next
+    /// status refresh, or a poll of adopted runs, whichever is first.
+    fn sleep_for(&self) -> Duration {
+        let mut sleep = Duration::from_secs(1).saturating_sub(self.status_written.elapsed());
+        if let Some(deadline) = self.core.next_deadline() {
+            sleep = sleep.min(deadline.saturating_sub(self.now()));
+        }
+        sleep.max(Duration::from_millis(1))
+    }
+
+    /// Handles one message; true when the daemon should stop.
+    fn handle(&mut self, msg: Msg) -> bool {
+        match msg {
+            Msg::Spool(change) => self.on_change(change),
+            Msg::Readings(readings) => self.on_readings(readings),
+            Msg::Reaped(seq, run) => self.on_reaped(seq, run),
+            Msg::Signal(signal) => match signal {
+                signal_hook::consts::SIGTERM | signal_hook::consts::SIGINT => return true,
+                signal_hook::consts::SIGHUP => self.reload(),
+                signal_hook::consts::SIGUSR1 => self.log_state(),
+                _ => {}
+            },
+        }
+        false
+    }
+
+    /// Feeds the gathered events to the core and carries out its actions,
+    /// until no action produces further events.
+    fn step(&mut self) {
+        loop {
+            let events = std::mem::take(&mut self.events);
+            let actions = self.core.step_all(self.now(), events);
+            for action in actions {
+                self.act(action);
+            }
+            if self.events.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn act(&mut self, action: Action) {
+        match action {
+            Action::Launch {
+                task,
+                gpus,
+                limit_mib,
+                why,
+            } => self.launch(task, gpus, limit_mib, why),
+            Action::Complete { task } => self.finish(task, State::Done, None),
+            Action::Recover { task, crashes, why } => self.recover(task, crashes, &why),
+            Action::Fail { task, reason } => {
+                self.finish(task, State::Failed, Some(reason.to_string()))
+            }
+        }
+    }
+
+    /// Turns GPU readings into a core sample, attributing per-process
+    /// memory to tasks through the process's session (each supervisor
+    /// leads a session that its job's processes belong to).
+    fn on_readings(&mut self, readings: Vec<GpuReading>) {
+        let sessions: HashMap<u32, u64> = self
+            .tasks
+            .values()
+            .filter_map(|t| Some((t.supervisor?.pid, t.name.seq())))
+            .collect();
+        let mut samples = Vec::with_capacity(readings.len());
+        for reading in &readings {
+            match (&reading.error, self.gpu_errors.get(&reading.index)) {
+                (Some(e), last) if last != Some(e) => {
+                    log::warn!("GPU {}: {e}; skipped until it reads again", reading.index);
+                    self.gpu_errors.insert(reading.index, e.clone());
+                }
+                (None, Some(_)) => {
+                    log::info!("GPU {}: reads again", reading.index);
+                    self.gpu_errors.remove(&reading.index);
+                }
+                _ => {}
+            }
+            let mut per_task: BTreeMap<u64, u64> = BTreeMap::new();
+            for p in &reading.processes {
+                let owner = crate::procfs::session_id(p.pid).and_then(|sid| sessions.get(&sid));
+                if let Some(&seq) = owner {
+                    *per_task.entry(seq).or_default() += p.used_mib;
+                }
+            }
+            for (&seq, &mib) in &per_task {
+                self.note_peak(seq, mib);
+            }
+            samples.push(GpuSample {
+                gpu: reading.index,
+                used_mib: reading.used_mib,
+                smact: reading.smact,
+                healthy: reading.error.is_none(),
+                tasks: per_task
+                    .into_iter()
+                    .map(|(seq, mib)| (TaskId(seq), mib))
+                    .collect(),
+            });
+        }
+        self.readings = readings;
+        self.events.push(Event::Sample(samples));
+    }
+
+    /// Records a task's peak memory in its run directory when it grows,
+    /// where the supervisor picks it up for `exit.json`.
+    fn note_peak(&mut self, seq: u64, mib: u64) {
+        let Some(task) = self.tasks.get_mut(&seq) else {
+            return;
+        };
+        if mib <= task.peak_mib {
+            return;
+        }
+        task.peak_mib = mib;
+        let path = self
+            .spool
+            .task_dir(State::Running, &task.name)
+            .join(format!("run-{}", task.run))
+            .join(crate::supervisor::PEAK);
+        if let Err(e) = write_replace(&path, format!("{mib}\n").as_bytes()) {
+            log::warn!("{}: cannot record peak memory: {e}", task.name);
+        }
+    }
+
+    /// SIGHUP: re-reads the configuration file and applies what changed.
+    fn reload(&mut self) {
+        let config = match Config::load(self.config_path.as_deref()) {
+            Ok(config) => config,
+            Err(e) => {
+                log::error!("reload failed, keeping the running configuration: {e}");
+                return;
+            }
+        };
+        let old = &self.config;
+        let mut changed = Vec::new();
+        if old.placement != config.placement {
+            changed.push(format!(
+                "placement ({:?} -> {:?})",
+                old.placement, config.placement
+            ));
+        }
+        if old.recovery != config.recovery {
+            changed.push(format!(
+                "recovery ({:?} -> {:?})",
+                old.recovery, config.recovery
+            ));
+        }
+        if old.daemon != config.daemon {
+            changed.push(format!("daemon ({:?} -> {:?})", old.daemon, config.daemon));
+        }
+        if old.oom != config.oom {
+            changed.push("oom signatures".to_string());
+        }
+        if old.simulate != config.simulate {
+            changed.push("simulate (not used by the daemon)".to_string());
+        }
+        if config.daemon.spool != old.daemon.spool {
+            log::warn!("reload: daemon.spool changed; a running daemon keeps its spool");
+        }
+        self.core.set_rules(config.rules());
+        self.sample_interval_ms
+            .store(interval_ms(&config), Ordering::Relaxed);
+        self.config = config;
+        if changed.is_empty() {
+            log::info!("configuration reloaded: nothing changed");
+        } else {
+            log::info!("configuration reloaded: {}", changed.join("; "));
+        }
+    }
+
+    /// SIGUSR1: the queue and GPUs, in the log.
+    fn log_state(&self) {
+        let status = self.status();
+        log::info!(
+            "state: {} running, {} in recovery, {} pending",
+            status.running.len(),
+            status.recovery.len(),
+            status.pending.len()
+        );
+        for t in &status.running {
+            log::info!(
+                "{}: running run {} on GPU {:?} as {}, peak {} MiB",
+                t.name,
+                t.run,
+                t.gpus,
+                t.user,
+                t.peak_mib
+            );
+        }
+        if let Some(why) = &status.head_waits_for {
+            log::info!("head of queue: {why}");
+        }
+        for g in &status.gpus {
+            log::info!(
+                "GPU {}: {} of {} MiB used, SMACT {:.2}, tasks [{}]{}",
+                g.index,
+                g.used_mib,
+                g.total_mib,
+                g.smact,
+                g.tasks.join(", "),
+                g.error
+                    .as_ref()
+                    .map_or(String::new(), |e| format!(", error: {e}"))
+            );
+        }
+    }
+
+    fn status(&self) -> Status {
+        let mut by_state: BTreeMap<(State, u64), &Task> = BTreeMap::new();
+        for t in self.tasks.values() {
+            by_state.insert((t.state, t.name.seq()), t);
+        }
+        let names = |state: State| -> Vec<String> {
+            by_state
+                .range((state, 0)..=(state, u64::MAX))
+                .map(|(_, t)| t.name.to_string())
+                .collect()
+        };
+        let running: Vec<&Task> = by_state
+            .range((State::Running, 0)..=(State::Running, u64::MAX))
+            .map(|(_, t)| *t)
+            .collect();
+        Status {
+            updated_at: unix_now(),
+            daemon_pid: std::process::id(),
+            backend: self.backend_name.clone(),
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| {
+                    let reading = self.readings.iter().find(|r| r.index == g.index);
+                    GpuStatus {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                        name: g.name.clone(),
+                        total_mib: g.total_mib,
+                        used_mib: reading.map_or(0, |r| r.used_mib),
+                        smact: reading.map_or(0.0, |r| r.smact),
+                        power_w: reading.and_then(|r| r.power_w),
+                        error: reading.and_then(|r| r.error.clone()),
+                        tasks: running
+                            .iter()
+                            .filter(|t| t.gpus.contains(&g.index))
+                            .map(|t| t.name.to_string())
+                            .collect(),
+                    }
+                })
+                .collect(),
+            running: running
+                .iter()
+                .map(|t| RunningTask {
+                    name: t.name.to_string(),
+                    run: t.run,
+                    gpus: t.gpus.clone(),
+                    since: t.since,
+                    peak_mib: t.peak_mib,
+                    user: t.user.clone(),
+                })
+                .collect(),
+            recovery: names(State::Recovery),
+            pending: names(State::Pending),
+            head_waits_for: self.core.head_waits_for(),
+        }
+    }
+
+    fn write_status(&mut self) {
+        self.status_written = Instant::now();
+        let status = self.status();
+        let written = serde_json::to_vec_pretty(&status)
+            .map_err(std::io::Error::other)
+            .and_then(|json| write_replace(&self.spool.status_file(), &json));
+        if let Err(e) = written {
+            log::warn!("cannot write {}: {e}", self.spool.status_file().display());
+        }
+    }
+
+    /// The status file every second; GPU rows for the report every
+    /// metrics interval.
+    fn housekeeping(&mut self) {
+        if self.status_written.elapsed() >= Duration::from_secs(1) {
+            self.write_status();
+        }
+        let every = Duration::from_secs_f64(self.config.daemon.metrics_interval_s);
+        if self.metrics_written.elapsed() >= every {
+            self.metrics_written = Instant::now();
+            if let Err(e) = self.append_metrics() {
+                log::warn!("cannot append GPU samples: {e}");
+            }
+        }
+    }
+
+    /// Appends one row per GPU to `gpu-samples.csv`.
+    fn append_metrics(&self) -> std::io::Result<()> {
+        let path = self.spool.root().join(crate::report::GPU_SAMPLES);
+        let fresh = !path.exists();
+        let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let mut text = String::new();
+        if fresh {
+            text.push_str(crate::report::GPU_SAMPLES_HEADER);
+            text.push('\n');
+        }
+        let now = unix_now();
+        for r in &self.readings {
+            text.push_str(&format!(
+                "{now:.3},{},{},{:.4},{},{}\n",
+                r.index,
+                r.used_mib,
+                r.smact,
+                r.power_w.map_or(String::new(), |w| format!("{w:.1}")),
+                r.energy_j.map_or(String::new(), |j| format!("{j:.1}")),
+            ));
+        }
+        file.write_all(text.as_bytes())
+    }
+}

@@ -1,0 +1,52 @@
+//! `status.json`: the daemon's view of queues and GPUs, refreshed every
+//! second for `carma status` and anyone else who wants to look.
+//!
+//! It is a cache, not state: the spool directories are the truth, and a
+//! reader checks `updated_at` and the daemon lock to tell a live view from
+//! a stale one.
+
+use serde::{Deserialize, Serialize};
+
+/// The whole status file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// When it was written (Unix seconds).
+    pub updated_at: f64,
+    pub daemon_pid: u32,
+    /// The GPU backend, for people ("4 simulated GPUs", "NVML 550.54").
+    pub backend: String,
+    pub gpus: Vec<GpuStatus>,
+    pub running: Vec<RunningTask>,
+    /// Waiting tasks in the order they will be placed.
+    pub recovery: Vec<String>,
+    pub pending: Vec<String>,
+    /// Why the head of the queue waits, when something waits.
+    pub head_waits_for: Option<String>,
+}
+
+/// One GPU's last reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    pub index: usize,
+    pub uuid: String,
+    pub name: String,
+    pub total_mib: u64,
+    pub used_mib: u64,
+    pub smact: f64,
+    pub power_w: Option<f64>,
+    pub error: Option<String>,
+    /// carma tasks running on it.
+    pub tasks: Vec<String>,
+}
+
+/// A task whose job runs now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningTask {
+    pub name: String,
+    pub run: u32,
+    pub gpus: Vec<usize>,
+    /// When this run was launched (Unix seconds).
+    pub since: f64,
+    pub peak_mib: u64,
+    pub user: String,
+}

@@ -1,0 +1,68 @@
+//! Writing files so that a crash leaves either the old or the new content,
+//! never a torn one.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// Writes `bytes` to `path` durably: a temporary file in the same
+/// directory, fsync, rename over `path`, fsync of the directory. After it
+/// returns, the new content survives a power loss.
+pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temp = write_temp(path, bytes, true)?;
+    fs::rename(&temp, path)?;
+    sync_dir(parent(path))
+}
+
+/// Writes `bytes` to `path` atomically but without forcing it to disk: for
+/// files that are caches of other state (the status file), where only a
+/// torn read would hurt.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temp = write_temp(path, bytes, false)?;
+    fs::rename(&temp, path)
+}
+
+/// Forces a directory's entries (creations, renames) to disk.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn write_temp(path: &Path, bytes: &[u8], sync: bool) -> io::Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let temp = parent(path).join(format!(
+        ".{}.tmp{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let mut file = File::create(&temp)?;
+    file.write_all(bytes)?;
+    if sync {
+        file.sync_all()?;
+    }
+    Ok(temp)
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_replace_whole_files_and_leave_no_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("record.json");
+        write_durable(&path, b"first").unwrap();
+        write_durable(&path, b"second").unwrap();
+        write_replace(&path, b"third").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"third");
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+}

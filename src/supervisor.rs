@@ -1,0 +1,272 @@
+//! The job supervisor: a small process, the same binary, that runs one run
+//! of one task and writes down how it ended.
+//!
+//! # Theory of operation
+//!
+//! The daemon must be able to stop, restart or die while jobs run, and no
+//! job may be lost or run twice. So the daemon never waits on a job
+//! directly. For each run it:
+//!
+//! 1. writes `launch.json` (script, user, environment, GPUs) into the run
+//!    directory;
+//! 2. opens `supervisor.lock` there and takes an exclusive `flock` on it;
+//! 3. starts `carma supervise RUN_DIR --lock-fd N` in a new session,
+//!    handing the locked descriptor down, and closes its own copy.
+//!
+//! From then on the lock is held exactly as long as the supervisor lives:
+//! there is no moment in which a supervisor runs without holding it, so
+//! "can I take the lock?" answers "is this run still supervised?" without
+//! trusting a pid. `supervisor.json` (pid + start time) says whom to signal.
+//!
+//! The supervisor runs the script with `bash` in a process group of its
+//! own, as the task's owner when the daemon is root (its groups, setgid,
+//! setuid before exec), with stdout and stderr in the run directory. On
+//! SIGTERM (a cancellation) it forwards SIGTERM to the job's group and
+//! SIGKILL after the grace period, and keeps running to record the end.
+//! When the job's main process ends, whatever it left in its group is
+//! killed, and `exit.json` is written atomically as the supervisor's last
+//! act. A daemon that was away finds it there.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::Duration;
+
+use fs2::FileExt;
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::{Gid, Pid, Uid, chown, getgrouplist, setgid, setgroups, setpgid, setsid, setuid};
+
+use crate::procfs::ProcessId;
+use crate::spool::record::{Launch, RunExit, read_json, unix_now, write_json};
+
+/// File names inside a run directory.
+pub const LAUNCH: &str = "launch.json";
+pub const IDENTITY: &str = "supervisor.json";
+pub const LOCK: &str = "supervisor.lock";
+pub const EXIT: &str = "exit.json";
+pub const PEAK: &str = "peak_mib";
+pub const STDOUT: &str = "stdout";
+pub const STDERR: &str = "stderr";
+const SCRIPT: &str = "job.sh";
+const LOG: &str = "supervisor.log";
+
+/// Starts the supervisor of the run in `run_dir` (whose `launch.json` is
+/// written) as `exe supervise`, in its own session. The returned child is
+/// the daemon's to reap; the run's fate is in `exit.json`.
+pub fn start(exe: &Path, run_dir: &Path) -> io::Result<Child> {
+    let lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(run_dir.join(LOCK))?;
+    lock.try_lock_exclusive()?;
+    let fd = lock.as_raw_fd();
+    let log = File::create(run_dir.join(LOG))?;
+    let mut command = Command::new(exe);
+    command
+        .arg("supervise")
+        .arg(run_dir)
+        .arg("--lock-fd")
+        .arg(fd.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // SAFETY: between fork and exec only async-signal-safe calls: setsid
+    // and fcntl.
+    unsafe {
+        command.pre_exec(move || {
+            setsid()?;
+            let borrowed = std::os::fd::BorrowedFd::borrow_raw(fd);
+            fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::empty()))?;
+            Ok(())
+        });
+    }
+    let child = command.spawn()?;
+    drop(lock);
+    Ok(child)
+}
+
+/// Whether a supervisor still holds the run's lock.
+pub fn is_running(run_dir: &Path) -> bool {
+    crate::spool::is_locked(&run_dir.join(LOCK))
+}
+
+/// The run's supervisor, if it is alive.
+pub fn identity(run_dir: &Path) -> Option<ProcessId> {
+    read_json::<ProcessId>(&run_dir.join(IDENTITY))
+        .ok()
+        .filter(ProcessId::is_alive)
+}
+
+/// Asks the run's supervisor to cancel its job. Returns false when no live
+/// supervisor was found.
+pub fn cancel(run_dir: &Path) -> io::Result<bool> {
+    match identity(run_dir) {
+        Some(id) => {
+            kill(Pid::from_raw(id.pid as i32), Signal::SIGTERM)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// The supervisor process: runs the job of `run_dir` and records its end.
+/// `lock_fd` is the locked `supervisor.lock` the daemon handed down.
+pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
+    // SAFETY: the daemon passed this descriptor for us to own; it is not
+    // used anywhere else in this process.
+    let lock = unsafe { File::from_raw_fd(lock_fd) };
+    fcntl(&lock, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let job_group = Arc::new(AtomicI32::new(0));
+    let me = ProcessId::current()
+        .ok_or_else(|| io::Error::other("cannot read this process in /proc"))?;
+    write_json(&run_dir.join(IDENTITY), &me)?;
+    let started_at = unix_now();
+    // Anything that goes wrong before the job runs is recorded as the
+    // run's end, so the daemon learns of it instead of seeing a vanished
+    // supervisor.
+    let outcome = read_json::<Launch>(&run_dir.join(LAUNCH))
+        .and_then(|launch| {
+            let grace = Duration::from_secs_f64(launch.grace_s.max(0.0));
+            watch_signals(Arc::clone(&stop), Arc::clone(&job_group), grace)?;
+            Ok(launch)
+        })
+        .and_then(|launch| {
+            if stop.load(Ordering::SeqCst) {
+                Err(io::Error::other("cancelled before it started"))
+            } else {
+                spawn_job(run_dir, &launch)
+            }
+        })
+        .map_err(|e| e.to_string());
+    let mut exit = RunExit {
+        started_at,
+        ended_at: started_at,
+        code: None,
+        signal: None,
+        cancelled: false,
+        peak_mib: None,
+        error: None,
+    };
+    match outcome {
+        Ok(mut child) => {
+            let group = child.id() as i32;
+            job_group.store(group, Ordering::SeqCst);
+            // A cancellation that came while the job was being started.
+            if stop.load(Ordering::SeqCst) {
+                let _ = killpg(Pid::from_raw(group), Signal::SIGTERM);
+            }
+            let status = child.wait()?;
+            exit.code = status.code();
+            exit.signal = status.signal();
+            // The job's leftovers (background processes) go with it.
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        }
+        Err(error) => exit.error = Some(error),
+    }
+    exit.ended_at = unix_now();
+    exit.cancelled = stop.load(Ordering::SeqCst);
+    exit.peak_mib = fs::read_to_string(run_dir.join(PEAK))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    write_json(&run_dir.join(EXIT), &exit)?;
+    drop(lock);
+    Ok(())
+}
+
+/// SIGTERM, SIGINT or SIGHUP: stop the job — SIGTERM to its group at once,
+/// SIGKILL after `grace` — and remember that it was cancelled.
+fn watch_signals(stop: Arc<AtomicBool>, group: Arc<AtomicI32>, grace: Duration) -> io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            if stop.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            let pgid = group.load(Ordering::SeqCst);
+            if pgid > 0 {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+            }
+            let group = Arc::clone(&group);
+            std::thread::spawn(move || {
+                std::thread::sleep(grace);
+                let pgid = group.load(Ordering::SeqCst);
+                if pgid > 0 {
+                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
+/// Starts `bash job.sh` in its own process group, as the task's user.
+fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
+    let script = run_dir.join(SCRIPT);
+    let mut text = launch.script.join("\n");
+    text.push('\n');
+    fs::write(&script, text)?;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o644))?;
+    let stdout = File::create(run_dir.join(STDOUT))?;
+    let stderr = File::create(run_dir.join(STDERR))?;
+    let mut command = Command::new("bash");
+    command
+        .arg("--noprofile")
+        .arg("--norc")
+        .arg(&script)
+        .current_dir(&launch.workdir)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    let run_as = launch.run_as.clone();
+    if let Some(user) = &run_as {
+        for name in [STDOUT, STDERR] {
+            let path: PathBuf = run_dir.join(name);
+            chown(
+                &path,
+                Some(Uid::from_raw(user.uid)),
+                Some(Gid::from_raw(user.gid)),
+            )?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o640))?;
+        }
+        command
+            .env("HOME", &user.home)
+            .env("USER", &user.name)
+            .env("LOGNAME", &user.name);
+    }
+    // initgroups(3) reads the group database, which is not safe between
+    // fork and exec; its two halves are: getgrouplist now, setgroups there.
+    let groups = match &run_as {
+        Some(user) => {
+            let name = std::ffi::CString::new(user.name.as_str())
+                .map_err(|_| io::Error::other("user name contains a NUL byte"))?;
+            Some(getgrouplist(&name, Gid::from_raw(user.gid))?)
+        }
+        None => None,
+    };
+    // SAFETY: between fork and exec only async-signal-safe system calls
+    // (setpgid, setgroups, setgid, setuid) on values prepared before.
+    unsafe {
+        command.pre_exec(move || {
+            setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            if let (Some(user), Some(groups)) = (&run_as, &groups) {
+                setgroups(groups)?;
+                setgid(Gid::from_raw(user.gid))?;
+                setuid(Uid::from_raw(user.uid))?;
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
+}

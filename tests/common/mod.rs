@@ -1,0 +1,246 @@
+//! What the daemon tests share: a temporary spool, a real `carma daemon` on
+//! simulated GPUs, and ways to wait for what a user would look for.
+#![allow(dead_code)] // Each test file uses its own part of this module.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const CARMA: &str = env!("CARGO_BIN_EXE_carma");
+
+/// Settings that make the daemon react quickly in tests.
+pub const FAST_CONFIG: &str = "\
+[placement]
+smact_window_s = 1
+reservation_ramp_s = 10
+
+[daemon]
+sample_interval_s = 0.1
+metrics_interval_s = 0.5
+cancel_grace_s = 1
+# Tests (and CI) often run as root; their jobs are root's.
+allow_root_jobs = true
+";
+
+/// A spool in a temporary directory, with at most one daemon at a time.
+pub struct Spool {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub config: PathBuf,
+    daemon: Option<Child>,
+    gpus: String,
+}
+
+impl Spool {
+    pub fn new(gpus: &str) -> Spool {
+        Spool::with_config(gpus, "")
+    }
+
+    /// A spool whose daemon also gets `extra` configuration.
+    pub fn with_config(gpus: &str, extra: &str) -> Spool {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("spool");
+        let config = dir.path().join("carma.toml");
+        fs::write(&config, merge_config(FAST_CONFIG, extra)).unwrap();
+        Spool {
+            dir,
+            root,
+            config,
+            daemon: None,
+            gpus: gpus.to_owned(),
+        }
+    }
+
+    pub fn carma(&self) -> Command {
+        let mut c = Command::new(CARMA);
+        c.env("CARMA_SPOOL", &self.root)
+            .env("CARMA_CONFIG", &self.config)
+            .env("RUST_LOG", "debug");
+        c
+    }
+
+    /// Starts `carma daemon` and waits until it has written its status.
+    pub fn start_daemon(&mut self) {
+        assert!(self.daemon.is_none(), "a daemon is already running");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("daemon.log"))
+            .unwrap();
+        let child = self
+            .carma()
+            .args(["daemon", "--simulate-gpus", &self.gpus])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.daemon = Some(child);
+        let status = self.root.join("status.json");
+        self.wait_for("the daemon's first status", 20.0, || status.exists());
+    }
+
+    /// Sends `signal` to the daemon and waits for it to exit.
+    pub fn stop_daemon(&mut self, signal: &str) -> std::process::ExitStatus {
+        let mut child = self.daemon.take().expect("no daemon running");
+        let pid = child.id().to_string();
+        Command::new("kill")
+            .args(["-s", signal, &pid])
+            .status()
+            .unwrap();
+        let status = child.wait().unwrap();
+        let _ = fs::remove_file(self.root.join("status.json"));
+        status
+    }
+
+    pub fn signal_daemon(&self, signal: &str) {
+        let pid = self.daemon.as_ref().expect("no daemon").id().to_string();
+        Command::new("kill")
+            .args(["-s", signal, &pid])
+            .status()
+            .unwrap();
+    }
+
+    pub fn daemon_log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Writes a job file into the test directory and returns its path.
+    pub fn job(&self, file: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join("jobs").join(file);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// `carma submit` of one file; returns the task's name.
+    pub fn submit(&self, file: &str, text: &str) -> String {
+        let path = self.job(file, text);
+        let out = self.carma().arg("submit").arg(&path).output().unwrap();
+        assert!(out.status.success(), "submit failed: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Copies a file straight into `pending/`, as a user with `cp` would.
+    pub fn drop_file(&self, file: &str, text: &str) {
+        let path = self.job(file, text);
+        fs::copy(&path, self.root.join("pending").join(file)).unwrap();
+    }
+
+    /// Task names in a state directory.
+    pub fn tasks(&self, state: &str) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(self.root.join(state))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| {
+                        !n.starts_with('.') && n.contains('-') && n.as_bytes()[0].is_ascii_digit()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// The task whose name ends with `stem`, in whatever state it is.
+    pub fn find(&self, stem: &str) -> Option<(String, PathBuf)> {
+        for state in ["pending", "running", "recovery", "done", "failed"] {
+            for name in self.tasks(state) {
+                if name.ends_with(stem) {
+                    return Some((state.to_owned(), self.root.join(state).join(name)));
+                }
+            }
+        }
+        None
+    }
+
+    pub fn wait_for(&self, what: &str, seconds: f64, mut ready: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+        while Instant::now() < deadline {
+            if ready() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "timed out after {seconds} s waiting for {what}\n--- daemon log ---\n{}",
+            self.daemon_log()
+        );
+    }
+
+    /// Waits until `count` tasks are in `state`.
+    pub fn wait_count(&self, state: &str, count: usize, seconds: f64) {
+        self.wait_for(&format!("{count} tasks in {state}/"), seconds, || {
+            self.tasks(state).len() >= count
+        });
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        kill_jobs_of(&self.root);
+    }
+}
+
+/// Kills every process whose environment points at this spool's simulated
+/// GPUs: what a failed test may leave behind.
+fn kill_jobs_of(root: &Path) {
+    let needle = format!("CARMA_SIMGPU={}", root.display());
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|v| v.starts_with(needle.as_bytes()))
+        {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
+fn merge_config(base: &str, extra: &str) -> String {
+    let mut table: toml::Table = base.parse().unwrap();
+    let extra: toml::Table = extra.parse().unwrap();
+    for (k, v) in extra {
+        match (table.get_mut(&k), v) {
+            (Some(toml::Value::Table(t)), toml::Value::Table(e)) => t.extend(e),
+            (_, v) => {
+                table.insert(k, v);
+            }
+        }
+    }
+    toml::to_string(&table).unwrap()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A keyed job that runs `carma fake-train`.
+pub fn fake_job(name: &str, extra_directives: &str, mem: &str, secs: f64) -> String {
+    format!(
+        "name: {name}\n{extra_directives}{CARMA} fake-train --mem {mem} --secs {secs} --smact 0.3\n"
+    )
+}

@@ -1,0 +1,282 @@
+//! The daemon end to end: real `carma daemon` processes on simulated GPUs,
+//! real job processes under real supervisors, real renames. Each test is a
+//! user story.
+
+mod common;
+
+use std::fs;
+use std::time::Duration;
+
+use common::{CARMA, Spool, fake_job, stderr, stdout};
+
+#[test]
+fn dropped_and_submitted_jobs_all_end_in_done() {
+    let mut spool = Spool::new("2x40GiB");
+    spool.start_daemon();
+    // Three ways in: `carma submit`, `cp` into pending/, and a legacy job.
+    let submitted = spool.submit("a.rad", &fake_job("a", "memory: 1G\n", "1G", 0.3));
+    spool.drop_file("b.rad", &fake_job("b", "memory: 2G\n", "2G", 0.3));
+    spool.drop_file(
+        "c.rad",
+        "gpus: 1\nmemory: 512M\necho hello from $CARMA_TASK_ID on GPU $CARMA_GPUS\n",
+    );
+    spool.wait_count("done", 3, 20.0);
+    assert!(submitted.ends_with("-a"), "{submitted}");
+    let (_, c) = spool.find("-c").unwrap();
+    let out = fs::read_to_string(c.join("run-1/stdout")).unwrap();
+    assert!(out.starts_with("hello from "), "{out}");
+    assert!(out.contains("-c on GPU "), "{out}");
+    let exit: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(c.join("run-1/exit.json")).unwrap()).unwrap();
+    assert_eq!(exit["code"], 0);
+    assert!(spool.tasks("failed").is_empty());
+    assert!(spool.tasks("pending").is_empty());
+}
+
+#[test]
+fn an_underestimated_job_crashes_recovers_and_completes() {
+    // One 10 GiB GPU. `big` really uses 6 GiB and says so. `liar` says
+    // 1 GiB but takes 6: it fits beside `big` on paper (1 + 2 margin <= 4
+    // free), dies with PyTorch's OOM message, goes to recovery/, and re-runs
+    // alone once `big` is done.
+    let mut spool = Spool::new("10GiB");
+    spool.start_daemon();
+    spool.submit("big.rad", &fake_job("big", "memory: 6G\n", "6G", 2.0));
+    spool.wait_for("big to run", 10.0, || {
+        spool.find("-big").is_some_and(|(s, _)| s == "running")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    spool.submit("liar.rad", &fake_job("liar", "memory: 1G\n", "6G", 0.3));
+    spool.wait_count("done", 2, 30.0);
+    let (_, liar) = spool.find("-liar").unwrap();
+    let first = fs::read_to_string(liar.join("run-1/stderr")).unwrap();
+    assert!(
+        first.contains("torch.OutOfMemoryError: CUDA out of memory"),
+        "{first}"
+    );
+    assert!(
+        liar.join("run-2/exit.json").exists(),
+        "it ran a second time"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(liar.join("task.json")).unwrap()).unwrap();
+    assert_eq!(record["crashes"], 1);
+    let log = spool.daemon_log();
+    assert!(log.contains("to recovery/ after OOM crash 1"), "{log}");
+    let report = spool.carma().args(["report", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["oom_crashes"], 1);
+    assert_eq!(report["reruns"], 1);
+    assert_eq!(report["tasks"], 2);
+}
+
+#[test]
+fn a_bad_file_goes_to_failed_with_its_reason_and_the_daemon_goes_on() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.drop_file("broken.rad", "gpus: 1\nbatchsize: 32\necho hi\n");
+    spool.wait_count("failed", 1, 10.0);
+    let (_, broken) = spool.find("-broken").unwrap();
+    let reason = fs::read_to_string(broken.join("reason")).unwrap();
+    assert!(reason.starts_with("broken.rad:2:1:"), "{reason}");
+    assert!(reason.contains("did you mean `batch_size`"), "{reason}");
+    assert!(broken.join("broken.rad").exists(), "the file is kept");
+    // A symbolic link is refused, not followed.
+    std::os::unix::fs::symlink("/etc/passwd", spool.root.join("pending/link.rad")).unwrap();
+    spool.wait_count("failed", 2, 10.0);
+    let (_, link) = spool.find("-link").unwrap();
+    assert!(
+        fs::read_to_string(link.join("reason"))
+            .unwrap()
+            .contains("symbolic link")
+    );
+    // The daemon still works.
+    spool.submit("fine.rad", &fake_job("fine", "memory: 1G\n", "1G", 0.1));
+    spool.wait_count("done", 1, 10.0);
+}
+
+#[test]
+fn jobs_survive_a_daemon_killed_mid_run_and_complete_exactly_once() {
+    // Six 1.5 s jobs on two GPUs, each appending its id to a ledger when it
+    // finishes. The daemon is killed with SIGKILL while some run and others
+    // wait, then restarted: every job completes, and exactly once.
+    let mut spool = Spool::new("2x40GiB");
+    let ledger = spool.dir.path().join("ledger");
+    spool.start_daemon();
+    for i in 0..6 {
+        let job = format!(
+            "name: job{i}\nmemory: whole\n{CARMA} fake-train --mem 30G --secs 1.5\necho $CARMA_TASK_ID >> {}\n",
+            ledger.display()
+        );
+        spool.submit(&format!("job{i}.rad"), &job);
+    }
+    spool.wait_for("two jobs running", 10.0, || {
+        spool.tasks("running").len() == 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    spool.stop_daemon("KILL");
+    std::thread::sleep(Duration::from_millis(1500));
+    spool.start_daemon();
+    spool.wait_count("done", 6, 40.0);
+    let ledger = fs::read_to_string(&ledger).unwrap();
+    let mut ids: Vec<&str> = ledger.lines().collect();
+    ids.sort();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!(before, 6, "each job ran to its end once: {ledger}");
+    assert_eq!(ids.len(), 6, "{ledger}");
+    assert!(spool.tasks("failed").is_empty());
+    for (_, dir) in spool.tasks("done").iter().filter_map(|n| spool.find(n)) {
+        assert!(!dir.join("run-2").exists(), "{} ran twice", dir.display());
+    }
+}
+
+#[test]
+fn sigterm_stops_the_daemon_but_not_the_jobs() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.submit("long.rad", &fake_job("long", "memory: 1G\n", "1G", 2.0));
+    spool.wait_for("the job to run", 10.0, || {
+        !spool.tasks("running").is_empty()
+    });
+    let status = spool.stop_daemon("TERM");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(spool.tasks("running").len(), 1, "the job is still running");
+    // The job ends while no daemon runs; the next daemon finishes it.
+    std::thread::sleep(Duration::from_millis(2500));
+    spool.start_daemon();
+    spool.wait_count("done", 1, 10.0);
+    assert!(
+        spool
+            .daemon_log()
+            .contains("ended while the daemon was away")
+    );
+}
+
+#[test]
+fn cancel_stops_running_and_waiting_tasks() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let long = spool.submit("long.rad", &fake_job("long", "memory: whole\n", "1G", 60.0));
+    let queued = spool.submit(
+        "queued.rad",
+        &fake_job("queued", "memory: whole\n", "1G", 60.0),
+    );
+    spool.wait_for("the long job to run", 10.0, || {
+        spool.tasks("running").len() == 1
+    });
+    let out = spool.carma().args(["cancel", &queued]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("cancelled"), "{}", stdout(&out));
+    let out = spool.carma().args(["cancel", &long]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(spool.tasks("failed").len(), 2);
+    for name in [&long, &queued] {
+        let (_, dir) = spool.find(name).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.join("reason")).unwrap().trim(),
+            "cancelled"
+        );
+    }
+    let (_, long_dir) = spool.find(&long).unwrap();
+    let exit = fs::read_to_string(long_dir.join("run-1/exit.json")).unwrap();
+    assert!(exit.contains("\"cancelled\": true"), "{exit}");
+    // Cancelling a finished task says so.
+    let out = spool.carma().args(["cancel", &long]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("already ended"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_two_gpu_job_gets_two_gpus() {
+    let mut spool = Spool::new("2x40GiB");
+    spool.start_daemon();
+    spool.submit(
+        "pair.rad",
+        &format!("name: pair\ngpus: 2\nmemory: 4G\necho gpus=$CARMA_GPUS visible=$CUDA_VISIBLE_DEVICES\n{CARMA} fake-train --mem 4G --secs 0.3\n"),
+    );
+    spool.wait_count("done", 1, 10.0);
+    let (_, dir) = spool.find("-pair").unwrap();
+    let out = fs::read_to_string(dir.join("run-1/stdout")).unwrap();
+    assert!(
+        out.starts_with("gpus=0,1 visible=0,1") || out.starts_with("gpus=1,0 visible=1,0"),
+        "{out}"
+    );
+}
+
+#[test]
+fn one_daemon_per_spool() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let out = spool
+        .carma()
+        .args(["daemon", "--simulate-gpus", "1x40GiB"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("already serves"), "{}", stderr(&out));
+}
+
+#[test]
+fn without_simulated_gpus_or_nvml_the_daemon_says_what_to_do() {
+    let spool = Spool::new("1x40GiB");
+    let out = spool.carma().args(["daemon"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("NVML") && err.contains("--simulate-gpus"),
+        "{err}"
+    );
+}
+
+#[test]
+fn status_shows_queues_and_gpus() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let name = spool.submit("s.rad", &fake_job("s", "memory: whole\n", "3G", 30.0));
+    spool.submit("t.rad", &fake_job("t", "memory: whole\n", "1G", 30.0));
+    spool.wait_for("the job to run", 10.0, || spool.tasks("running").len() == 1);
+    spool.wait_for("the status to show it", 10.0, || {
+        let out = spool.carma().args(["status", "--json"]).output().unwrap();
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        status["running"][0]["name"] == name.as_str()
+            && status["gpus"][0]["used_mib"] == 3072
+            && status["pending"].as_array().is_some_and(|p| p.len() == 1)
+            && status["daemon_running"] == true
+    });
+    let out = spool.carma().arg("status").output().unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains("running (1)") && text.contains(&name),
+        "{text}"
+    );
+    assert!(text.contains("head of queue"), "{text}");
+}
+
+#[test]
+fn sighup_reloads_the_configuration() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let config = fs::read_to_string(&spool.config).unwrap();
+    fs::write(
+        &spool.config,
+        format!("{config}\n[recovery]\nmax_retries = 5\n"),
+    )
+    .unwrap();
+    spool.signal_daemon("HUP");
+    spool.wait_for("the reload", 10.0, || {
+        spool
+            .daemon_log()
+            .contains("configuration reloaded: recovery")
+    });
+    // A broken file is refused and the old configuration kept.
+    fs::write(&spool.config, "[recovery]\nmax_retriez = 5\n").unwrap();
+    spool.signal_daemon("HUP");
+    spool.wait_for("the refusal", 10.0, || {
+        spool.daemon_log().contains("reload failed")
+    });
+    spool.signal_daemon("USR1");
+    spool.wait_for("the state dump", 10.0, || {
+        spool.daemon_log().contains("state: 0 running")
+    });
+}
