@@ -6,9 +6,11 @@
 //! `DESIGN.md` in the repository for the whole picture.
 //!
 //! The crate is split by concept: [`sched`] is the pure scheduling core,
-//! [`simulate`] drives it in virtual time, [`config`] holds every threshold.
+//! [`simulate`] drives it in virtual time, [`config`] holds every threshold,
+//! [`summary`] reads model summaries.
 
 pub mod config;
 pub mod sched;
 pub mod simulate;
 pub mod size;
+pub mod summary;
