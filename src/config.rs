@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::estimate;
 use crate::sched::{PlacementRules, RecoveryRules, Rules};
 use crate::simulate::Model;
 
@@ -27,6 +28,8 @@ pub struct Config {
     pub recovery: RecoveryRules,
     /// The GPU and workload model of `carma simulate`.
     pub simulate: Model,
+    /// The memory estimator chain.
+    pub estimate: estimate::Settings,
 }
 
 /// A configuration that cannot be used, with the file it came from.
@@ -85,7 +88,8 @@ impl Config {
 
     fn validate(&self) -> Result<(), String> {
         self.rules().validate()?;
-        self.simulate.validate()
+        self.simulate.validate()?;
+        self.estimate.validate()
     }
 }
 
@@ -136,5 +140,8 @@ mod tests {
         assert!(Config::from_override("t", "[placement]\nsmact_window_s = 0\n").is_err());
         assert!(Config::from_override("t", "[simulate]\nramp_s = -1\n").is_err());
         assert!(Config::from_override("t", "placement = [").is_err());
+        assert!(Config::from_override("t", "[estimate]\nquantile = 0\n").is_err());
+        assert!(Config::from_override("t", "[estimate]\norder = []\n").is_err());
+        assert!(Config::from_override("t", "[estimate]\norder = [\"oracle\"]\n").is_err());
     }
 }

@@ -7,9 +7,11 @@
 //!
 //! The crate is split by concept: [`sched`] is the pure scheduling core,
 //! [`simulate`] drives it in virtual time, [`config`] holds every threshold,
-//! [`summary`] reads model summaries.
+//! [`summary`] reads model summaries and [`estimate`] turns them into
+//! memory needs.
 
 pub mod config;
+pub mod estimate;
 pub mod sched;
 pub mod simulate;
 pub mod size;

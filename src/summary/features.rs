@@ -16,7 +16,7 @@
 //! depth counts every weight layer (linear and convolution; the data
 //! counts only convolutions for its CNNs, a constant offset of one).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The activation functions the training data uses, in the order of their
 /// (sin, cos) code: the code places them on a circle so that no function
@@ -154,7 +154,7 @@ fn activation_fn(name: &str) -> Option<ActivationFn> {
 
 /// A guess at what kind of network this is; it decides which estimators
 /// apply (the classifier has training data for MLPs and CNNs only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     Mlp,
