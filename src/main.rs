@@ -7,6 +7,9 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use carma::config::Config;
+use carma::estimate::{EstimatorKind, TrainParams};
+
+mod cli;
 
 /// Collocation-aware GPU job runner: shares GPUs between training jobs
 /// without out-of-memory crashes.
@@ -25,6 +28,45 @@ struct Cli {
 enum Command {
     /// Print the built-in default configuration (every key, commented).
     Config,
+    /// Estimate a job's GPU memory from its `.rad` file or a model summary.
+    Estimate {
+        /// A `.rad` job file, or a model summary (torchsummary, torchinfo
+        /// or annotated module print).
+        input: PathBuf,
+        /// Batch size (required for a bare summary without one).
+        #[arg(long)]
+        batch_size: Option<u64>,
+        /// Estimators to ask, in order, instead of the configured chain
+        /// (e.g. `ensemble,analytic`).
+        #[arg(long, value_delimiter = ',')]
+        estimators: Option<Vec<EstimatorKind>>,
+        /// Print JSON (`mib`, `source`, `bucket`, `features`, ...).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Train the memory-estimator ensembles on the GPUMemNet data, or
+    /// cross-validate them.
+    Train {
+        /// Directory with mlp_data.csv and cnn_data.csv.
+        #[arg(long)]
+        data: PathBuf,
+        /// Write the models (memory-ensemble.json) into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Cross-validate with this many stratified folds and print the
+        /// scores.
+        #[arg(long)]
+        cv: Option<usize>,
+        /// Print cross-validation scores as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Seed of every random choice (bootstrap samples, folds).
+        #[arg(long, default_value_t = TrainParams::default().seed)]
+        seed: u64,
+        /// Trees per ensemble.
+        #[arg(long, default_value_t = TrainParams::default().trees)]
+        trees: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -44,6 +86,46 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Config => {
             Config::load(cli.config.as_deref())?;
             print!("{}", carma::config::DEFAULT_TOML);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Estimate {
+            input,
+            batch_size,
+            estimators,
+            json,
+        } => {
+            let config = Config::load(cli.config.as_deref())?;
+            let args = cli::estimate::EstimateArgs {
+                input,
+                batch_size,
+                estimators,
+                json,
+            };
+            cli::estimate::run(&args, &config.estimate)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Train {
+            data,
+            out,
+            cv,
+            json,
+            seed,
+            trees,
+        } => {
+            let config = Config::load(cli.config.as_deref())?;
+            let args = cli::train::TrainArgs {
+                data,
+                out,
+                cv,
+                json,
+                params: TrainParams {
+                    trees,
+                    seed,
+                    ..TrainParams::default()
+                },
+                quantile: config.estimate.quantile,
+            };
+            cli::train::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
     }

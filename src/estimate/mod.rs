@@ -195,9 +195,14 @@ pub struct Estimate {
 impl Estimate {
     /// One line for logs: what, from where.
     pub fn describe(&self) -> String {
+        // Exact MiB: bucket edges and history peaks are MiB figures.
+        let need = match self.need {
+            Need::Mib(mib) => format!("{mib} MiB ({})", self.need),
+            other => other.to_string(),
+        };
         let mut text = match self.source {
-            Some(source) => format!("{} from {source}", self.need),
-            None => format!("{} (no estimator answered)", self.need),
+            Some(source) => format!("{need} from {source}"),
+            None => format!("{need} (no estimator answered)"),
         };
         if let Some(b) = &self.bucket {
             text.push_str(&format!(" (bucket {} MiB at q = {})", b.range, b.quantile));
