@@ -93,12 +93,26 @@ impl LayerKind {
     /// `BatchNormAct2d`, `GELUActivation`) or a GPUMemNet data label
     /// (`batch_normalization`, `adaptive_avg_pool2d`).
     pub fn classify(type_name: &str) -> LayerKind {
-        let name: String = type_name
-            .chars()
-            .filter(|c| *c != '_')
-            .flat_map(char::to_lowercase)
-            .collect();
-        let name = name.as_str();
+        // Lower-cased without underscores, in a stack buffer: this runs
+        // once per summary row and should not allocate. Class names are
+        // ASCII; longer or other names take the allocating path.
+        let mut buffer = [0u8; 64];
+        let mut len = 0;
+        let owned: String;
+        let name = if type_name.is_ascii() && type_name.len() <= buffer.len() {
+            for b in type_name.bytes().filter(|b| *b != b'_') {
+                buffer[len] = b.to_ascii_lowercase();
+                len += 1;
+            }
+            std::str::from_utf8(&buffer[..len]).unwrap_or("")
+        } else {
+            owned = type_name
+                .chars()
+                .filter(|c| *c != '_')
+                .flat_map(char::to_lowercase)
+                .collect();
+            owned.as_str()
+        };
         let has = |s: &str| name.contains(s);
         if has("batchnorm") {
             LayerKind::BatchNorm

@@ -21,9 +21,8 @@ use nom::{
     IResult, Parser,
     bytes::complete::tag,
     character::complete::{char, digit1, space0},
-    combinator::{opt, recognize},
-    multi::{many0, separated_list1},
-    sequence::{pair, preceded},
+    combinator::opt,
+    multi::separated_list1,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -116,34 +115,32 @@ pub fn hex_digest(bytes: &[u8]) -> String {
 }
 
 fn detect(text: &str) -> Result<Format, SummaryError> {
-    let mut first = None;
-    for (i, line) in text.lines().enumerate() {
-        let t = line.trim();
+    let Some((number, first)) = numbered(text).find(|(_, l)| !l.trim().is_empty()) else {
+        return Err(SummaryError {
+            line: 1,
+            column: 1,
+            message: "empty summary".into(),
+        });
+    };
+    if module_print::is_root_line(first) {
+        return Ok(Format::ModulePrint);
+    }
+    for line in text.lines() {
+        let t = line.trim_start();
         if t.starts_with("Layer (type:depth-idx)") {
             return Ok(Format::Torchinfo);
         }
         if t.starts_with("Layer (type)") {
             return Ok(Format::Torchsummary);
         }
-        if first.is_none() && !t.is_empty() {
-            first = Some((i + 1, line));
-        }
     }
-    match first {
-        Some((_, line)) if module_print::is_root_line(line) => Ok(Format::ModulePrint),
-        Some((number, line)) => Err(SummaryError::at(
-            number,
-            line,
-            line.trim_start(),
-            "unknown summary format: expected a torchsummary table (`Layer (type)`), a torchinfo \
-             tree (`Layer (type:depth-idx)`) or a module print (`Model(`)",
-        )),
-        None => Err(SummaryError {
-            line: 1,
-            column: 1,
-            message: "empty summary".into(),
-        }),
-    }
+    Err(SummaryError::at(
+        number,
+        first,
+        first.trim_start(),
+        "unknown summary format: expected a torchsummary table (`Layer (type)`), a torchinfo \
+         tree (`Layer (type:depth-idx)`) or a module print (`Model(`)",
+    ))
 }
 
 /// Lines of `text`, numbered from 1.
@@ -157,23 +154,30 @@ fn is_rule(line: &str) -> bool {
     t.len() >= 3 && (t.chars().all(|c| c == '=') || t.chars().all(|c| c == '-'))
 }
 
-/// A count as summaries print it: `1,179,776` or `320`.
+/// A count as summaries print it: `1,179,776` or `320`. Hand-written
+/// rather than combined from nom parts: it runs several times per row and
+/// must not allocate (parsing the largest summary has a time budget).
 fn count(input: &str) -> IResult<&str, u64> {
-    let (rest, digits) =
-        recognize(pair(digit1, many0(preceded(char(','), digit1)))).parse(input)?;
-    let value = digits
-        .chars()
-        .filter(char::is_ascii_digit)
-        .try_fold(0u64, |acc, c| {
-            acc.checked_mul(10)?.checked_add(u64::from(c as u8 - b'0'))
-        });
-    match value {
-        Some(v) => Ok((rest, v)),
-        None => Err(nom::Err::Error(nom::error::Error::new(
-            input,
-            nom::error::ErrorKind::TooLarge,
-        ))),
+    let bytes = input.as_bytes();
+    let fail = |kind| nom::Err::Error(nom::error::Error::new(input, kind));
+    if !bytes.first().is_some_and(u8::is_ascii_digit) {
+        return Err(fail(nom::error::ErrorKind::Digit));
     }
+    let mut value = 0u64;
+    let mut end = 0;
+    while end < bytes.len() {
+        let b = bytes[end];
+        if b.is_ascii_digit() {
+            value = value
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(b - b'0')))
+                .ok_or_else(|| fail(nom::error::ErrorKind::TooLarge))?;
+        } else if !(b == b',' && bytes.get(end + 1).is_some_and(u8::is_ascii_digit)) {
+            break;
+        }
+        end += 1;
+    }
+    Ok((&input[end..], value))
 }
 
 /// A signed dimension: `-1` (any batch) or a count.
