@@ -369,10 +369,7 @@ impl FamilyEnsemble {
 }
 
 /// Feature matrix and bucket labels of examples.
-fn matrix(
-    examples: &[Example],
-    buckets: &Buckets,
-) -> Result<(Array2<f64>, Array1<usize>), String> {
+fn matrix(examples: &[Example], buckets: &Buckets) -> Result<(Array2<f64>, Array1<usize>), String> {
     let mut flat = Vec::with_capacity(examples.len() * FEATURE_NAMES.len());
     let mut labels = Vec::with_capacity(examples.len());
     for e in examples {
