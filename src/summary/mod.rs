@@ -2,9 +2,9 @@
 //! network, read into [`ModelFeatures`].
 //!
 //! Three formats occur in practice and are told apart by their header:
-//! `torchsummary` tables ([`torchsummary`]), `torchinfo` trees
-//! ([`torchinfo`]) and PyTorch module prints annotated with parameter
-//! counts, as Hugging Face models are commonly dumped ([`module_print`]).
+//! `torchsummary` tables, `torchinfo` trees and PyTorch module prints
+//! annotated with parameter counts, as Hugging Face models are commonly
+//! dumped (one private module each).
 //! Parsers take `&str`, never a path, and never panic: anything they cannot
 //! read is a [`SummaryError`] with the line and column where reading
 //! stopped. Free text after a summary's footer (people add notes) is

@@ -187,6 +187,15 @@ fn torchinfo_rows_need_the_header_columns() {
 }
 
 #[test]
+fn a_torchinfo_header_starting_with_a_known_title_is_refused() {
+    let e = error_of("Layer (type:depth-idx)\n====\n");
+    assert!(e.message.contains("Output Shape"), "{e}");
+    let e =
+        error_of("Output Shape   Layer (type:depth-idx)   Param #\n====\nNet   [1]   --\n====\n");
+    assert_eq!(e.line, 1, "{e}");
+}
+
+#[test]
 fn unclosed_module_print_says_what_is_open() {
     let e = error_of(
         "Net(\n  (body): Sequential(\n    (fc): Linear(in_features=2, out_features=2, bias=True), 6 params\n",
@@ -206,12 +215,19 @@ fn huge_numbers_are_errors_not_panics() {
 #[test]
 fn no_input_panics() {
     // Every prefix of every real summary either parses or is an error.
+    // So does every text with one character replaced by something odd.
     for name in ["mnist_cnn_64.model", "dlrm.model", "xlnet_base_cased.model"] {
         let text = workload(name);
         for cut in (0..text.len()).step_by(97) {
             if text.is_char_boundary(cut) {
                 let _ = Summary::parse(&text[..cut]);
             }
+        }
+        let chars: Vec<char> = text.chars().collect();
+        for (k, at) in (0..chars.len()).step_by(31).enumerate() {
+            let mut mutated = chars.clone();
+            mutated[at] = ['(', ')', '[', ']', ',', '-', '9', '\n', 'é', ':'][k % 10];
+            let _ = Summary::parse(&mutated.iter().collect::<String>());
         }
     }
 }

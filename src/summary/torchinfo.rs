@@ -107,7 +107,9 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
         titles
             .iter()
             .position(|t| *t == title)
-            .map(|p| p - 1)
+            // Cells are counted after the name column; a header whose
+            // first column bears the title is malformed.
+            .and_then(|p| p.checked_sub(1))
             .ok_or_else(|| {
                 SummaryError::at(
                     header_no,
