@@ -12,6 +12,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::daemon::DaemonConfig;
+use crate::estimate;
 use crate::oom::OomRules;
 use crate::sched::{PlacementRules, RecoveryRules, Rules};
 use crate::simulate::Model;
@@ -33,6 +34,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// How an OOM crash is recognised.
     pub oom: OomRules,
+    /// The memory estimator chain.
+    pub estimate: estimate::Settings,
 }
 
 /// A configuration that cannot be used, with the file it came from.
@@ -92,7 +95,8 @@ impl Config {
     fn validate(&self) -> Result<(), String> {
         self.rules().validate()?;
         self.simulate.validate()?;
-        self.daemon.validate()
+        self.daemon.validate()?;
+        self.estimate.validate()
     }
 }
 
@@ -147,5 +151,8 @@ mod tests {
         assert!(Config::from_override("t", "[placement]\nsmact_window_s = 0\n").is_err());
         assert!(Config::from_override("t", "[simulate]\nramp_s = -1\n").is_err());
         assert!(Config::from_override("t", "placement = [").is_err());
+        assert!(Config::from_override("t", "[estimate]\nquantile = 0\n").is_err());
+        assert!(Config::from_override("t", "[estimate]\norder = []\n").is_err());
+        assert!(Config::from_override("t", "[estimate]\norder = [\"oracle\"]\n").is_err());
     }
 }

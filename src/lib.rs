@@ -8,10 +8,12 @@
 //! The crate is split by concept: [`sched`] is the pure scheduling core,
 //! [`simulate`] drives it in virtual time, [`config`] holds every threshold,
 //! [`rad`] reads job files, [`gpu`] reads GPUs (real or simulated),
-//! [`procfs`] names processes by pid and start time.
+//! [`procfs`] names processes by pid and start time, [`summary`] reads
+//! model summaries and [`estimate`] turns them into memory needs.
 
 pub mod config;
 pub mod daemon;
+pub mod estimate;
 pub mod gpu;
 pub mod oom;
 pub mod procfs;
@@ -21,4 +23,5 @@ pub mod sched;
 pub mod simulate;
 pub mod size;
 pub mod spool;
+pub mod summary;
 pub mod supervisor;

@@ -59,6 +59,11 @@ enum Command {
     /// Turn a trace into fake-train job files and print a staggered
     /// submission script.
     Replay(commands::replay::Args),
+    /// Estimate a job's GPU memory from its `.rad` file or a model summary.
+    Estimate(commands::estimate::Args),
+    /// Train the memory-estimator ensembles on the GPUMemNet data, or
+    /// cross-validate them.
+    Train(commands::train::Args),
     /// Run one job under supervision (started by the daemon).
     #[command(hide = true)]
     Supervise(commands::supervise::Args),
@@ -92,6 +97,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Cancel(args) => commands::cancel::run(cli.config.as_deref(), args),
         Command::Report(args) => commands::report::run(cli.config.as_deref(), args),
         Command::Replay(args) => commands::replay::run(args),
+        Command::Estimate(args) => commands::estimate::run(cli.config.as_deref(), args),
+        Command::Train(args) => commands::train::run(cli.config.as_deref(), args),
         Command::Supervise(args) => commands::supervise::run(args),
     }
 }

@@ -280,3 +280,29 @@ fn sighup_reloads_the_configuration() {
         spool.daemon_log().contains("state: 0 running")
     });
 }
+
+#[test]
+fn a_job_that_ran_before_is_estimated_from_its_history() {
+    // No declaration, no summary: the first run asks for a whole GPU. The
+    // daemon sees it use 3 GiB; the same job submitted again is estimated
+    // from that peak plus the history margin (5%, at least 256 MiB).
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let job = format!("name: again\n{CARMA} fake-train --mem 3G --secs 0.6\n");
+    let first = spool.submit("again.rad", &job);
+    spool.wait_count("done", 1, 10.0);
+    let second = spool.submit("again.rad", &job);
+    spool.wait_count("done", 2, 10.0);
+    let estimate = |name: &str| -> serde_json::Value {
+        let (_, dir) = spool.find(name).unwrap();
+        let record: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join("task.json")).unwrap()).unwrap();
+        record["estimate"].clone()
+    };
+    assert_eq!(estimate(&first)["source"], "whole-gpu");
+    assert_eq!(estimate(&second)["source"], "history");
+    assert_eq!(estimate(&second)["need"], 3072 + 256);
+    let (_, dir) = spool.find(&first).unwrap();
+    let exit = fs::read_to_string(dir.join("run-1/exit.json")).unwrap();
+    assert!(exit.contains("\"peak_mib\": 3072"), "{exit}");
+}

@@ -3,6 +3,7 @@
 pub mod cancel;
 pub mod check;
 pub mod daemon;
+pub mod estimate;
 pub mod fake_train;
 pub mod replay;
 pub mod report;
@@ -11,3 +12,4 @@ pub mod spool_arg;
 pub mod status;
 pub mod submit;
 pub mod supervise;
+pub mod train;

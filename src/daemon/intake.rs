@@ -15,6 +15,7 @@ use nix::unistd::{Uid, User};
 
 use super::watch::Change;
 use super::{Daemon, Task};
+use crate::estimate::EstimateInput;
 use crate::rad::{self, PolicyHint, TaskSpec};
 use crate::sched::{Demand, Event, Need};
 use crate::spool::record::{EstimateNote, RunAs, TaskRecord, unix_now, write_json};
@@ -141,12 +142,10 @@ impl Daemon {
                         demand: task.demand.clone(),
                     },
                 };
-                let estimate = task.record.estimate.as_ref();
                 log::info!(
-                    "{name}: queued in {state} ({} GPU(s), estimate {} from {})",
+                    "{name}: queued in {state} ({} GPU(s), {} each)",
                     task.demand.gpus,
-                    estimate.map_or(Need::Unknown, |e| e.need),
-                    estimate.map_or("none", |e| e.source.as_str())
+                    task.demand.need
                 );
                 self.tasks.insert(name.seq(), task);
                 self.events.push(event);
@@ -176,11 +175,26 @@ impl Daemon {
         }
         let spec = rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &dir))?;
         let (run_as, user) = self.run_as(meta.uid())?;
+        let input = EstimateInput::from_spec(&spec, &dir).unwrap_or_else(|e| {
+            log::warn!(
+                "{name}: estimating without the model summary: {}",
+                relative(&e, &dir)
+            );
+            EstimateInput::from_spec(
+                &TaskSpec {
+                    model: None,
+                    ..spec.clone()
+                },
+                &dir,
+            )
+            .unwrap_or_default()
+        });
         if record.estimate.is_none() {
-            let (need, source) = estimate(&spec);
+            let estimate = self.chain.estimate(&input);
+            log::info!("{name}: estimate {}", estimate.describe());
             record.estimate = Some(EstimateNote {
-                need,
-                source: source.to_string(),
+                need: estimate.need,
+                source: estimate.source.map_or("none", |s| s.name()).to_string(),
             });
         }
         let demand = Demand {
@@ -204,6 +218,7 @@ impl Daemon {
             adopted: false,
             since: 0.0,
             peak_mib: 0,
+            fingerprint: input.fingerprint(),
         })
     }
 
@@ -376,14 +391,6 @@ impl Daemon {
                 }
             }
         }
-    }
-}
-
-/// The estimate placement uses: the `.rad`'s own declaration, or none.
-fn estimate(spec: &TaskSpec) -> (Need, &'static str) {
-    match spec.memory {
-        Some(need) => (need, "declared"),
-        None => (Need::Unknown, "none"),
     }
 }
 

@@ -41,6 +41,7 @@ use anyhow::{Context, Result};
 pub use config::DaemonConfig;
 
 use crate::config::Config;
+use crate::estimate::{Chain, Fingerprint};
 use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
 use crate::procfs::ProcessId;
 use crate::rad::TaskSpec;
@@ -98,6 +99,8 @@ struct Task {
     since: f64,
     /// Most memory seen on one GPU during the current run, MiB.
     peak_mib: u64,
+    /// The job's identity in the estimators' history.
+    fingerprint: Fingerprint,
 }
 
 /// The loop's state. Fields are documented where they are not obvious.
@@ -106,6 +109,8 @@ struct Daemon {
     config: Config,
     config_path: Option<PathBuf>,
     core: Scheduler,
+    /// The memory estimators, with the models loaded once.
+    chain: Chain,
     /// The core's time zero.
     origin: Instant,
     tasks: HashMap<u64, Task>,
@@ -149,8 +154,10 @@ pub fn run(options: Options) -> Result<()> {
     let config = options.config;
     let interval_ms = Arc::new(AtomicU64::new(interval_ms(&config)));
     let sizes: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
+    let chain = Chain::new(&config.estimate.for_spool(spool.root()));
     let mut daemon = Daemon {
         core: Scheduler::new(config.rules(), &sizes),
+        chain,
         spool,
         config,
         config_path: options.config_path,
@@ -397,6 +404,10 @@ impl Daemon {
         }
         if old.oom != config.oom {
             changed.push("oom signatures".to_string());
+        }
+        if old.estimate != config.estimate {
+            changed.push(format!("estimate ({:?})", config.estimate.order));
+            self.chain = Chain::new(&config.estimate.for_spool(self.spool.root()));
         }
         if old.simulate != config.simulate {
             changed.push("simulate (not used by the daemon)".to_string());

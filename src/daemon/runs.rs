@@ -245,6 +245,21 @@ impl Daemon {
             });
         }
         let moved = written.and_then(|()| self.spool.move_task(&name, task.state, to));
+        if to == State::Done && task.peak_mib > 0 {
+            match self
+                .chain
+                .history()
+                .record(&task.fingerprint, task.peak_mib)
+            {
+                Ok(r) => log::info!(
+                    "{name}: history: peak {} MiB (largest of {} runs: {} MiB)",
+                    task.peak_mib,
+                    r.runs,
+                    r.max_peak_mib
+                ),
+                Err(e) => log::warn!("{name}: cannot record its peak in the history: {e}"),
+            }
+        }
         match (&moved, &reason) {
             (Err(e), _) => log::error!("{name}: cannot move to {to}/: {e}"),
             (Ok(()), None) => log::info!(

@@ -1,0 +1,160 @@
+//! `carma train`: trains the memory-estimator ensembles on the GPUMemNet
+//! data and writes the model file, or cross-validates them.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use carma::config::Config;
+use carma::estimate::cross_validation::{self, Report};
+use carma::estimate::dataset::{self, LoadReport};
+use carma::estimate::ensemble::{MODEL_FILE, MODEL_FORMAT};
+use carma::estimate::{Buckets, Ensemble, FamilyEnsemble, TrainParams};
+use carma::summary::Family;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Directory with mlp_data.csv and cnn_data.csv.
+    #[arg(long)]
+    data: PathBuf,
+    /// Write the models (memory-ensemble.json) into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Cross-validate with this many stratified folds and print the
+    /// scores.
+    #[arg(long)]
+    cv: Option<usize>,
+    /// Print cross-validation scores as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Seed of every random choice (bootstrap samples, folds).
+    #[arg(long, default_value_t = TrainParams::default().seed)]
+    seed: u64,
+    /// Trees per ensemble.
+    #[arg(long, default_value_t = TrainParams::default().trees)]
+    trees: usize,
+}
+
+const FAMILIES: [Family; 2] = [Family::Mlp, Family::Cnn];
+
+pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
+    let quantile = Config::load(config_path)?.estimate.quantile;
+    let params = TrainParams {
+        trees: args.trees,
+        seed: args.seed,
+        ..TrainParams::default()
+    };
+    if args.out.is_none() && args.cv.is_none() {
+        bail!("nothing to do: give --out DIR to write models, --cv K to cross-validate, or both");
+    }
+    let mut loaded = Vec::new();
+    for family in FAMILIES {
+        let (examples, report) = dataset::load(&args.data, family)?;
+        log::info!(
+            "{family}: {} rows read, {} used ({} of left-out shapes, {} broken, {} OOM crashes as {} MiB)",
+            report.rows_read,
+            report.rows_used,
+            report.left_out_shapes,
+            report.broken,
+            report.oom_crash,
+            dataset::OOM_CRASH_MIB
+        );
+        let buckets = Buckets::of(family).context("a family without buckets")?;
+        loaded.push((family, buckets, examples, report));
+    }
+    if let Some(folds) = args.cv {
+        let mut reports = Vec::new();
+        for (family, buckets, examples, load) in &loaded {
+            let report = cross_validation::cross_validate(
+                *family, buckets, examples, &params, folds, quantile,
+            )
+            .map_err(anyhow::Error::msg)?;
+            reports.push((report, load.clone()));
+        }
+        print_reports(&reports, &params, args.json)?;
+    }
+    if let Some(out) = &args.out {
+        let families = loaded
+            .iter()
+            .map(|(family, buckets, examples, _)| {
+                FamilyEnsemble::train(*family, buckets.clone(), examples, &params)
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(anyhow::Error::msg)?;
+        let ensemble = Ensemble {
+            format: MODEL_FORMAT,
+            params,
+            families,
+        };
+        let path = write_models(out, &ensemble)?;
+        log::info!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_models(out: &Path, ensemble: &Ensemble) -> Result<PathBuf> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let path = out.join(MODEL_FILE);
+    let mut text = ensemble.to_json().map_err(anyhow::Error::msg)?;
+    text.push('\n');
+    carma::spool::write_durable(&path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+fn print_reports(reports: &[(Report, LoadReport)], params: &TrainParams, json: bool) -> Result<()> {
+    if json {
+        let families: serde_json::Map<String, serde_json::Value> = reports
+            .iter()
+            .map(|(r, load)| {
+                let mut value = serde_json::to_value(r)?;
+                if let Some(map) = value.as_object_mut() {
+                    map.insert("data".into(), serde_json::to_value(load)?);
+                }
+                Ok((r.family.to_string(), value))
+            })
+            .collect::<Result<_, serde_json::Error>>()?;
+        let out = json!({ "params": params, "families": families });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    for (r, load) in reports {
+        let c = &r.configured;
+        println!(
+            "{}: {} rows ({} read, {} left-out shapes, {} broken), {}-fold stratified CV, {} trees, seed {}",
+            r.family,
+            r.rows,
+            load.rows_read,
+            load.left_out_shapes,
+            load.broken,
+            r.folds,
+            params.trees,
+            params.seed
+        );
+        println!(
+            "  q = {}: accuracy {:.4}, below true {:.2}%, above true {:.2}%",
+            c.quantile,
+            c.accuracy,
+            100.0 * c.below,
+            100.0 * c.above
+        );
+        println!("  confusion (rows: true bucket, columns: predicted):");
+        for (label, row) in r.buckets.iter().zip(&c.confusion) {
+            let cells: Vec<String> = row.iter().map(|n| format!("{n:>5}")).collect();
+            println!("    {label:>16} {}", cells.join(""));
+        }
+        println!("  trade-off:");
+        for s in &r.sweep {
+            println!(
+                "    q = {:<4} accuracy {:.4}  below {:>5.2}%  above {:>5.2}%",
+                s.quantile,
+                s.accuracy,
+                100.0 * s.below,
+                100.0 * s.above
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,461 @@
+//! The classifier ensemble: bagged `linfa` decision trees that map a
+//! model's features to a memory bucket, one ensemble per family (MLP, CNN).
+//!
+//! Why buckets: memory grows in allocator-sized steps and the published
+//! GPUMemNet work found classification into buckets more reliable than
+//! regression; the upper edge of the chosen bucket is the estimate. Why
+//! bagged trees: they need no feature scaling, train in seconds, and their
+//! votes give a distribution over buckets, which the conservative decision
+//! rule needs: the answer is the smallest bucket whose cumulative vote
+//! share reaches `q`, so raising `q` trades accuracy for fewer
+//! underestimates (the costly error: an OOM crash and a re-run).
+//!
+//! The bagging is `linfa-ensemble`'s `EnsembleLearner` (a bootstrap sample
+//! of rows and a random multiset of feature columns per tree); the base
+//! learner is carma's deterministic CART ([`super::flat_tree`] says why
+//! not linfa-trees'). The learner itself cannot be serialised; its trees
+//! are stored as [`FlatTree`]s over the full feature vector.
+
+use linfa::prelude::*;
+use linfa_ensemble::EnsembleLearnerParams;
+use ndarray::{Array1, Array2};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rand_xoshiro::rand_core::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use super::dataset::Example;
+use super::flat_tree::{FlatTree, TreeParams};
+use crate::sched::Need;
+use crate::summary::{Family, ModelFeatures};
+
+/// The features the trees see, by name, in vector order.
+pub const FEATURE_NAMES: [&str; 15] = [
+    "depth",
+    "batch_size",
+    "params",
+    "activations_per_sample",
+    "batch_norm_layers",
+    "dropout_layers",
+    "activation_fn_sin",
+    "activation_fn_cos",
+    "activations_x_batch",
+    "adam_fp32_mib",
+    "conv_layers",
+    "conv_activations_x_batch",
+    "batch_norm_activations_x_batch",
+    "activation_fn_activations_x_batch",
+    "dropout_activations_x_batch",
+];
+
+/// Features that measure size: an input above the training data's largest
+/// value of one of these is outside what the trees learnt.
+const SIZE_FEATURES: [usize; 5] = [1, 2, 3, 8, 9];
+
+/// A feature vector.
+pub type FeatureVector = [f64; FEATURE_NAMES.len()];
+
+/// The feature vector of a model run with `batch_size`: GPUMemNet's
+/// features (depth, batch, parameters, activations, layer counts, the
+/// activation function's circle code) plus products that describe memory
+/// directly: activations x batch, a first-principles FP32/Adam size
+/// (16 bytes per parameter, 4 per activation) and activations x batch per
+/// layer kind, because each kind keeps a different share of its output for
+/// the backward pass. Trees split on single features, so such products are
+/// what lets them follow a boundary that is a sum of terms.
+///
+/// `None` when the summary gives no activation counts (module prints).
+pub fn feature_vector(f: &ModelFeatures, batch_size: u64) -> Option<FeatureVector> {
+    let activations = f.activations_per_sample? as f64;
+    let b = batch_size as f64;
+    let (sin, cos) = f.activation_fn.map_or((0.0, 0.0), |a| a.circle_code());
+    let by = &f.activations_by_kind;
+    let mib = (1u64 << 20) as f64;
+    Some([
+        f64::from(f.depth),
+        b,
+        f.params_total as f64,
+        activations,
+        f64::from(f.layers.batch_norm),
+        f64::from(f.layers.dropout),
+        sin,
+        cos,
+        activations * b,
+        (16.0 * f.params_total as f64 + 4.0 * activations * b) / mib,
+        f64::from(f.layers.conv),
+        by.conv as f64 * b,
+        by.batch_norm as f64 * b,
+        by.activation as f64 * b,
+        by.dropout as f64 * b,
+    ])
+}
+
+/// Memory buckets: `upper_edges[i]` is the upper edge of bucket `i`; one
+/// more bucket lies above the last edge and means "a whole GPU".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Buckets {
+    pub upper_edges: Vec<u64>,
+    /// Whether a bucket includes its upper edge: `(a, b]` when true,
+    /// `[a, b)` when false.
+    pub upper_inclusive: bool,
+}
+
+impl Buckets {
+    /// The published MLP buckets: (1000,2000], ..., (4000,5000], >5000.
+    pub fn mlp() -> Buckets {
+        Buckets {
+            upper_edges: vec![2000, 3000, 4000, 5000],
+            upper_inclusive: true,
+        }
+    }
+
+    /// The published CNN buckets: [0,8000), ..., [32000,40000),
+    /// [40000,50000) (the last also holds the OOM crashes).
+    pub fn cnn() -> Buckets {
+        Buckets {
+            upper_edges: vec![8000, 16000, 24000, 32000, 40000],
+            upper_inclusive: false,
+        }
+    }
+
+    /// The buckets of a family with training data.
+    pub fn of(family: Family) -> Option<Buckets> {
+        match family {
+            Family::Mlp => Some(Buckets::mlp()),
+            Family::Cnn => Some(Buckets::cnn()),
+            Family::Transformer | Family::Other => None,
+        }
+    }
+
+    /// Number of buckets.
+    pub fn len(&self) -> usize {
+        self.upper_edges.len() + 1
+    }
+
+    /// Always false: there is at least the bucket above the last edge.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The bucket a measured peak falls in.
+    pub fn of_mib(&self, mib: u64) -> usize {
+        self.upper_edges
+            .iter()
+            .position(|&edge| {
+                if self.upper_inclusive {
+                    mib <= edge
+                } else {
+                    mib < edge
+                }
+            })
+            .unwrap_or(self.upper_edges.len())
+    }
+
+    /// The need a bucket stands for: its upper edge, or a whole GPU for
+    /// the open bucket at the top.
+    pub fn need(&self, bucket: usize) -> Need {
+        self.upper_edges
+            .get(bucket)
+            .map_or(Need::WholeGpu, |&edge| Need::Mib(edge))
+    }
+
+    /// The bucket written as a range, for people: `(2000, 3000]`.
+    pub fn label(&self, bucket: usize) -> String {
+        let lower = bucket
+            .checked_sub(1)
+            .and_then(|b| self.upper_edges.get(b))
+            .copied()
+            .unwrap_or(0);
+        match (self.upper_edges.get(bucket), self.upper_inclusive) {
+            (Some(upper), true) => format!("({lower}, {upper}]"),
+            (Some(upper), false) => format!("[{lower}, {upper})"),
+            (None, true) => format!(">{lower}"),
+            (None, false) => format!(">={lower}"),
+        }
+    }
+}
+
+/// How an ensemble is trained; part of what makes training reproducible.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TrainParams {
+    pub trees: usize,
+    pub seed: u64,
+    /// Share of features drawn (with replacement) for each tree.
+    pub feature_proportion: f64,
+}
+
+impl Default for TrainParams {
+    fn default() -> TrainParams {
+        TrainParams {
+            trees: 100,
+            seed: 20_240_601,
+            feature_proportion: 1.0,
+        }
+    }
+}
+
+/// A trained ensemble for one family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FamilyEnsemble {
+    pub family: Family,
+    pub buckets: Buckets,
+    /// Feature names at training time; loading checks them against
+    /// [`FEATURE_NAMES`] so a model never meets vectors it was not made for.
+    pub feature_names: Vec<String>,
+    /// Largest value of each feature in the training data.
+    pub feature_max: Vec<f64>,
+    pub trees: Vec<FlatTree>,
+}
+
+/// A bucket chosen by the decision rule, with the votes behind it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BucketAnswer {
+    pub index: usize,
+    /// The bucket as a range of MiB.
+    pub range: String,
+    /// Vote share of each bucket.
+    pub shares: Vec<f64>,
+    /// The `q` of the decision rule.
+    pub quantile: f64,
+}
+
+/// Why the ensemble has no answer for an input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decline {
+    NoActivations,
+    OutsideTraining {
+        feature: &'static str,
+        value: f64,
+        max: f64,
+    },
+}
+
+impl std::fmt::Display for Decline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Decline::NoActivations => f.write_str("the summary gives no activation counts"),
+            Decline::OutsideTraining {
+                feature,
+                value,
+                max,
+            } => write!(
+                f,
+                "{feature} = {value} is above the largest in the training data ({max})"
+            ),
+        }
+    }
+}
+
+/// The smallest bucket whose cumulative share reaches `q`.
+pub fn conservative_bucket(shares: &[f64], q: f64) -> usize {
+    let mut cumulative = 0.0;
+    for (bucket, share) in shares.iter().enumerate() {
+        cumulative += share;
+        // Shares are multiples of 1/trees; the tolerance keeps q = 0.7 with
+        // 70 of 100 votes from failing on rounding.
+        if cumulative + 1e-9 >= q {
+            return bucket;
+        }
+    }
+    shares.len().saturating_sub(1)
+}
+
+impl FamilyEnsemble {
+    /// Trains on `examples` with `params`. Deterministic: the same
+    /// examples and parameters give the same trees.
+    pub fn train(
+        family: Family,
+        buckets: Buckets,
+        examples: &[Example],
+        params: &TrainParams,
+    ) -> Result<FamilyEnsemble, String> {
+        let (records, targets) = matrix(examples, &buckets)?;
+        let feature_max = records
+            .columns()
+            .into_iter()
+            .map(|c| c.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+            .collect();
+        let dataset = Dataset::new(records, targets);
+        let rng = Xoshiro256PlusPlus::seed_from_u64(params.seed);
+        let tree = TreeParams {
+            classes: buckets.len(),
+        };
+        let fitted = EnsembleLearnerParams::new_fixed_rng(tree, rng)
+            .ensemble_size(params.trees)
+            .bootstrap_proportion(1.0)
+            .feature_proportion(params.feature_proportion)
+            .fit(&dataset)
+            .map_err(|e| format!("training the {family} ensemble: {e}"))?;
+        let trees = fitted
+            .models
+            .into_iter()
+            .zip(&fitted.model_features)
+            .map(|(tree, columns)| tree.over_columns(columns))
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(FamilyEnsemble {
+            family,
+            buckets,
+            feature_names: FEATURE_NAMES.iter().map(|s| s.to_string()).collect(),
+            feature_max,
+            trees,
+        })
+    }
+
+    /// Checks a loaded model for what would break prediction.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.feature_names != FEATURE_NAMES {
+            return Err(format!(
+                "the {} model was trained on other features ({}); retrain it with `carma train`",
+                self.family,
+                self.feature_names.join(", ")
+            ));
+        }
+        if self.trees.is_empty() {
+            return Err(format!("the {} model has no trees", self.family));
+        }
+        if self.feature_max.len() != FEATURE_NAMES.len() {
+            return Err(format!(
+                "the {} model lacks its feature ranges",
+                self.family
+            ));
+        }
+        for (i, tree) in self.trees.iter().enumerate() {
+            tree.validate(FEATURE_NAMES.len(), self.buckets.len())
+                .map_err(|e| format!("the {} model's tree {i}: {e}", self.family))?;
+        }
+        Ok(())
+    }
+
+    /// Vote share of each bucket for one feature vector.
+    pub fn shares(&self, x: &FeatureVector) -> Vec<f64> {
+        let mut votes = vec![0u32; self.buckets.len()];
+        for tree in &self.trees {
+            if let Some(slot) = votes.get_mut(tree.predict(x)) {
+                *slot += 1;
+            }
+        }
+        let total = self.trees.len().max(1) as f64;
+        votes.iter().map(|&v| f64::from(v) / total).collect()
+    }
+
+    /// The bucket for a model run with `batch_size`, by the decision rule
+    /// with quantile `q`; declines inputs the trees cannot judge.
+    pub fn predict(
+        &self,
+        features: &ModelFeatures,
+        batch_size: u64,
+        q: f64,
+        tolerance: f64,
+    ) -> Result<BucketAnswer, Decline> {
+        let x = feature_vector(features, batch_size).ok_or(Decline::NoActivations)?;
+        for &c in &SIZE_FEATURES {
+            let max = self.feature_max[c];
+            if x[c] > max * (1.0 + tolerance) {
+                return Err(Decline::OutsideTraining {
+                    feature: FEATURE_NAMES[c],
+                    value: x[c],
+                    max,
+                });
+            }
+        }
+        let shares = self.shares(&x);
+        let index = conservative_bucket(&shares, q);
+        Ok(BucketAnswer {
+            index,
+            range: self.buckets.label(index),
+            shares,
+            quantile: q,
+        })
+    }
+}
+
+/// Feature matrix and bucket labels of examples.
+fn matrix(examples: &[Example], buckets: &Buckets) -> Result<(Array2<f64>, Array1<usize>), String> {
+    let mut flat = Vec::with_capacity(examples.len() * FEATURE_NAMES.len());
+    let mut labels = Vec::with_capacity(examples.len());
+    for e in examples {
+        let x = feature_vector(&e.features, e.batch_size)
+            .ok_or("a training example has no activation counts")?;
+        flat.extend_from_slice(&x);
+        labels.push(buckets.of_mib(e.peak_mib));
+    }
+    let records = Array2::from_shape_vec((examples.len(), FEATURE_NAMES.len()), flat)
+        .map_err(|e| e.to_string())?;
+    Ok((records, Array1::from(labels)))
+}
+
+/// The ensembles the binary ships, one per family, as one file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ensemble {
+    /// Bumped when the file layout changes.
+    pub format: u32,
+    pub params: TrainParams,
+    pub families: Vec<FamilyEnsemble>,
+}
+
+/// The file `carma train` writes and the estimator reads.
+pub const MODEL_FILE: &str = "memory-ensemble.json";
+
+/// The layout version of [`MODEL_FILE`].
+pub const MODEL_FORMAT: u32 = 1;
+
+impl Ensemble {
+    /// Reads and checks a model file's text.
+    pub fn from_json(text: &str) -> Result<Ensemble, String> {
+        let ensemble: Ensemble =
+            serde_json::from_str(text).map_err(|e| format!("not a carma model file: {e}"))?;
+        if ensemble.format != MODEL_FORMAT {
+            return Err(format!(
+                "model file format {} is not {MODEL_FORMAT}; retrain with `carma train`",
+                ensemble.format
+            ));
+        }
+        for family in &ensemble.families {
+            family.validate()?;
+        }
+        Ok(ensemble)
+    }
+
+    /// The model file's text: compact JSON, byte-for-byte reproducible.
+    pub fn to_json(&self) -> Result<String, String> {
+        serde_json::to_string(self).map_err(|e| e.to_string())
+    }
+
+    /// The ensemble of a family, if one was trained.
+    pub fn family(&self, family: Family) -> Option<&FamilyEnsemble> {
+        self.families.iter().find(|f| f.family == family)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_follow_the_published_edges() {
+        let mlp = Buckets::mlp();
+        assert_eq!(mlp.of_mib(1443), 0);
+        assert_eq!(mlp.of_mib(2000), 0);
+        assert_eq!(mlp.of_mib(2001), 1);
+        assert_eq!(mlp.of_mib(5001), 4);
+        assert_eq!(mlp.need(1), Need::Mib(3000));
+        assert_eq!(mlp.need(4), Need::WholeGpu);
+        assert_eq!(mlp.label(0), "(0, 2000]");
+        assert_eq!(mlp.label(4), ">5000");
+        let cnn = Buckets::cnn();
+        assert_eq!(cnn.len(), 6);
+        assert_eq!(cnn.of_mib(7999), 0);
+        assert_eq!(cnn.of_mib(8000), 1);
+        assert_eq!(cnn.of_mib(42_000), 5);
+        assert_eq!(cnn.label(5), ">=40000");
+    }
+
+    #[test]
+    fn the_decision_rule_is_a_quantile() {
+        let shares = [0.6, 0.1, 0.3];
+        assert_eq!(conservative_bucket(&shares, 0.5), 0);
+        assert_eq!(conservative_bucket(&shares, 0.7), 1);
+        assert_eq!(conservative_bucket(&shares, 0.71), 2);
+        assert_eq!(conservative_bucket(&shares, 1.0), 2);
+        assert_eq!(conservative_bucket(&[0.7, 0.3], 0.7), 0);
+    }
+}

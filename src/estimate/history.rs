@@ -1,0 +1,186 @@
+//! Job history: the observed peak memory of jobs that ran here, per
+//! [`Fingerprint`], so a job that comes back gets a measured answer.
+//!
+//! One small JSON file per fingerprint in the directory given to
+//! [`History::open`] (the daemon will use `<spool>/history/`). Files are
+//! written as temp file + fsync + rename + fsync of the directory, so a
+//! crash leaves the old record or the new one, never half of one; one
+//! file per job keeps writers of different jobs from touching the same
+//! file. The record keeps the largest peak seen: a job's peak varies a
+//! little from run to run, and the estimate must cover the worst run.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::summary::hex_digest;
+
+/// What identifies "the same job": its command, its model (the summary's
+/// digest) and its batch size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub command: String,
+    pub summary_digest: Option<String>,
+    pub batch_size: Option<u64>,
+}
+
+impl Fingerprint {
+    /// A file-name-safe key: SHA-256 over the three parts, each
+    /// length-prefixed so that no two fingerprints share a key by
+    /// concatenation.
+    pub fn key(&self) -> String {
+        let digest = self.summary_digest.as_deref().unwrap_or("");
+        let batch = self.batch_size.map(|b| b.to_string()).unwrap_or_default();
+        let mut text = String::new();
+        for part in [self.command.trim(), digest, batch.as_str()] {
+            text.push_str(&format!("{}:{part};", part.len()));
+        }
+        hex_digest(text.as_bytes())
+    }
+}
+
+/// What history knows about one job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub fingerprint: Fingerprint,
+    /// Largest observed peak, MiB.
+    pub max_peak_mib: u64,
+    /// Peak of the latest run, MiB.
+    pub last_peak_mib: u64,
+    /// Runs recorded.
+    pub runs: u64,
+}
+
+/// The history store in one directory.
+#[derive(Debug, Clone)]
+pub struct History {
+    dir: PathBuf,
+}
+
+impl History {
+    /// The store in `dir`; the directory is created on the first record.
+    pub fn open(dir: impl Into<PathBuf>) -> History {
+        History { dir: dir.into() }
+    }
+
+    /// Where this store keeps its files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, fingerprint: &Fingerprint) -> PathBuf {
+        self.dir.join(format!("{}.json", fingerprint.key()))
+    }
+
+    /// The record of a job, if it ran here before. A record that cannot
+    /// be read is an error, not "never ran": the caller logs it and asks
+    /// the next estimator.
+    pub fn lookup(&self, fingerprint: &Fingerprint) -> io::Result<Option<Record>> {
+        let path = self.path(fingerprint);
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let record: Record = serde_json::from_str(&text).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        // A different fingerprint under the same key would be a SHA-256
+        // collision or a hand-edited file: not this job.
+        Ok((record.fingerprint == *fingerprint).then_some(record))
+    }
+
+    /// Records a finished run's observed peak.
+    pub fn record(&self, fingerprint: &Fingerprint, peak_mib: u64) -> io::Result<Record> {
+        fs::create_dir_all(&self.dir)?;
+        let record = match self.lookup(fingerprint) {
+            Ok(Some(old)) => Record {
+                fingerprint: old.fingerprint,
+                max_peak_mib: old.max_peak_mib.max(peak_mib),
+                last_peak_mib: peak_mib,
+                runs: old.runs + 1,
+            },
+            // A missing or unreadable old record is replaced: the new
+            // measurement is worth more than a file nobody can read.
+            Ok(None) | Err(_) => Record {
+                fingerprint: fingerprint.clone(),
+                max_peak_mib: peak_mib,
+                last_peak_mib: peak_mib,
+                runs: 1,
+            },
+        };
+        let text = serde_json::to_string_pretty(&record)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let path = self.path(fingerprint);
+        let temp = path.with_extension("json.tmp");
+        {
+            let mut file = File::create(&temp)?;
+            file.write_all(text.as_bytes())?;
+            file.sync_all()?;
+        }
+        fs::rename(&temp, &path)?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(batch: u64) -> Fingerprint {
+        Fingerprint {
+            command: "python train.py".into(),
+            summary_digest: Some("abc".into()),
+            batch_size: Some(batch),
+        }
+    }
+
+    #[test]
+    fn a_recorded_job_is_found_again_with_its_largest_peak() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("history"));
+        assert_eq!(history.lookup(&job(32)).unwrap(), None);
+        history.record(&job(32), 5000).unwrap();
+        history.record(&job(32), 4800).unwrap();
+        let r = history.lookup(&job(32)).unwrap().unwrap();
+        assert_eq!((r.max_peak_mib, r.last_peak_mib, r.runs), (5000, 4800, 2));
+        assert_eq!(history.lookup(&job(64)).unwrap(), None, "other batch size");
+        let leftovers: Vec<_> = fs::read_dir(history.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn keys_do_not_collide_by_concatenation() {
+        let a = Fingerprint {
+            command: "ab".into(),
+            summary_digest: Some("c".into()),
+            batch_size: None,
+        };
+        let b = Fingerprint {
+            command: "a".into(),
+            summary_digest: Some("bc".into()),
+            batch_size: None,
+        };
+        assert_ne!(a.key(), b.key());
+    }
+
+    #[test]
+    fn a_corrupt_record_is_an_error_and_is_replaced_by_the_next_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path());
+        fs::write(dir.path().join(format!("{}.json", job(8).key())), "{oops").unwrap();
+        assert!(history.lookup(&job(8)).is_err());
+        history.record(&job(8), 1000).unwrap();
+        assert_eq!(history.lookup(&job(8)).unwrap().unwrap().runs, 1);
+    }
+}

@@ -1,0 +1,419 @@
+//! Memory estimation: how much GPU memory a job will need, and which
+//! estimator said so.
+//!
+//! Estimators form a chain in the configured order; the first that answers
+//! wins and the others say why they did not:
+//!
+//! 1. **declared** — the job file states its memory.
+//! 2. **history** ([`History`]) — the same job ran here before: its largest
+//!    observed peak plus a margin.
+//! 3. **ensemble** ([`Ensemble`]) — bagged decision trees trained on the
+//!    GPUMemNet data map summary features to a memory bucket. Only MLPs and
+//!    CNNs: there is no training data for transformers, which go on to
+//!    history and the analytic formula.
+//! 4. **analytic** ([`Analytic`]) — Horus, or a transformer-aware formula.
+//! 5. **whole-gpu** — nothing is known: ask for an idle GPU.
+//!
+//! The chain does no job-file parsing: callers hand it an
+//! [`EstimateInput`], so the daemon, `carma estimate` and the simulator
+//! share it.
+
+pub mod analytic;
+pub mod cross_validation;
+pub mod dataset;
+pub mod ensemble;
+pub mod flat_tree;
+pub mod history;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use analytic::{Analytic, AnalyticAnswer, Formula};
+pub use ensemble::{BucketAnswer, Buckets, Ensemble, FamilyEnsemble, TrainParams};
+pub use history::{Fingerprint, History, Record};
+
+use crate::rad::TaskSpec;
+use crate::sched::Need;
+use crate::summary::Summary;
+
+/// The models built into the binary: what `carma train` wrote into
+/// `models/` when the binary was built.
+pub const BUILT_IN_MODELS: &str = include_str!("../../models/memory-ensemble.json");
+
+/// One estimator of the chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EstimatorKind {
+    Declared,
+    History,
+    Ensemble,
+    Analytic,
+    WholeGpu,
+}
+
+impl EstimatorKind {
+    /// Every estimator, in the default order.
+    pub const ALL: [EstimatorKind; 5] = [
+        EstimatorKind::Declared,
+        EstimatorKind::History,
+        EstimatorKind::Ensemble,
+        EstimatorKind::Analytic,
+        EstimatorKind::WholeGpu,
+    ];
+
+    /// The name used in the configuration and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            EstimatorKind::Declared => "declared",
+            EstimatorKind::History => "history",
+            EstimatorKind::Ensemble => "ensemble",
+            EstimatorKind::Analytic => "analytic",
+            EstimatorKind::WholeGpu => "whole-gpu",
+        }
+    }
+}
+
+impl std::fmt::Display for EstimatorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for EstimatorKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EstimatorKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<_> = EstimatorKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown estimator `{s}`: expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// `[estimate]`: see the commented default configuration for meanings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub order: Vec<EstimatorKind>,
+    pub quantile: f64,
+    pub out_of_range_tolerance: f64,
+    pub models_dir: PathBuf,
+    pub history_dir: PathBuf,
+    pub history_margin: f64,
+    pub history_min_margin_mib: u64,
+    pub context_mib: u64,
+    pub transformer_seq_len: u64,
+}
+
+impl Settings {
+    /// These settings with the history kept in `spool`: an empty
+    /// `history_dir` means `<spool>/history`, a relative one is taken from
+    /// the spool.
+    pub fn for_spool(&self, spool: &Path) -> Settings {
+        let mut settings = self.clone();
+        settings.history_dir = if self.history_dir.as_os_str().is_empty() {
+            spool.join("history")
+        } else {
+            spool.join(&self.history_dir)
+        };
+        settings
+    }
+
+    /// Refuses values the chain cannot work with.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.order.is_empty() {
+            return Err("estimate.order is empty: name at least one estimator".into());
+        }
+        for (i, kind) in self.order.iter().enumerate() {
+            if self.order[..i].contains(kind) {
+                return Err(format!("estimate.order names `{kind}` twice"));
+            }
+        }
+        if !(self.quantile > 0.0 && self.quantile <= 1.0) {
+            return Err(format!(
+                "estimate.quantile = {}: expected 0 < q <= 1",
+                self.quantile
+            ));
+        }
+        if !(self.out_of_range_tolerance >= 0.0 && self.history_margin >= 0.0) {
+            return Err(
+                "estimate.out_of_range_tolerance and estimate.history_margin must be >= 0".into(),
+            );
+        }
+        if self.transformer_seq_len == 0 {
+            return Err("estimate.transformer_seq_len must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The analytic estimator's part of the settings.
+    pub fn analytic(&self) -> Analytic {
+        Analytic {
+            context_mib: self.context_mib,
+            default_seq_len: self.transformer_seq_len,
+        }
+    }
+}
+
+/// What the chain knows about a job. The job-file parser fills it in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EstimateInput {
+    /// The job's own declaration (`memory:`, or legacy line 9).
+    pub declared: Option<Need>,
+    /// The job's command, for history.
+    pub command: String,
+    /// Batch size, when the job file states it.
+    pub batch_size: Option<u64>,
+    /// The job's parsed model summary.
+    pub summary: Option<Summary>,
+}
+
+impl EstimateInput {
+    /// What a parsed job file tells the chain: its declaration, its script
+    /// (the command, for history), batch size and model summary, read from
+    /// `dir` (the job file's directory). A summary that does not parse is
+    /// an error: the job named it, and silently estimating without it
+    /// would hide a mistake.
+    pub fn from_spec(spec: &TaskSpec, dir: &Path) -> Result<EstimateInput, String> {
+        let summary = match &spec.model {
+            Some(model) => {
+                let path = dir.join(model);
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("cannot read model summary {}: {e}", path.display()))?;
+                Some(Summary::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?)
+            }
+            None => None,
+        };
+        Ok(EstimateInput {
+            declared: spec.memory,
+            command: spec.script.join("\n"),
+            batch_size: spec.batch_size.map(u64::from),
+            summary,
+        })
+    }
+
+    /// The batch size: the job's, else the one the summary was made with.
+    pub fn batch(&self) -> Option<u64> {
+        self.batch_size
+            .or_else(|| self.summary.as_ref()?.features.summary_batch)
+    }
+
+    /// The job's identity in history.
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint {
+            command: self.command.trim().to_string(),
+            summary_digest: self.summary.as_ref().map(|s| s.digest.clone()),
+            batch_size: self.batch(),
+        }
+    }
+}
+
+/// The chain's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub need: Need,
+    /// The estimator that answered; `None` when none did.
+    pub source: Option<EstimatorKind>,
+    /// The bucket, when the ensemble answered.
+    pub bucket: Option<BucketAnswer>,
+    /// The formula, when the analytic estimator answered.
+    pub formula: Option<Formula>,
+    /// Estimators asked before the answer, and why each declined.
+    pub declined: Vec<(EstimatorKind, String)>,
+}
+
+impl Estimate {
+    /// One line for logs: what, from where.
+    pub fn describe(&self) -> String {
+        // Exact MiB: bucket edges and history peaks are MiB figures.
+        let need = match self.need {
+            Need::Mib(mib) => format!("{mib} MiB ({})", self.need),
+            other => other.to_string(),
+        };
+        let mut text = match self.source {
+            Some(source) => format!("{need} from {source}"),
+            None => format!("{need} (no estimator answered)"),
+        };
+        if let Some(b) = &self.bucket {
+            text.push_str(&format!(" (bucket {} MiB at q = {})", b.range, b.quantile));
+        }
+        if let Some(f) = self.formula {
+            text.push_str(&format!(" ({f:?} formula)"));
+        }
+        text
+    }
+}
+
+/// An estimator's answer before it becomes an [`Estimate`].
+struct Answer {
+    need: Need,
+    bucket: Option<BucketAnswer>,
+    formula: Option<Formula>,
+}
+
+impl Answer {
+    fn plain(need: Need) -> Answer {
+        Answer {
+            need,
+            bucket: None,
+            formula: None,
+        }
+    }
+}
+
+/// The estimator chain.
+#[derive(Debug)]
+pub struct Chain {
+    settings: Settings,
+    history: History,
+    /// The loaded models, or why they could not be loaded (the ensemble
+    /// step then declines with that reason and the chain goes on).
+    ensemble: Result<Ensemble, String>,
+}
+
+/// Loads the models: built-in when `models_dir` is empty, else
+/// `<models_dir>/memory-ensemble.json`.
+pub fn load_models(models_dir: &Path) -> Result<Ensemble, String> {
+    if models_dir.as_os_str().is_empty() {
+        return Ensemble::from_json(BUILT_IN_MODELS).map_err(|e| format!("built-in models: {e}"));
+    }
+    let path = models_dir.join(ensemble::MODEL_FILE);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read model file {}: {e}", path.display()))?;
+    Ensemble::from_json(&text).map_err(|e| format!("model file {}: {e}", path.display()))
+}
+
+impl Chain {
+    /// The chain of `settings`, with its models loaded. A model that does
+    /// not load is logged here, once, and the chain works without it.
+    pub fn new(settings: &Settings) -> Chain {
+        let ensemble = load_models(&settings.models_dir);
+        if let Err(e) = &ensemble {
+            if settings.order.contains(&EstimatorKind::Ensemble) {
+                log::error!("memory estimator ensemble unavailable: {e}");
+            }
+        }
+        Chain::with_models(settings, ensemble)
+    }
+
+    /// The chain with models given (or an error saying why there are
+    /// none).
+    pub fn with_models(settings: &Settings, ensemble: Result<Ensemble, String>) -> Chain {
+        Chain {
+            settings: settings.clone(),
+            history: History::open(&settings.history_dir),
+            ensemble,
+        }
+    }
+
+    /// The history store the chain reads; the daemon records finished
+    /// jobs' peaks into it.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Asks the estimators in the configured order.
+    pub fn estimate(&self, input: &EstimateInput) -> Estimate {
+        self.estimate_with(&self.settings.order, input)
+    }
+
+    /// Asks the estimators in `order`.
+    pub fn estimate_with(&self, order: &[EstimatorKind], input: &EstimateInput) -> Estimate {
+        let mut declined = Vec::new();
+        for &kind in order {
+            match self.ask(kind, input) {
+                Ok(answer) => {
+                    return Estimate {
+                        need: answer.need,
+                        source: Some(kind),
+                        bucket: answer.bucket,
+                        formula: answer.formula,
+                        declined,
+                    };
+                }
+                Err(why) => declined.push((kind, why)),
+            }
+        }
+        Estimate {
+            need: Need::Unknown,
+            source: None,
+            bucket: None,
+            formula: None,
+            declined,
+        }
+    }
+
+    fn ask(&self, kind: EstimatorKind, input: &EstimateInput) -> Result<Answer, String> {
+        let summary = || {
+            input
+                .summary
+                .as_ref()
+                .ok_or("the job names no model summary")
+        };
+        let batch = || input.batch().ok_or("the job states no batch size");
+        match kind {
+            EstimatorKind::Declared => input
+                .declared
+                .map(Answer::plain)
+                .ok_or_else(|| "the job declares no memory".into()),
+            EstimatorKind::History => {
+                if input.command.trim().is_empty() {
+                    return Err("the job has no command to recognise it by".into());
+                }
+                match self.history.lookup(&input.fingerprint()) {
+                    Ok(Some(record)) => {
+                        let peak = record.max_peak_mib;
+                        let margin = ((peak as f64 * self.settings.history_margin).ceil() as u64)
+                            .max(self.settings.history_min_margin_mib);
+                        Ok(Answer::plain(Need::Mib(peak + margin)))
+                    }
+                    Ok(None) => Err("this job has not run here before".into()),
+                    Err(e) => Err(format!("history unreadable: {e}")),
+                }
+            }
+            EstimatorKind::Ensemble => {
+                let summary = summary()?;
+                let models = self.ensemble.as_ref().map_err(Clone::clone)?;
+                let family = summary.features.family;
+                let model = models.family(family).ok_or_else(|| {
+                    format!("no training data for the {family} family (only MLP and CNN)")
+                })?;
+                let answer = model
+                    .predict(
+                        &summary.features,
+                        batch()?,
+                        self.settings.quantile,
+                        self.settings.out_of_range_tolerance,
+                    )
+                    .map_err(|d| d.to_string())?;
+                Ok(Answer {
+                    need: model.buckets.need(answer.index),
+                    bucket: Some(answer),
+                    formula: None,
+                })
+            }
+            EstimatorKind::Analytic => {
+                let a = self
+                    .settings
+                    .analytic()
+                    .estimate(&summary()?.features, batch()?)?;
+                Ok(Answer {
+                    need: Need::Mib(a.mib),
+                    bucket: None,
+                    formula: Some(a.formula),
+                })
+            }
+            EstimatorKind::WholeGpu => Ok(Answer::plain(Need::WholeGpu)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+//! The chain as a job sees it: which estimator answers, and why the others
+//! did not.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::config::Config;
+use crate::summary::Family;
+
+fn workload(name: &str) -> Summary {
+    let path = format!(
+        "{}/../shared/data/carma/workloads/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("cannot read {path} (the shared data must sit beside the repository): {e}")
+    });
+    Summary::parse(&text).unwrap()
+}
+
+fn settings(history: &Path) -> Settings {
+    let mut s = Config::load(None).unwrap().estimate;
+    s.history_dir = history.to_path_buf();
+    s
+}
+
+fn job(model: &str, batch: u64) -> EstimateInput {
+    EstimateInput {
+        declared: None,
+        command: format!("python train_{model}.py"),
+        batch_size: Some(batch),
+        summary: Some(workload(model)),
+    }
+}
+
+#[test]
+fn the_built_in_models_load() {
+    let models = load_models(Path::new("")).unwrap();
+    assert!(models.family(Family::Mlp).is_some());
+    assert!(models.family(Family::Cnn).is_some());
+    assert!(models.family(Family::Transformer).is_none());
+}
+
+#[test]
+fn a_declared_need_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = Chain::new(&settings(dir.path()));
+    let mut input = job("resnet50_32.model", 32);
+    input.declared = Some(Need::Mib(3934));
+    let e = chain.estimate(&input);
+    assert_eq!(
+        (e.need, e.source),
+        (Need::Mib(3934), Some(EstimatorKind::Declared))
+    );
+    assert!(e.declined.is_empty());
+}
+
+#[test]
+fn a_cnn_gets_a_bucket_from_the_ensemble() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = Chain::new(&settings(dir.path()));
+    let e = chain.estimate(&job("mnist_cnn_64.model", 32));
+    assert_eq!(e.source, Some(EstimatorKind::Ensemble), "{e:?}");
+    let bucket = e.bucket.as_ref().unwrap();
+    assert_eq!(e.need, Buckets::cnn().need(bucket.index));
+    assert!((bucket.shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    let reasons: Vec<_> = e.declined.iter().map(|(k, _)| *k).collect();
+    assert_eq!(reasons, [EstimatorKind::Declared, EstimatorKind::History]);
+}
+
+#[test]
+fn a_transformer_goes_to_the_analytic_formula() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = Chain::new(&settings(dir.path()));
+    let e = chain.estimate(&job("BERT_base.model", 32));
+    assert_eq!(e.source, Some(EstimatorKind::Analytic));
+    assert_eq!(e.formula, Some(Formula::Transformer));
+    let (_, why) = &e.declined[2];
+    assert!(why.contains("transformer"), "{why}");
+}
+
+#[test]
+fn a_batch_beyond_the_training_data_is_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = Chain::new(&settings(dir.path()));
+    let e = chain.estimate(&job("dlrm.model", 32_768));
+    assert_eq!(e.source, Some(EstimatorKind::Analytic));
+    assert_eq!(e.formula, Some(Formula::Horus));
+    let (_, why) = &e.declined[2];
+    assert!(why.contains("batch_size = 32768"), "{why}");
+}
+
+#[test]
+fn history_answers_a_job_that_ran_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path());
+    let chain = Chain::new(&s);
+    let input = job("resnet50_32.model", 32);
+    chain.history().record(&input.fingerprint(), 3934).unwrap();
+    let e = chain.estimate(&input);
+    assert_eq!(e.source, Some(EstimatorKind::History));
+    // 5% of 3934 is 197, below the 256 MiB floor.
+    assert_eq!(e.need, Need::Mib(3934 + 256));
+    // Another batch size is another job.
+    let e = chain.estimate(&job("resnet50_32.model", 64));
+    assert_eq!(e.source, Some(EstimatorKind::Ensemble));
+}
+
+#[test]
+fn broken_models_make_the_chain_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(dir.path());
+    let models = dir.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::write(
+        models.join(ensemble::MODEL_FILE),
+        "{\"format\": 1, \"trees\": [",
+    )
+    .unwrap();
+    s.models_dir = models;
+    let e = Chain::new(&s).estimate(&job("mnist_cnn_64.model", 32));
+    assert_eq!(e.source, Some(EstimatorKind::Analytic));
+    let (_, why) = &e.declined[2];
+    assert!(
+        why.contains("memory-ensemble.json") && why.contains("not a carma model file"),
+        "{why}"
+    );
+    s.models_dir = PathBuf::from("/nonexistent");
+    let e = Chain::new(&s).estimate(&job("mnist_cnn_64.model", 32));
+    assert!(
+        e.declined[2].1.contains("cannot read model file"),
+        "{:?}",
+        e.declined
+    );
+}
+
+#[test]
+fn nothing_known_means_a_whole_gpu_or_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = Chain::new(&settings(dir.path()));
+    let e = chain.estimate(&EstimateInput::default());
+    assert_eq!(
+        (e.need, e.source),
+        (Need::WholeGpu, Some(EstimatorKind::WholeGpu))
+    );
+    assert_eq!(e.declined.len(), 4);
+    let e = chain.estimate_with(&[EstimatorKind::Ensemble], &EstimateInput::default());
+    assert_eq!((e.need, e.source), (Need::Unknown, None));
+}
+
+#[test]
+fn estimator_names_parse() {
+    assert_eq!(
+        "whole-gpu".parse::<EstimatorKind>(),
+        Ok(EstimatorKind::WholeGpu)
+    );
+    let err = "oracle".parse::<EstimatorKind>().unwrap_err();
+    assert!(err.contains("declared, history"), "{err}");
+}
+
+/// Training twice on a small subset gives the same bytes: the shipped
+/// models are reproducible (`carma train` uses the same code on all rows).
+#[test]
+fn training_is_deterministic() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/gpumemnet");
+    let (examples, _) = dataset::load(&dir, Family::Cnn).unwrap();
+    let subset: Vec<_> = examples.iter().step_by(8).cloned().collect();
+    let params = TrainParams {
+        trees: 8,
+        ..TrainParams::default()
+    };
+    let train = || {
+        let model = FamilyEnsemble::train(Family::Cnn, Buckets::cnn(), &subset, &params).unwrap();
+        Ensemble {
+            format: ensemble::MODEL_FORMAT,
+            params,
+            families: vec![model],
+        }
+        .to_json()
+        .unwrap()
+    };
+    let first = train();
+    assert_eq!(first, train());
+    let loaded = Ensemble::from_json(&first).unwrap();
+    assert_eq!(loaded.to_json().unwrap(), first, "the file round-trips");
+}

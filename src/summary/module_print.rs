@@ -1,0 +1,410 @@
+//! PyTorch module prints annotated with parameter counts, the way Hugging
+//! Face models are commonly dumped:
+//!
+//! ```text
+//! BertForMaskedLM(
+//!   (bert): BertModel(
+//!       (query): Linear(in_features=768, out_features=768, bias=True), 590,592 params
+//!       (0-11): 12 x BertLayer(
+//!   ), 107,719,680 params
+//! ), 130,638,728 params
+//! ===========================
+//! Total params: 130,638,728
+//! ```
+//!
+//! There are no shapes, so there are no activation counts: the features
+//! carry a [`TransformerShape`] instead (widths, blocks, vocabulary) for
+//! the analytic estimator. The `, N params` annotations are optional; a
+//! plain module print reads too, with parameters from the footer.
+
+use nom::{
+    IResult, Parser,
+    bytes::complete::{tag, take_until},
+    character::complete::{char, space0, space1},
+    combinator::{eof, opt},
+    sequence::delimited,
+};
+
+use super::{
+    FeatureBuilder, LayerKind, ModelFeatures, SummaryError, Totals, TransformerShape, count,
+    footer_totals, is_rule, numbered, stopped_at, type_name,
+};
+
+/// One line of a module print.
+#[derive(Debug, PartialEq)]
+enum Line<'a> {
+    /// `(key): Type(` or, for the root, `Type(`; `times` for the compact
+    /// repeat form `(0-11): 12 x BertLayer(`.
+    Open {
+        key: &'a str,
+        name: &'a str,
+        times: u64,
+    },
+    /// `(key): Type(args)[, N params]`.
+    Leaf {
+        key: &'a str,
+        name: &'a str,
+        args: &'a str,
+        times: u64,
+        params: Option<u64>,
+    },
+    /// `)[, N params]`.
+    Close { params: Option<u64> },
+}
+
+/// True for the first line of a module print: `Name(` alone.
+pub(super) fn is_root_line(line: &str) -> bool {
+    matches!(open_root(line.trim()), Ok((_, Line::Open { .. })))
+}
+
+fn open_root(input: &str) -> IResult<&str, Line<'_>> {
+    let (i, name) = type_name(input)?;
+    let (i, _) = (char('('), space0, eof).parse(i)?;
+    Ok((
+        i,
+        Line::Open {
+            key: "",
+            name,
+            times: 1,
+        },
+    ))
+}
+
+fn params_note(input: &str) -> IResult<&str, Option<u64>> {
+    let (i, note) = opt(delimited(
+        (char(','), space0),
+        count,
+        (space1, tag("params")),
+    ))
+    .parse(input)?;
+    let (i, _) = (space0, eof).parse(i)?;
+    Ok((i, note))
+}
+
+/// The arguments of a call up to its matching `)`: `((768,), eps=1e-12)`.
+fn balanced_args(input: &str) -> IResult<&str, &str> {
+    let mut depth = 0usize;
+    for (at, c) in input.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' if depth == 0 => return Ok((&input[at + 1..], &input[..at])),
+            ')' => depth -= 1,
+            _ => {}
+        }
+    }
+    Err(nom::Err::Error(nom::error::Error::new(
+        input,
+        nom::error::ErrorKind::Char,
+    )))
+}
+
+fn line(input: &str) -> IResult<&str, Line<'_>> {
+    let (i, _) = space0(input)?;
+    if let Some(rest) = i.strip_prefix(')') {
+        let (rest, params) = params_note(rest)?;
+        return Ok((rest, Line::Close { params }));
+    }
+    let (i, key) = delimited(char('('), take_until(")"), char(')')).parse(i)?;
+    let (i, _) = (char(':'), space0).parse(i)?;
+    let (i, times) = opt((count, space1, char('x'), space1)).parse(i)?;
+    let times = times.map_or(1, |(n, ..)| n);
+    let (i, name) = type_name(i)?;
+    let (i, _) = char('(').parse(i)?;
+    if let Ok((rest, _)) = (space0::<_, nom::error::Error<&str>>, eof).parse(i) {
+        return Ok((rest, Line::Open { key, name, times }));
+    }
+    let (i, args) = balanced_args(i)?;
+    let (i, params) = params_note(i)?;
+    Ok((
+        i,
+        Line::Leaf {
+            key,
+            name,
+            args,
+            times,
+            params,
+        },
+    ))
+}
+
+/// The integer after `key=` in call arguments, e.g. `out_features=768`.
+fn keyword_arg(args: &str, key: &str) -> Option<u64> {
+    let at = args.find(key)?;
+    let rest = args[at + key.len()..].strip_prefix('=')?;
+    count(rest.trim_start()).ok().map(|(_, n)| n)
+}
+
+/// The n-th positional integer argument: `Embedding(28996, 768, ...)`.
+fn positional_arg(args: &str, n: usize) -> Option<u64> {
+    let part = args.split(',').nth(n)?.trim();
+    count(part)
+        .ok()
+        .filter(|(rest, _)| rest.is_empty())
+        .map(|(_, v)| v)
+}
+
+/// A module that is open while reading its children.
+struct Frame<'a> {
+    name: &'a str,
+    times: u64,
+    children: u64,
+    number: usize,
+}
+
+/// What the transformer shape is gathered from.
+#[derive(Default)]
+struct ShapeEvidence {
+    /// (input width, layers seen with it).
+    linear_inputs: Vec<(u64, u64)>,
+    widest_block_linear: Option<u64>,
+    widest_linear: u64,
+    largest_embedding: Option<u64>,
+    position_rows: Option<u64>,
+    longest_list: u64,
+    fused_attention: bool,
+}
+
+/// Reads an annotated module print; also returns notes on inconsistencies.
+pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryError> {
+    let mut stack: Vec<Frame<'_>> = Vec::new();
+    let mut builder = FeatureBuilder::default();
+    let mut evidence = ShapeEvidence::default();
+    let mut root_params = None;
+    let mut lines = numbered(text).skip_while(|(_, l)| l.trim().is_empty());
+    let mut last_number = 1;
+    for (number, text_line) in lines.by_ref() {
+        last_number = number;
+        if stack.is_empty() && root_params.is_some() {
+            if is_rule(text_line) || text_line.trim().is_empty() {
+                break;
+            }
+            return Err(SummaryError::at(
+                number,
+                text_line,
+                text_line.trim_start(),
+                "expected the end of the module print (a `====` rule)",
+            ));
+        }
+        if text_line.trim().is_empty() {
+            continue;
+        }
+        let parsed = if stack.is_empty() {
+            open_root(text_line.trim_start())
+        } else {
+            line(text_line)
+        };
+        let (_, parsed) = parsed.map_err(|e| {
+            let expected = if stack.is_empty() {
+                "expected the model's class name and `(`"
+            } else {
+                "expected `(name): Type(`, `(name): Type(args), N params` or `), N params`"
+            };
+            SummaryError::at(number, text_line, stopped_at(&e, text_line), expected)
+        })?;
+        let repeat: u64 = stack.iter().map(|f| f.times).product();
+        match parsed {
+            Line::Open { name, times, .. } => {
+                if let Some(parent) = stack.last_mut() {
+                    parent.children += times;
+                }
+                note_names(&mut builder, &mut evidence, name);
+                stack.push(Frame {
+                    name,
+                    times,
+                    children: 0,
+                    number,
+                });
+            }
+            Line::Leaf {
+                key,
+                name,
+                args,
+                times,
+                params,
+            } => {
+                if let Some(parent) = stack.last_mut() {
+                    parent.children += times;
+                }
+                note_names(&mut builder, &mut evidence, name);
+                let in_block = stack.iter().any(|f| f.name == "ModuleList");
+                let kind = LayerKind::classify(name);
+                note_shape(&mut evidence, kind, key, args, in_block);
+                for _ in 0..repeat.saturating_mul(times) {
+                    builder.add(kind, None, params.unwrap_or(0));
+                }
+            }
+            Line::Close { params } => {
+                let Some(frame) = stack.pop() else {
+                    return Err(SummaryError::at(number, text_line, "", "unmatched `)`"));
+                };
+                if frame.name == "ModuleList" {
+                    evidence.longest_list = evidence.longest_list.max(frame.children);
+                }
+                if stack.is_empty() {
+                    root_params = Some(params);
+                }
+            }
+        }
+    }
+    if let Some(open) = stack.last() {
+        return Err(SummaryError {
+            line: last_number,
+            column: 1,
+            message: format!(
+                "the text ends inside `{}` opened on line {}: expected `)`",
+                open.name, open.number
+            ),
+        });
+    }
+    let footer = footer_totals(lines)?;
+    let mut notes = Vec::new();
+    let tree_total = root_params.flatten().unwrap_or(builder.params_in_layers());
+    let totals = match footer.params_total {
+        Some(stated) if stated != tree_total => {
+            let larger = stated.max(tree_total);
+            notes.push(format!(
+                "the footer says {stated} parameters but the modules add up to {tree_total}; \
+                 using the larger, {larger}"
+            ));
+            let frozen = stated.saturating_sub(footer.params_trainable.unwrap_or(stated));
+            Totals {
+                params_total: Some(larger),
+                params_trainable: Some(larger - frozen),
+                ..Totals::default()
+            }
+        }
+        Some(_) => footer,
+        None => Totals {
+            params_total: Some(tree_total),
+            ..Totals::default()
+        },
+    };
+    let mut features = builder.finish(totals);
+    if features.family == super::Family::Transformer {
+        features.transformer = shape_from(&evidence);
+    }
+    Ok((features, notes))
+}
+
+fn note_names(builder: &mut FeatureBuilder, evidence: &mut ShapeEvidence, name: &str) {
+    let lower = name.to_ascii_lowercase();
+    if lower.contains("attention") || lower.contains("attn") {
+        builder.saw_attention();
+    }
+    if lower.contains("sdpa") || lower.contains("flash") {
+        evidence.fused_attention = true;
+    }
+}
+
+fn note_shape(
+    evidence: &mut ShapeEvidence,
+    kind: LayerKind,
+    key: &str,
+    args: &str,
+    in_block: bool,
+) {
+    match kind {
+        LayerKind::Linear => {
+            if let Some(width) = keyword_arg(args, "in_features") {
+                match evidence.linear_inputs.iter_mut().find(|(w, _)| *w == width) {
+                    Some((_, n)) => *n += 1,
+                    None => evidence.linear_inputs.push((width, 1)),
+                }
+            }
+            if let Some(out) = keyword_arg(args, "out_features") {
+                evidence.widest_linear = evidence.widest_linear.max(out);
+                if in_block {
+                    evidence.widest_block_linear =
+                        Some(evidence.widest_block_linear.unwrap_or(0).max(out));
+                }
+            }
+        }
+        LayerKind::Embedding => {
+            if let Some(rows) = positional_arg(args, 0) {
+                evidence.largest_embedding =
+                    Some(evidence.largest_embedding.unwrap_or(0).max(rows));
+                if key.contains("position") {
+                    evidence.position_rows = Some(rows);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn shape_from(evidence: &ShapeEvidence) -> Option<TransformerShape> {
+    // The most common linear input width is the residual stream's; ties go
+    // to the first seen.
+    let hidden = evidence
+        .linear_inputs
+        .iter()
+        .fold(None::<(u64, u64)>, |best, &(w, n)| match best {
+            Some((_, m)) if m >= n => best,
+            _ => Some((w, n)),
+        })?
+        .0;
+    Some(TransformerShape {
+        hidden,
+        blocks: evidence.longest_list,
+        intermediate: evidence.widest_block_linear,
+        vocab: evidence.largest_embedding,
+        max_positions: evidence.position_rows,
+        head_width: evidence.widest_linear,
+        fused_attention: evidence.fused_attention,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_of_each_kind() {
+        assert_eq!(
+            line("    (bert): BertModel(").unwrap().1,
+            Line::Open {
+                key: "bert",
+                name: "BertModel",
+                times: 1
+            }
+        );
+        assert_eq!(
+            line("  (0-11): 12 x BertLayer(").unwrap().1,
+            Line::Open {
+                key: "0-11",
+                name: "BertLayer",
+                times: 12
+            }
+        );
+        assert_eq!(
+            line(
+                "(LayerNorm): LayerNorm((768,), eps=1e-12, elementwise_affine=True), 1,536 params"
+            )
+            .unwrap()
+            .1,
+            Line::Leaf {
+                key: "LayerNorm",
+                name: "LayerNorm",
+                args: "(768,), eps=1e-12, elementwise_affine=True",
+                times: 1,
+                params: Some(1536)
+            }
+        );
+        assert_eq!(
+            line("  ), 22,665,216 params").unwrap().1,
+            Line::Close {
+                params: Some(22_665_216)
+            }
+        );
+        assert_eq!(line(")").unwrap().1, Line::Close { params: None });
+    }
+
+    #[test]
+    fn arguments() {
+        let args = "in_features=768, out_features=3072, bias=True";
+        assert_eq!(keyword_arg(args, "in_features"), Some(768));
+        assert_eq!(keyword_arg(args, "out_features"), Some(3072));
+        assert_eq!(positional_arg("28996, 768, padding_idx=0", 0), Some(28996));
+        assert_eq!(positional_arg("p=0.1", 0), None);
+    }
+}

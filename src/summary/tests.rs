@@ -1,0 +1,233 @@
+//! The six real summaries of the CARMA workloads, with values checked by
+//! hand, and broken inputs.
+//!
+//! How the expected values were checked: layer counts by counting rows
+//! (`grep -c`) per class name; activations by summing the products of the
+//! output shapes without the batch dimension over the counted rows (for
+//! torchsummary tables this is also `Forward/backward pass size (MB)`
+//! x 2^20 / 8 / batch minus the block rows, which repeat a child's output);
+//! parameters from the footers.
+
+use super::*;
+
+fn workload(name: &str) -> String {
+    let path = format!(
+        "{}/../shared/data/carma/workloads/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("cannot read {path} (the shared data must sit beside the repository): {e}")
+    })
+}
+
+fn counts(
+    linear: u32,
+    conv: u32,
+    batch_norm: u32,
+    layer_norm: u32,
+    dropout: u32,
+    embedding: u32,
+    activation: u32,
+) -> LayerCounts {
+    LayerCounts {
+        linear,
+        conv,
+        batch_norm,
+        layer_norm,
+        dropout,
+        embedding,
+        activation,
+    }
+}
+
+#[test]
+fn mnist_torchsummary() {
+    let s = Summary::parse(&workload("mnist_cnn_64.model")).unwrap();
+    let f = &s.features;
+    assert_eq!(s.format, Format::Torchsummary);
+    // ReLU and max-pooling are functional calls in this model: no rows.
+    assert_eq!(f.layers, counts(2, 2, 0, 0, 2, 0, 0));
+    assert_eq!(f.depth, 4);
+    assert_eq!((f.params_total, f.params_trainable), (1_199_882, 1_199_882));
+    // 32*26*26 + 64*24*24 + 64*12*12 + 128 + 128 + 10
+    assert_eq!(f.activations_per_sample, Some(67_978));
+    assert_eq!(f.activations_by_kind.conv, 58_496);
+    assert_eq!(f.summary_batch, None, "the table was made with batch -1");
+    assert_eq!(f.activation_fn, None);
+    assert_eq!(f.family, Family::Cnn);
+}
+
+#[test]
+fn mobilenet_torchsummary_with_timm_blocks() {
+    let s = Summary::parse(&workload("mobilenet_cifar100.model")).unwrap();
+    let f = &s.features;
+    // BatchNormAct2d is a batch norm (it holds the parameters); its SiLU
+    // and Identity children are listed before it.
+    assert_eq!(f.layers, counts(1, 81, 49, 0, 0, 0, 65));
+    assert_eq!(f.params_total, 4_135_648);
+    // 420,732 over conv, norm, activation, pooling and linear rows, plus
+    // 1,280 of `SelectAdaptivePool2d`, a timm pooling wrapper that repeats
+    // its child's output (counted as pooling: it is named like one).
+    assert_eq!(f.activations_per_sample, Some(422_012));
+    assert_eq!(f.activation_fn, Some(ActivationFn::Silu));
+    assert_eq!(f.family, Family::Cnn);
+}
+
+#[test]
+fn resnet50_torchsummary_with_batch() {
+    let s = Summary::parse(&workload("resnet50_32.model")).unwrap();
+    let f = &s.features;
+    assert_eq!(f.layers, counts(1, 53, 53, 0, 0, 0, 49));
+    assert_eq!(f.params_total, 25_557_032);
+    // 9169.87 MB x 2^20 / 8 / 32 = 37.56 M per sample with the 16
+    // Bottleneck rows (5,519,360 per sample) that repeat their last ReLU.
+    assert_eq!(f.activations_per_sample, Some(32_040_424));
+    assert_eq!(f.summary_batch, Some(32));
+    assert_eq!(f.activation_fn, Some(ActivationFn::Relu));
+    assert_eq!(f.family, Family::Cnn);
+}
+
+#[test]
+fn dlrm_torchinfo_with_trailing_notes() {
+    let s = Summary::parse(&workload("dlrm.model")).unwrap();
+    let f = &s.features;
+    assert_eq!(s.format, Format::Torchinfo);
+    assert_eq!(f.layers, counts(8, 0, 0, 0, 0, 3, 8));
+    assert_eq!(f.params_total, 909_313);
+    // Bottom MLP 512+256+128+64, top MLP 1024+512+256+1, each twice
+    // (linear and activation), and three 64-wide embedding bags. The notes
+    // under the footer say 5,768: they also count the 70-wide input of the
+    // top MLP, which is not a layer's output.
+    assert_eq!(f.activations_per_sample, Some(5_698));
+    assert_eq!(f.input_shape, Some(vec![13]));
+    assert_eq!(f.summary_batch, Some(32_768));
+    assert_eq!(f.family, Family::Mlp);
+}
+
+#[test]
+fn bert_module_print() {
+    let s = Summary::parse(&workload("BERT_base.model")).unwrap();
+    let f = &s.features;
+    assert_eq!(s.format, Format::ModulePrint);
+    // 12 blocks x (q, k, v, out, up, down) + head transform + decoder.
+    assert_eq!(f.layers, counts(74, 0, 0, 26, 37, 3, 13));
+    assert_eq!(
+        (f.params_total, f.params_trainable),
+        (130_638_728, 130_609_732)
+    );
+    assert_eq!(f.activations_per_sample, None);
+    assert_eq!(f.family, Family::Transformer);
+    assert!(s.notes.is_empty());
+    let t = f.transformer.as_ref().unwrap();
+    assert_eq!((t.hidden, t.blocks, t.intermediate), (768, 12, Some(3072)));
+    assert_eq!((t.vocab, t.max_positions), (Some(28_996), Some(512)));
+    assert_eq!(t.head_width, 28_996);
+    assert!(t.fused_attention, "BertSdpaSelfAttention");
+}
+
+#[test]
+fn xlnet_module_print_with_a_wrong_footer() {
+    let s = Summary::parse(&workload("xlnet_base_cased.model")).unwrap();
+    let f = &s.features;
+    assert_eq!(f.layers, counts(26, 0, 0, 24, 38, 1, 13));
+    // The root's annotation is the sum of its children; the footer's
+    // "Total params: 81,874,178" is not. The larger one is kept.
+    assert_eq!(f.params_total, 117_310_466);
+    assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
+    let t = f.transformer.as_ref().unwrap();
+    assert_eq!((t.hidden, t.blocks, t.vocab), (768, 12, Some(32_000)));
+    assert_eq!(t.max_positions, None, "XLNet has relative positions");
+    assert!(!t.fused_attention);
+}
+
+#[test]
+fn digests_tell_texts_apart() {
+    let a = Summary::parse(&workload("mnist_cnn_64.model")).unwrap();
+    let b = Summary::parse(&workload("resnet50_32.model")).unwrap();
+    assert_eq!(a.digest.len(), 64);
+    assert_ne!(a.digest, b.digest);
+}
+
+#[test]
+fn compact_repeats_count_every_copy() {
+    let text = "Net(\n  (blocks): ModuleList(\n    (0-3): 4 x Block(\n      (fc): \
+                Linear(in_features=8, out_features=8, bias=True), 72 params\n      (act): ReLU(), 0 params\n    ), 72 params\n  ), 288 params\n), 288 params\n";
+    let f = Summary::parse(text).unwrap().features;
+    assert_eq!(f.layers.linear, 4);
+    assert_eq!(f.params_total, 288);
+}
+
+fn error_of(text: &str) -> SummaryError {
+    Summary::parse(text).unwrap_err()
+}
+
+#[test]
+fn unknown_format_is_an_error_at_its_first_line() {
+    let e = error_of("\n\n  hello world\n");
+    assert_eq!((e.line, e.column), (3, 3));
+    assert!(e.message.contains("unknown summary format"), "{e}");
+    assert_eq!(error_of("").line, 1);
+}
+
+#[test]
+fn broken_torchsummary_row_points_at_the_bad_cell() {
+    let text = "---\n        Layer (type)               Output Shape         Param #\n====\n            Conv2d-1           [-1, 32, 26, 26]             320\n            Linear-2           [-1, x]             10\n====\n";
+    let e = error_of(text);
+    assert_eq!(e.line, 5);
+    // Reading stops after `[-1`: the list cannot go on with `, x`.
+    assert_eq!(e.column, 35, "{e}");
+}
+
+#[test]
+fn torchinfo_rows_need_the_header_columns() {
+    let text = "Layer (type:depth-idx)   Input Shape   Output Shape   Param #\n====\nNet   [1, 3]   [1, 2]   --\n├─Linear: 1-1   [1, 3]   8\n====\n";
+    let e = error_of(text);
+    assert_eq!(e.line, 4);
+    assert!(e.message.contains("expected 3 columns"), "{e}");
+}
+
+#[test]
+fn a_torchinfo_header_starting_with_a_known_title_is_refused() {
+    let e = error_of("Layer (type:depth-idx)\n====\n");
+    assert!(e.message.contains("Output Shape"), "{e}");
+    let e =
+        error_of("Output Shape   Layer (type:depth-idx)   Param #\n====\nNet   [1]   --\n====\n");
+    assert_eq!(e.line, 1, "{e}");
+}
+
+#[test]
+fn unclosed_module_print_says_what_is_open() {
+    let e = error_of(
+        "Net(\n  (body): Sequential(\n    (fc): Linear(in_features=2, out_features=2, bias=True), 6 params\n",
+    );
+    assert_eq!(e.line, 3);
+    assert!(e.message.contains("`Sequential` opened on line 2"), "{e}");
+    let e = error_of("Net(\n  (fc) Linear(in_features=2)\n)\n");
+    assert_eq!((e.line, e.column), (2, 7), "{e}");
+}
+
+#[test]
+fn huge_numbers_are_errors_not_panics() {
+    let text = "Layer (type)   Output Shape   Param #\n====\nLinear-1   [-1, 99999999999999999999999]   1\n====\n";
+    assert_eq!(error_of(text).line, 3);
+}
+
+#[test]
+fn no_input_panics() {
+    // Every prefix of every real summary either parses or is an error.
+    // So does every text with one character replaced by something odd.
+    for name in ["mnist_cnn_64.model", "dlrm.model", "xlnet_base_cased.model"] {
+        let text = workload(name);
+        for cut in (0..text.len()).step_by(97) {
+            if text.is_char_boundary(cut) {
+                let _ = Summary::parse(&text[..cut]);
+            }
+        }
+        let chars: Vec<char> = text.chars().collect();
+        for (k, at) in (0..chars.len()).step_by(31).enumerate() {
+            let mut mutated = chars.clone();
+            mutated[at] = ['(', ')', '[', ']', ',', '-', '9', '\n', 'é', ':'][k % 10];
+            let _ = Summary::parse(&mutated.iter().collect::<String>());
+        }
+    }
+}

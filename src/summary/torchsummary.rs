@@ -1,0 +1,132 @@
+//! `torchsummary` tables:
+//!
+//! ```text
+//!         Layer (type)               Output Shape         Param #
+//! ================================================================
+//!             Conv2d-1           [-1, 32, 26, 26]             320
+//! ================================================================
+//! Total params: 1,199,882
+//! ```
+//!
+//! The table is flat: block modules (`Bottleneck`, `InvertedResidual`)
+//! appear after their children with the output of their last child. A row
+//! whose kind is unknown and which holds no parameters is taken for such a
+//! block and not counted, so activations are not counted twice.
+
+use nom::{
+    IResult, Parser,
+    character::complete::{char, digit1, space0, space1},
+    combinator::eof,
+};
+
+use super::{
+    FeatureBuilder, LayerKind, ModelFeatures, SummaryError, count, footer_totals, is_rule,
+    numbered, per_sample, shapes, stopped_at, type_name,
+};
+
+struct Row<'a> {
+    name: &'a str,
+    shapes: Vec<Vec<i64>>,
+    params: u64,
+}
+
+fn row(input: &str) -> IResult<&str, Row<'_>> {
+    let (i, _) = space0(input)?;
+    let (i, name) = type_name(i)?;
+    let (i, _) = (char('-'), digit1, space1).parse(i)?;
+    let (i, shapes) = shapes(i)?;
+    let (i, _) = space1(i)?;
+    let (i, params) = count(i)?;
+    let (i, _) = (space0, eof).parse(i)?;
+    Ok((
+        i,
+        Row {
+            name,
+            shapes,
+            params,
+        },
+    ))
+}
+
+/// Reads a torchsummary table.
+pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
+    let mut lines = numbered(text).skip_while(|(_, l)| !l.trim_start().starts_with("Layer (type)"));
+    let Some((header_no, header)) = lines.next() else {
+        return Err(SummaryError {
+            line: 1,
+            column: 1,
+            message: "expected a `Layer (type)` header".into(),
+        });
+    };
+    for column in ["Output Shape", "Param #"] {
+        if !header.contains(column) {
+            return Err(SummaryError::at(
+                header_no,
+                header,
+                "",
+                format!("expected a `{column}` column in the header"),
+            ));
+        }
+    }
+    match lines.next() {
+        Some((_, l)) if is_rule(l) => {}
+        Some((n, l)) => {
+            return Err(SummaryError::at(
+                n,
+                l,
+                l,
+                "expected a `====` rule below the header",
+            ));
+        }
+        None => {
+            return Err(SummaryError::at(
+                header_no,
+                header,
+                "",
+                "the table ends after its header",
+            ));
+        }
+    }
+    let mut builder = FeatureBuilder::default();
+    let mut batch = None;
+    let mut rows = 0;
+    for (number, line) in lines.by_ref() {
+        if is_rule(line) {
+            break;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (_, r) = row(line).map_err(|e| {
+            SummaryError::at(
+                number,
+                line,
+                stopped_at(&e, line),
+                "expected a row `Name-N  [shape]  params`",
+            )
+        })?;
+        if rows == 0 {
+            batch = r
+                .shapes
+                .first()
+                .and_then(|s| s.first())
+                .and_then(|b| u64::try_from(*b).ok());
+        }
+        rows += 1;
+        let kind = LayerKind::classify(r.name);
+        if matches!(kind, LayerKind::Other | LayerKind::Container) && r.params == 0 {
+            continue;
+        }
+        builder.add(kind, Some(per_sample(&r.shapes)), r.params);
+    }
+    if rows == 0 {
+        return Err(SummaryError {
+            line: header_no,
+            column: 1,
+            message: "the table lists no layers".into(),
+        });
+    }
+    let mut totals = footer_totals(lines)?;
+    totals.summary_batch = batch;
+    Ok(builder.finish(totals))
+}
