@@ -127,6 +127,9 @@ struct Gpu {
     window: SmactWindow,
     /// carma tasks running here.
     occupants: Vec<Occupant>,
+    /// Takes only tasks that hold it alone (e.g. a MIG-enabled GPU, whose
+    /// slices carma does not manage).
+    exclusive_only: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -184,6 +187,7 @@ impl Scheduler {
                 healthy: true,
                 window: SmactWindow::new(rules.placement.smact_window_s),
                 occupants: Vec::new(),
+                exclusive_only: false,
             })
             .collect();
         Scheduler {
@@ -263,6 +267,14 @@ impl Scheduler {
     /// Tasks waiting: (recovery queue, main queue).
     pub fn queued(&self) -> (usize, usize) {
         (self.recovery.len(), self.main.len())
+    }
+
+    /// Lets `gpu` take only tasks that hold it alone, whatever the policy:
+    /// for GPUs whose memory carma cannot share safely (MIG mode).
+    pub fn set_exclusive_only(&mut self, gpu: usize) {
+        if let Some(g) = self.gpus.get_mut(gpu) {
+            g.exclusive_only = true;
+        }
     }
 
     /// Replaces the rules (a configuration reload). Running tasks stay
@@ -498,7 +510,10 @@ impl Scheduler {
         if policy == Policy::RoundRobin {
             self.cursor = candidates.last().map_or(0, |c| c.gpu + 1) % self.gpus.len();
         }
-        let placed: Vec<(usize, bool)> = candidates.iter().map(|c| (c.gpu, c.sole)).collect();
+        let placed: Vec<(usize, bool)> = candidates
+            .iter()
+            .map(|c| (c.gpu, c.alone.is_some()))
+            .collect();
         self.occupy(task, user, &placed, want);
         let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
         if let Some(t) = self.tasks.get_mut(&task) {
@@ -508,7 +523,9 @@ impl Scheduler {
             task,
             why: explain(policy, want, &candidates),
             limit_mib: match want {
-                Want::Free { free_mib, .. } if !candidates.iter().any(|c| c.sole) => Some(free_mib),
+                Want::Free { free_mib, .. } if candidates.iter().all(|c| c.alone.is_none()) => {
+                    Some(free_mib)
+                }
                 _ => None,
             },
             gpus,
@@ -562,9 +579,12 @@ impl Scheduler {
 
     /// What `want` asks of GPU `g` in particular: a need that fills the
     /// whole GPU asks for it idle, so no task waits forever for memory no
-    /// GPU has.
+    /// GPU has; an exclusive-only GPU is always taken whole.
     fn on_gpu(&self, want: Want, g: usize) -> Want {
         match want {
+            Want::Free { .. } if self.gpus[g].exclusive_only => {
+                Want::Idle("the GPU is used only whole (MIG)")
+            }
             Want::Free { free_mib, .. } if free_mib >= self.gpus[g].total_mib => {
                 Want::Idle("its need fills a whole GPU")
             }
@@ -599,7 +619,10 @@ impl Scheduler {
             gpu: index,
             free_mib,
             smact,
-            sole: want.is_sole(),
+            alone: match want {
+                Want::Idle(why) => Some(why),
+                Want::Free { .. } => None,
+            },
         })
     }
 }
@@ -622,9 +645,9 @@ fn looser_need(rules: &Rules, demand: &Demand, crashes: u32) -> u64 {
 
 /// The placement log line: which rule chose which GPUs, and from what.
 fn explain(policy: Policy, want: Want, chosen: &[Candidate]) -> String {
-    let want = match chosen.first() {
-        Some(c) if c.sole && !want.is_sole() => Want::Idle("its need fills a whole GPU"),
-        _ => want,
+    let want = match chosen.first().and_then(|c| c.alone) {
+        Some(why) => Want::Idle(why),
+        None => want,
     };
     let gpus: Vec<String> = chosen
         .iter()

@@ -95,8 +95,8 @@ pub(super) struct Candidate {
     pub free_mib: u64,
     /// Windowed SM activity.
     pub smact: f64,
-    /// The task would hold this GPU alone.
-    pub sole: bool,
+    /// Why the task would hold this GPU alone, if it would.
+    pub alone: Option<&'static str>,
 }
 
 #[cfg(test)]
@@ -111,19 +111,19 @@ mod tests {
                 gpu: 0,
                 free_mib: 10_240,
                 smact: 0.7,
-                sole: false,
+                alone: None,
             },
             Candidate {
                 gpu: 2,
                 free_mib: 30_720,
                 smact: 0.5,
-                sole: false,
+                alone: None,
             },
             Candidate {
                 gpu: 3,
                 free_mib: 20_480,
                 smact: 0.1,
-                sole: false,
+                alone: None,
             },
         ]
     }

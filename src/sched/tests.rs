@@ -770,3 +770,34 @@ fn a_task_found_in_recovery_queues_ahead_of_the_main_queue() {
             .starts_with("t2 needs 1 x an idle GPU")
     );
 }
+
+#[test]
+fn an_exclusive_only_gpu_is_never_shared() {
+    // GPU 0 is MIG-enabled and exclusive-only. Under first-fit, task 1
+    // takes it whole; task 2 (tiny) cannot join and goes to GPU 1.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    core.set_exclusive_only(0);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    match &queue(&mut core, 1.0, 1, Need::Mib(GIB))[..] {
+        [
+            Action::Launch {
+                gpus,
+                limit_mib,
+                why,
+                ..
+            },
+        ] => {
+            assert_eq!(gpus, &[0]);
+            assert_eq!(*limit_mib, None);
+            assert!(why.contains("MIG"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 2, Need::Mib(GIB))),
+        [(2, vec![1])]
+    );
+}
