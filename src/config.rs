@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use crate::daemon::DaemonConfig;
 use crate::estimate;
+use crate::mps::MpsConfig;
 use crate::oom::OomRules;
 use crate::sched::{PlacementRules, RecoveryRules, Rules};
 use crate::simulate::Model;
@@ -34,6 +35,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// How an OOM crash is recognised.
     pub oom: OomRules,
+    /// NVIDIA MPS.
+    pub mps: MpsConfig,
     /// The memory estimator chain.
     pub estimate: estimate::Settings,
 }
@@ -96,6 +99,7 @@ impl Config {
         self.rules().validate()?;
         self.simulate.validate()?;
         self.daemon.validate()?;
+        self.mps.validate()?;
         self.estimate.validate()
     }
 }

@@ -15,6 +15,8 @@ pub mod config;
 pub mod daemon;
 pub mod estimate;
 pub mod gpu;
+pub mod journal;
+pub mod mps;
 pub mod oom;
 pub mod procfs;
 pub mod rad;

@@ -70,7 +70,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    carma::journal::init();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

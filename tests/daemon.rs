@@ -306,3 +306,82 @@ fn a_job_that_ran_before_is_estimated_from_its_history() {
     let exit = fs::read_to_string(dir.join("run-1/exit.json")).unwrap();
     assert!(exit.contains("\"peak_mib\": 3072"), "{exit}");
 }
+
+#[test]
+fn under_journald_log_lines_carry_syslog_priorities() {
+    // systemd sets JOURNAL_STREAM to the device and inode of the stream it
+    // connected to stderr; the daemon then writes `<N>` priority prefixes.
+    use std::os::unix::fs::MetadataExt;
+    let mut spool = Spool::new("1x40GiB");
+    fs::write(spool.log_path(), "").unwrap();
+    let meta = fs::metadata(spool.log_path()).unwrap();
+    spool.daemon_env.push((
+        "JOURNAL_STREAM".into(),
+        format!("{}:{}", meta.dev(), meta.ino()),
+    ));
+    spool.start_daemon();
+    spool.drop_file("bad.rad", "gpus: x\necho\n");
+    let name = spool.submit("ok.rad", &fake_job("ok", "memory: 1G\n", "1G", 0.1));
+    spool.wait_count("done", 1, 10.0);
+    spool.wait_count("failed", 1, 10.0);
+    let log = spool.daemon_log();
+    assert!(log.lines().all(|l| l.starts_with('<')), "{log}");
+    assert!(log.contains(&format!("<6>{name}: run 1 on GPU 0")), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("<3>") && l.contains("-bad: refused: bad.rad:1:7")),
+        "{log}"
+    );
+}
+
+#[test]
+fn under_mps_the_daemon_runs_the_control_daemon_and_caps_each_job() {
+    // A fake nvidia-cuda-mps-control records how it is called; jobs print
+    // the MPS variables they got.
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("mps-calls");
+    let control = dir.path().join("nvidia-cuda-mps-control");
+    fs::write(
+        &control,
+        format!(
+            "#!/bin/sh\necho \"args=$* pipe=$CUDA_MPS_PIPE_DIRECTORY\" >> {0}\n\
+             if [ \"$1\" != -d ]; then cat >> {0}; fi\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(
+        &control,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let pipes = dir.path().join("pipes");
+    let mut spool = Spool::with_config(
+        "1x40GiB",
+        &format!(
+            "[mps]\nenabled = true\ncontrol = \"{}\"\npipe_dir = \"{}\"\nlog_dir = \"{}\"\n",
+            control.display(),
+            pipes.display(),
+            dir.path().join("logs").display()
+        ),
+    );
+    spool.start_daemon();
+    spool.submit(
+        "capped.rad",
+        "name: capped\nmemory: 6G\necho limit=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT pipe=$CUDA_MPS_PIPE_DIRECTORY\n",
+    );
+    spool.wait_count("done", 1, 10.0);
+    let (_, task) = spool.find("-capped").unwrap();
+    let out = fs::read_to_string(task.join("run-1/stdout")).unwrap();
+    // 6 GiB estimate + 2 GiB margin on the job's one device.
+    assert_eq!(
+        out.trim(),
+        format!("limit=0=8192M pipe={}", pipes.display())
+    );
+    assert!(spool.stop_daemon("TERM").success());
+    let calls = fs::read_to_string(&record).unwrap();
+    assert_eq!(
+        calls,
+        format!("args=-d pipe={0}\nargs= pipe={0}\nquit\n", pipes.display())
+    );
+}

@@ -43,6 +43,7 @@ pub use config::DaemonConfig;
 use crate::config::Config;
 use crate::estimate::{Chain, Fingerprint};
 use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
+use crate::mps::Mps;
 use crate::procfs::ProcessId;
 use crate::rad::TaskSpec;
 use crate::sched::{Action, Demand, Event, GpuSample, Scheduler, TaskId, Time};
@@ -133,6 +134,8 @@ struct Daemon {
     events: Vec<Event>,
     /// The per-GPU errors last reported, so each is logged once.
     gpu_errors: BTreeMap<usize, String>,
+    /// The MPS control daemon, when jobs run under MPS.
+    mps: Option<Mps>,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -155,6 +158,10 @@ pub fn run(options: Options) -> Result<()> {
     let interval_ms = Arc::new(AtomicU64::new(interval_ms(&config)));
     let sizes: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
     let chain = Chain::new(&config.estimate.for_spool(spool.root()));
+    let mps = match config.mps.enabled {
+        true => Some(Mps::start(&config.mps).context("cannot start NVIDIA MPS")?),
+        false => None,
+    };
     let mut daemon = Daemon {
         core: Scheduler::new(config.rules(), &sizes),
         chain,
@@ -176,6 +183,7 @@ pub fn run(options: Options) -> Result<()> {
         polled: Instant::now(),
         events: Vec::new(),
         gpu_errors: BTreeMap::new(),
+        mps,
     };
     daemon.on_readings(readings);
     daemon.restore()?;
@@ -236,13 +244,19 @@ impl Daemon {
             }
             if stop {
                 self.write_status();
-                log::info!(
-                    "stopping; {} jobs keep running under their supervisors",
-                    self.tasks
-                        .values()
-                        .filter(|t| t.state == State::Running)
-                        .count()
-                );
+                let running = self
+                    .tasks
+                    .values()
+                    .filter(|t| t.state == State::Running)
+                    .count();
+                log::info!("stopping; {running} jobs keep running under their supervisors");
+                if let Some(mps) = &self.mps {
+                    if running == 0 {
+                        mps.stop();
+                    } else {
+                        log::info!("leaving the MPS control daemon running for those jobs");
+                    }
+                }
                 return;
             }
             self.poll_adopted();

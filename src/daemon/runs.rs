@@ -39,7 +39,10 @@ impl Daemon {
         limit_mib: Option<u64>,
         why: &str,
     ) -> Result<(), Exit> {
-        let env = self.job_env_base();
+        let mut env = self.backend_env.clone();
+        if self.mps.is_some() {
+            env.extend(self.config.mps.job_env(gpus.len(), limit_mib));
+        }
         let grace_s = self.config.daemon.cancel_grace_s;
         let Some(task) = self.tasks.get_mut(&id.0) else {
             return Err(Exit::Failed("the daemon lost track of this task".into()));
@@ -51,7 +54,6 @@ impl Daemon {
         let run_name = format!("run-{run}");
         let running_dir = self.spool.task_dir(State::Running, &name);
         let indices: Vec<String> = gpus.iter().map(ToString::to_string).collect();
-        let mut env = env;
         env.extend([
             ("CUDA_VISIBLE_DEVICES".to_string(), indices.join(",")),
             ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
@@ -130,11 +132,6 @@ impl Daemon {
             log::warn!("{name}: cannot sync the launch to disk: {e}");
         }
         Ok(())
-    }
-
-    /// Environment every job gets from the daemon besides its run's own.
-    fn job_env_base(&self) -> Vec<(String, String)> {
-        self.backend_env.clone()
     }
 
     /// One of our supervisors exited.

@@ -30,6 +30,8 @@ pub struct Spool {
     pub config: PathBuf,
     daemon: Option<Child>,
     gpus: String,
+    /// Environment only the daemon gets.
+    pub daemon_env: Vec<(String, String)>,
 }
 
 impl Spool {
@@ -49,6 +51,7 @@ impl Spool {
             config,
             daemon: None,
             gpus: gpus.to_owned(),
+            daemon_env: Vec::new(),
         }
     }
 
@@ -60,17 +63,23 @@ impl Spool {
         c
     }
 
+    /// The file the daemon's stderr goes to.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("daemon.log")
+    }
+
     /// Starts `carma daemon` and waits until it has written its status.
     pub fn start_daemon(&mut self) {
         assert!(self.daemon.is_none(), "a daemon is already running");
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.path().join("daemon.log"))
+            .open(self.log_path())
             .unwrap();
         let child = self
             .carma()
             .args(["daemon", "--simulate-gpus", &self.gpus])
+            .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -103,7 +112,7 @@ impl Spool {
     }
 
     pub fn daemon_log(&self) -> String {
-        fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+        fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
     /// Writes a job file into the test directory and returns its path.
