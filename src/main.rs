@@ -16,8 +16,8 @@ use carma::config::Config;
 #[derive(Parser)]
 #[command(name = "carma", version)]
 struct Cli {
-    /// Configuration file overriding the built-in defaults
-    /// (`carma config` prints them).
+    /// Configuration file overriding the built-in defaults (`carma config`
+    /// prints them) [default: /etc/carma/carma.toml if it exists].
     #[arg(long, global = true, env = "CARMA_CONFIG")]
     config: Option<PathBuf>,
     #[command(subcommand)]
@@ -81,7 +81,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
+/// The system-wide configuration, used when none is named.
+const SYSTEM_CONFIG: &str = "/etc/carma/carma.toml";
+
+fn run(mut cli: Cli) -> Result<ExitCode> {
+    if cli.config.is_none() && std::path::Path::new(SYSTEM_CONFIG).exists() {
+        cli.config = Some(PathBuf::from(SYSTEM_CONFIG));
+    }
     match cli.command {
         Command::Config => {
             Config::load(cli.config.as_deref())?;

@@ -183,13 +183,14 @@ fn binary_files_are_refused_with_a_position() {
 #[test]
 fn the_shipped_examples_pass() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let mut files: Vec<PathBuf> = fs::read_dir(&examples)
-        .unwrap()
+    let mut files: Vec<PathBuf> = [examples.clone(), examples.join("fake")]
+        .iter()
+        .flat_map(|dir| fs::read_dir(dir).unwrap())
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "rad"))
         .collect();
     files.sort();
-    assert!(files.len() >= 3, "{files:?}");
+    assert!(files.len() >= 7, "{files:?}");
     let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let output = carma_check(&paths, true);
     assert!(output.status.success(), "{}", stderr(&output));
@@ -199,6 +200,9 @@ fn the_shipped_examples_pass() {
         .collect();
     assert_eq!(checked.len(), files.len());
     assert!(checked.iter().all(|spec| spec["syntax"] == "keyed"));
+    // The sample configuration loads.
+    let config = carma::config::Config::load(Some(&examples.join("carma.toml"))).unwrap();
+    assert!(config.mps.enabled);
     // A `name:` wins over the file name.
     assert!(checked.iter().any(|spec| spec["name"] == "lenet5-mnist"));
 }

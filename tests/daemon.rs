@@ -385,3 +385,32 @@ fn under_mps_the_daemon_runs_the_control_daemon_and_caps_each_job() {
         format!("args=-d pipe={0}\nargs= pipe={0}\nquit\n", pipes.display())
     );
 }
+
+#[test]
+fn a_dropped_job_brings_its_model_summary_along() {
+    // A user copies a job and the summary it names into pending/; the
+    // summary travels into the task directory and feeds the estimator.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let summary = fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/models/lenet5_64.model"
+    ))
+    .unwrap();
+    spool.drop_file("lenet.model", &summary);
+    spool.drop_file(
+        "lenet.rad",
+        "model: lenet.model\nbatch_size: 64\necho trained\n",
+    );
+    spool.wait_count("done", 1, 10.0);
+    let (_, dir) = spool.find("-lenet").unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.join("lenet.model")).unwrap(),
+        summary
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("task.json")).unwrap()).unwrap();
+    assert_eq!(record["estimate"]["source"], "ensemble", "{record}");
+    // The summary stays in pending/ for other jobs that name it.
+    assert!(spool.root.join("pending/lenet.model").exists());
+}

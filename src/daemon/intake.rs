@@ -54,17 +54,32 @@ impl Daemon {
     }
 
     /// Something complete appeared in `pending/`: a submitted task
-    /// directory or a dropped file.
+    /// directory or a dropped file. Taken with the others of this turn of
+    /// the loop ([`Daemon::take_arrivals`]), so that a burst of files is
+    /// claimed in one batch.
     fn arrived(&mut self, entry: String) {
-        let path = self.spool.dir(State::Pending).join(&entry);
-        match TaskName::parse(&entry) {
-            Some(name) if path.is_dir() && !path.is_symlink() => {
-                if !self.tasks.contains_key(&name.seq()) {
-                    self.take(name, State::Pending);
+        self.arrivals.push(entry);
+    }
+
+    /// Takes everything that arrived during this turn of the loop.
+    pub(super) fn take_arrivals(&mut self) {
+        let arrivals = std::mem::take(&mut self.arrivals);
+        let pending = self.spool.dir(State::Pending);
+        let mut drops = Vec::new();
+        for entry in arrivals {
+            let path = pending.join(&entry);
+            match TaskName::parse(&entry) {
+                Some(name) if path.is_dir() && !path.is_symlink() => {
+                    if !self.tasks.contains_key(&name.seq()) {
+                        self.take(name, State::Pending);
+                    }
                 }
+                _ => drops.push(entry),
             }
-            _ => self.take_drops(vec![entry]),
         }
+        drops.sort();
+        drops.dedup();
+        self.take_drops(drops);
     }
 
     /// Files written long ago that never reported their close.
@@ -88,26 +103,13 @@ impl Daemon {
     /// claimed: other files may be model summaries the `.rad`s point to.
     pub(super) fn take_drops(&mut self, entries: Vec<String>) {
         let pending = self.spool.dir(State::Pending);
-        let mut drops = Vec::new();
-        let mut models = Vec::new();
-        for entry in entries {
-            let Ok(meta) = fs::symlink_metadata(pending.join(&entry)) else {
-                continue;
-            };
-            if meta.is_file() && !entry.ends_with(".rad") {
-                log::debug!("pending/{entry}: not a .rad file; left in place");
-                continue;
-            }
-            // The summary a dropped .rad names is still beside it.
-            let model = meta
-                .is_file()
-                .then(|| fs::read(pending.join(&entry)).ok())
-                .flatten()
-                .and_then(|bytes| rad::parse_bytes(&bytes).ok())
-                .and_then(|parsed| parsed.spec.model);
-            drops.push(entry);
-            models.push(model);
-        }
+        let drops: Vec<String> = entries
+            .into_iter()
+            .filter(|entry| {
+                entry.ends_with(".rad")
+                    || fs::symlink_metadata(pending.join(entry)).is_ok_and(|m| !m.is_file())
+            })
+            .collect();
         let claimed = match self.spool.claim(&drops) {
             Ok(claimed) => claimed,
             Err(e) => {
@@ -116,20 +118,21 @@ impl Daemon {
             }
         };
         for c in claimed {
-            let index = drops.iter().position(|d| *d == c.file);
-            if let Some(Some(model)) = index.and_then(|i| models.get(i)) {
-                let dir = self.spool.task_dir(State::Pending, &c.name);
-                copy_model(&pending, &dir, model);
-            }
             log::info!("{}: claimed pending/{}", c.name, c.file);
-            self.take(c.name, State::Pending);
+            self.take_with(c.name, State::Pending, Some(c.record));
         }
     }
 
     /// Reads a task directory found in `pending/` or `recovery/` and queues
     /// it; a task that cannot run goes to `failed/` with its reason.
     pub(super) fn take(&mut self, name: TaskName, state: State) {
-        match self.load(&name, state) {
+        self.take_with(name, state, None);
+    }
+
+    /// [`Daemon::take`] with the task's record already in hand (a fresh
+    /// claim), which spares reading it back.
+    fn take_with(&mut self, name: TaskName, state: State, record: Option<TaskRecord>) {
+        match self.load(&name, state, record) {
             Ok(task) => {
                 let event = match state {
                     State::Recovery => Event::Recovering {
@@ -154,14 +157,27 @@ impl Daemon {
         }
     }
 
-    /// Builds the daemon's view of a task from its directory.
-    pub(super) fn load(&self, name: &TaskName, state: State) -> Result<Task, String> {
+    /// Builds the daemon's view of a task from its directory (and its
+    /// record, when the caller has it: a fresh claim, which never ran).
+    pub(super) fn load(
+        &self,
+        name: &TaskName,
+        state: State,
+        record: Option<TaskRecord>,
+    ) -> Result<Task, String> {
         let dir = self.spool.task_dir(state, name);
-        let mut record = self
-            .spool
-            .load_record(state, name)
-            .map_err(|e| e.to_string())?;
+        let fresh = record.is_some();
+        let mut record = match record {
+            Some(record) => record,
+            None => self
+                .spool
+                .load_record(state, name)
+                .map_err(|e| e.to_string())?,
+        };
         let rad_path = dir.join(&record.rad);
+        if fresh {
+            bring_model(&self.spool.dir(State::Pending), &dir, &rad_path);
+        }
         let meta = fs::symlink_metadata(&rad_path)
             .map_err(|e| format!("{}: cannot read: {e}", record.rad))?;
         if meta.file_type().is_symlink() {
@@ -212,7 +228,7 @@ impl Daemon {
             demand,
             run_as,
             user,
-            run: last_run(&dir),
+            run: if fresh { 0 } else { last_run(&dir) },
             gpus: Vec::new(),
             supervisor: None,
             adopted: false,
@@ -405,15 +421,26 @@ pub(super) fn last_run(dir: &Path) -> u32 {
         .unwrap_or(0)
 }
 
-/// Copies a dropped `.rad`'s model summary from `pending/` into its new
-/// task directory (a copy: other dropped jobs may name the same file).
-fn copy_model(pending: &Path, dir: &Path, model: &str) {
-    let from = pending.join(model);
+/// Copies the model summary a freshly claimed `.rad` names from `pending/`,
+/// where the user dropped both, into its task directory (a copy: other
+/// dropped jobs may name the same file).
+fn bring_model(pending: &Path, dir: &Path, rad: &Path) {
+    let model = fs::read(rad)
+        .ok()
+        .and_then(|bytes| rad::parse_bytes(&bytes).ok())
+        .and_then(|parsed| parsed.spec.model);
+    let Some(model) = model else {
+        return;
+    };
+    if dir.join(&model).exists() {
+        return;
+    }
+    let from = pending.join(&model);
     // A symbolic link could point at any file the root daemon can read.
     if !fs::symlink_metadata(&from).is_ok_and(|m| m.is_file()) {
         return;
     }
-    let to = dir.join(model);
+    let to = dir.join(&model);
     let copied = to
         .parent()
         .map_or(Ok(()), fs::create_dir_all)

@@ -125,6 +125,8 @@ struct Daemon {
     tx: Sender<Msg>,
     /// Files created in `pending/` whose writer has not closed them yet.
     unfinished: HashMap<String, Instant>,
+    /// Entries that appeared in `pending/` during this turn of the loop.
+    arrivals: Vec<String>,
     sample_interval_ms: Arc<AtomicU64>,
     status_written: Instant,
     metrics_written: Instant,
@@ -177,6 +179,7 @@ pub fn run(options: Options) -> Result<()> {
         exe: std::env::current_exe().context("cannot find the carma binary")?,
         tx: tx.clone(),
         unfinished: HashMap::new(),
+        arrivals: Vec::new(),
         sample_interval_ms: Arc::clone(&interval_ms),
         status_written: Instant::now(),
         metrics_written: Instant::now(),
@@ -259,6 +262,7 @@ impl Daemon {
                 }
                 return;
             }
+            self.take_arrivals();
             self.poll_adopted();
             self.claim_stale_unfinished();
             self.step();

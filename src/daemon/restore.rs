@@ -48,7 +48,7 @@ impl Daemon {
         if !has_exit && !alive && !started {
             return self.requeue(&name, "its supervisor never started");
         }
-        let mut task = match self.load(&name, State::Running) {
+        let mut task = match self.load(&name, State::Running, None) {
             Ok(task) => task,
             Err(reason) => return self.reject(&name, State::Running, &reason),
         };

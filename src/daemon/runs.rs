@@ -87,6 +87,10 @@ impl Daemon {
         let json = serde_json::to_vec_pretty(&launch).map_err(std::io::Error::other);
         json.and_then(|j| write_replace(&staged.join(supervisor::LAUNCH), &j))
             .map_err(|e| failed("cannot write launch.json", e))?;
+        // A claimed task's first record; synced with the launch below.
+        let json = serde_json::to_vec_pretty(&task.record).map_err(std::io::Error::other);
+        json.and_then(|j| write_replace(&from_dir.join("task.json"), &j))
+            .map_err(|e| failed("cannot write task.json", e))?;
         match self.spool.move_task_unsynced(&name, from, State::Running) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -126,6 +130,7 @@ impl Daemon {
         }
         let synced = File::open(run_dir.join(supervisor::LAUNCH))
             .and_then(|f| f.sync_all())
+            .and_then(|()| File::open(running_dir.join("task.json"))?.sync_all())
             .and_then(|()| sync_dir(&self.spool.dir(State::Running)))
             .and_then(|()| sync_dir(&self.spool.dir(from)));
         if let Err(e) = synced {

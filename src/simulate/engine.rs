@@ -309,7 +309,7 @@ impl Sim<'_> {
                 .map(|&n| self.trace[n].smact_assumed)
                 .collect();
             self.gpus[g].smact = match sharing {
-                Sharing::Mps => smacts.iter().sum::<f64>().min(1.0),
+                Sharing::Mps => smacts.iter().fold(0.0, |a, s| a + s).min(1.0),
                 Sharing::Streams if smacts.is_empty() => 0.0,
                 Sharing::Streams => smacts.iter().sum::<f64>() / smacts.len() as f64,
             };

@@ -151,10 +151,10 @@ impl SimGpu {
 
     /// SM activity of all claims together; a GPU is at most fully busy.
     pub fn smact(&self) -> f64 {
+        // A fold from +0.0: an empty f64 sum is -0.0, which prints as such.
         self.claims
             .iter()
-            .map(|claim| claim.smact)
-            .sum::<f64>()
+            .fold(0.0, |sum, claim| sum + claim.smact)
             .min(1.0)
     }
 }
