@@ -60,8 +60,16 @@ impl Spool {
         c
     }
 
-    /// Starts `carma daemon` and waits until it has written its status.
+    /// Starts `carma daemon` on the spool's simulated GPUs and waits until
+    /// it has written its status.
     pub fn start_daemon(&mut self) {
+        let gpus = self.gpus.clone();
+        self.start_daemon_with(&["--simulate-gpus", &gpus], &[]);
+    }
+
+    /// Starts `carma daemon` with `args` and extra environment (e.g. a fake
+    /// NVML) and waits until it has written its status.
+    pub fn start_daemon_with(&mut self, args: &[&str], env: &[(&str, &Path)]) {
         assert!(self.daemon.is_none(), "a daemon is already running");
         let log = fs::OpenOptions::new()
             .create(true)
@@ -70,7 +78,9 @@ impl Spool {
             .unwrap();
         let child = self
             .carma()
-            .args(["daemon", "--simulate-gpus", &self.gpus])
+            .arg("daemon")
+            .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -189,10 +199,12 @@ impl Drop for Spool {
     }
 }
 
-/// Kills every process whose environment points at this spool's simulated
-/// GPUs: what a failed test may leave behind.
+/// Kills every process whose environment points at this spool or its
+/// simulated GPUs (jobs inherit the daemon's `CARMA_SPOOL`): what a failed
+/// test may leave behind.
 fn kill_jobs_of(root: &Path) {
     let needle = format!("CARMA_SIMGPU={}", root.display());
+    let spool = format!("CARMA_SPOOL={}", root.display());
     let Ok(entries) = fs::read_dir("/proc") else {
         return;
     };
@@ -209,7 +221,7 @@ fn kill_jobs_of(root: &Path) {
         };
         if environ
             .split(|&b| b == 0)
-            .any(|v| v.starts_with(needle.as_bytes()))
+            .any(|v| v.starts_with(needle.as_bytes()) || v == spool.as_bytes())
         {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
