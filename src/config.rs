@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use crate::daemon::DaemonConfig;
 use crate::estimate;
+use crate::gpu::GpuConfig;
 use crate::mps::MpsConfig;
 use crate::oom::OomRules;
 use crate::sched::{PlacementRules, RecoveryRules, Rules};
@@ -31,6 +32,8 @@ pub struct Config {
     pub recovery: RecoveryRules,
     /// The GPU and workload model of `carma simulate`.
     pub simulate: Model,
+    /// Where real GPUs are read from.
+    pub gpu: GpuConfig,
     /// The daemon's own settings.
     pub daemon: DaemonConfig,
     /// How an OOM crash is recognised.
@@ -127,6 +130,7 @@ mod tests {
         let config = Config::load(None).unwrap();
         assert_eq!(config.placement.policy, Policy::Magm);
         assert_eq!(config.placement.margin_mib, 2048);
+        assert_eq!(config.gpu.nvml_library, PathBuf::new());
     }
 
     #[test]

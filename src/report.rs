@@ -148,8 +148,12 @@ fn runs_of(dir: &Path) -> Vec<(Launch, Option<RunExit>)> {
 }
 
 /// Per GPU (joules, SMACT-seconds) over `[start, end]` from the samples
-/// file: energy from the counter's difference where the GPU has one, from
-/// power x time otherwise. Missing file: no GPUs.
+/// file. Energy is summed interval by interval: the energy counter's
+/// difference where both ends have one and it grew, power x time
+/// otherwise. A counter that went backwards was reset (a driver reload
+/// restarts NVML's, a daemon restart the simulated one): subtracting across
+/// the reset would lose or invert the energy of the whole trace before it.
+/// Missing file: no GPUs.
 fn gpu_integrals(path: &Path, start: f64, end: f64) -> Vec<(f64, f64)> {
     let Ok(mut reader) = csv::Reader::from_path(path) else {
         return Vec::new();
@@ -169,12 +173,12 @@ fn gpu_integrals(path: &Path, start: f64, end: f64) -> Vec<(f64, f64)> {
             for pair in rows.windows(2) {
                 let dt = pair[1].time - pair[0].time;
                 smact_seconds += pair[0].smact * dt;
-                joules += pair[0].power_w.unwrap_or(0.0) * dt;
+                joules += match (pair[0].energy_j, pair[1].energy_j) {
+                    (Some(before), Some(after)) if after >= before => after - before,
+                    _ => pair[0].power_w.unwrap_or(0.0) * dt,
+                };
             }
-            let counter = rows
-                .first()
-                .and_then(|a| Some(rows.last()?.energy_j? - a.energy_j?));
-            (counter.unwrap_or(joules), smact_seconds)
+            (joules, smact_seconds)
         })
         .collect()
 }
@@ -202,5 +206,25 @@ mod tests {
         // GPU 0: counter 5000 - 1000; SMACT 0.5 x 20 s. GPU 1: 50 W x 20 s.
         assert_eq!(gpus, [(4000.0, 10.0), (1000.0, 0.0)]);
         assert!(gpu_integrals(&dir.path().join("missing"), 0.0, 1.0).is_empty());
+    }
+
+    #[test]
+    fn a_reset_energy_counter_never_subtracts() {
+        // The daemon restarts at 15 s: the counter starts again from 0.
+        // 0-10 s and 20-30 s come from the counter, 10-20 s from power.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(GPU_SAMPLES);
+        fs::write(
+            &path,
+            format!(
+                "{GPU_SAMPLES_HEADER}\n\
+                 0,0,0,0.0,100,5000\n\
+                 10,0,0,0.0,100,6000\n\
+                 20,0,0,0.0,100,300\n\
+                 30,0,0,0.0,100,1300\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(gpu_integrals(&path, 0.0, 30.0), [(3000.0, 0.0)]);
     }
 }

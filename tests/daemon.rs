@@ -220,7 +220,17 @@ fn one_daemon_per_spool() {
 #[test]
 fn without_simulated_gpus_or_nvml_the_daemon_says_what_to_do() {
     let spool = Spool::new("1x40GiB");
-    let out = spool.carma().args(["daemon"]).output().unwrap();
+    // A library that is not there, so the test means the same on a server
+    // with a driver.
+    let out = spool
+        .carma()
+        .args(["daemon"])
+        .env(
+            "CARMA_NVML_LIB",
+            spool.dir.path().join("none/libnvidia-ml.so"),
+        )
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(

@@ -3,11 +3,12 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow};
 
 use carma::config::Config;
 use carma::daemon::{self, Options};
 use carma::gpu::GpuBackend;
+use carma::gpu::nvml::NvmlGpus;
 use carma::gpu::sim::SimGpus;
 
 use super::spool_arg::SpoolArg;
@@ -20,6 +21,10 @@ pub struct Args {
     /// activity then come from `carma fake-train` jobs.
     #[arg(long, value_name = "SPEC")]
     simulate_gpus: Option<String>,
+    /// The NVML library to read real GPUs through [default: gpu.nvml_library
+    /// of the configuration, else the driver's libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH", env = "CARMA_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
 }
 
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
@@ -41,10 +46,15 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
                 .context("cannot set up the simulated GPUs")?,
             )
         }
-        None => bail!(
-            "no usable NVML (libnvidia-ml.so): this build cannot read real GPUs yet; \
-             run `carma daemon --simulate-gpus 4x40GiB` to use simulated GPUs"
-        ),
+        None => {
+            let library = config.gpu.nvml_library(args.nvml_lib);
+            Box::new(NvmlGpus::open(library.as_deref()).map_err(|e| {
+                anyhow!(
+                    "{e}; on a machine without NVIDIA GPUs, run \
+                     `carma daemon --simulate-gpus 4x40GiB` to use simulated GPUs"
+                )
+            })?)
+        }
     };
     daemon::run(Options {
         spool: PathBuf::from(spool.root()),

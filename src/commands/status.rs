@@ -87,10 +87,13 @@ fn print_human(out: &Output) {
     println!("\nGPU  memory used        SMACT  tasks");
     for g in &status.gpus {
         let memory = format!("{} / {}", format_mib(g.used_mib), format_mib(g.total_mib));
-        let tasks = match &g.error {
+        let mut tasks = match &g.error {
             Some(e) => format!("ERROR: {e}"),
             None => g.tasks.join(", "),
         };
+        if g.mig {
+            tasks.push_str(" [MIG: whole-GPU tasks only]");
+        }
         println!("{:<4} {memory:<20} {:<6.2} {tasks}", g.index, g.smact);
     }
     let now = unix_now();

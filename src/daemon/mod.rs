@@ -164,8 +164,12 @@ pub fn run(options: Options) -> Result<()> {
         true => Some(Mps::start(&config.mps).context("cannot start NVIDIA MPS")?),
         false => None,
     };
+    let mut core = Scheduler::new(config.rules(), &sizes);
+    for gpu in gpus.iter().filter(|g| g.mig) {
+        core.set_exclusive_only(gpu.index);
+    }
     let mut daemon = Daemon {
-        core: Scheduler::new(config.rules(), &sizes),
+        core,
         chain,
         spool,
         config,
@@ -427,6 +431,9 @@ impl Daemon {
             changed.push(format!("estimate ({:?})", config.estimate.order));
             self.chain = Chain::new(&config.estimate.for_spool(self.spool.root()));
         }
+        if old.gpu != config.gpu {
+            changed.push("gpu (applies when the daemon next starts)".to_string());
+        }
         if old.simulate != config.simulate {
             changed.push("simulate (not used by the daemon)".to_string());
         }
@@ -510,6 +517,7 @@ impl Daemon {
                         uuid: g.uuid.clone(),
                         name: g.name.clone(),
                         total_mib: g.total_mib,
+                        mig: g.mig,
                         used_mib: reading.map_or(0, |r| r.used_mib),
                         smact: reading.map_or(0.0, |r| r.smact),
                         power_w: reading.and_then(|r| r.power_w),

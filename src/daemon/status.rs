@@ -31,6 +31,9 @@ pub struct GpuStatus {
     pub uuid: String,
     pub name: String,
     pub total_mib: u64,
+    /// MIG mode is on: only whole-GPU tasks go there.
+    #[serde(default)]
+    pub mig: bool,
     pub used_mib: u64,
     pub smact: f64,
     pub power_w: Option<f64>,

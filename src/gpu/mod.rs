@@ -7,9 +7,13 @@
 //! the simulator's state file) and report failures per GPU, so one broken
 //! GPU never stops the monitor.
 
+mod config;
+pub mod nvml;
 pub mod sim;
 
 use std::fmt;
+
+pub use config::GpuConfig;
 
 /// What a GPU is, read once at start.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -22,6 +26,10 @@ pub struct GpuInfo {
     pub name: String,
     /// Memory, MiB.
     pub total_mib: u64,
+    /// MIG mode is on: carma cannot share the GPU's memory safely between
+    /// its slices, so the daemon places only whole-GPU tasks on it.
+    #[serde(default)]
+    pub mig: bool,
 }
 
 /// One process's GPU memory, for attributing usage to tasks.
@@ -73,6 +81,10 @@ impl fmt::Display for GpuInfo {
             self.name,
             crate::size::format_mib(self.total_mib),
             self.uuid
-        )
+        )?;
+        if self.mig {
+            f.write_str(", MIG mode: used only whole")?;
+        }
+        Ok(())
     }
 }

@@ -68,8 +68,16 @@ impl Spool {
         self.dir.path().join("daemon.log")
     }
 
-    /// Starts `carma daemon` and waits until it has written its status.
+    /// Starts `carma daemon` on the spool's simulated GPUs and waits until
+    /// it has written its status.
     pub fn start_daemon(&mut self) {
+        let gpus = self.gpus.clone();
+        self.start_daemon_with(&["--simulate-gpus", &gpus], &[]);
+    }
+
+    /// Starts `carma daemon` with `args` and extra environment (e.g. a fake
+    /// NVML) and waits until it has written its status.
+    pub fn start_daemon_with(&mut self, args: &[&str], env: &[(&str, &Path)]) {
         assert!(self.daemon.is_none(), "a daemon is already running");
         let log = fs::OpenOptions::new()
             .create(true)
@@ -78,7 +86,9 @@ impl Spool {
             .unwrap();
         let child = self
             .carma()
-            .args(["daemon", "--simulate-gpus", &self.gpus])
+            .arg("daemon")
+            .args(args)
+            .envs(env.iter().copied())
             .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -198,10 +208,12 @@ impl Drop for Spool {
     }
 }
 
-/// Kills every process whose environment points at this spool's simulated
-/// GPUs: what a failed test may leave behind.
+/// Kills every process whose environment points at this spool or its
+/// simulated GPUs (jobs inherit the daemon's `CARMA_SPOOL`): what a failed
+/// test may leave behind.
 fn kill_jobs_of(root: &Path) {
     let needle = format!("CARMA_SIMGPU={}", root.display());
+    let spool = format!("CARMA_SPOOL={}", root.display());
     let Ok(entries) = fs::read_dir("/proc") else {
         return;
     };
@@ -218,7 +230,7 @@ fn kill_jobs_of(root: &Path) {
         };
         if environ
             .split(|&b| b == 0)
-            .any(|v| v.starts_with(needle.as_bytes()))
+            .any(|v| v.starts_with(needle.as_bytes()) || v == spool.as_bytes())
         {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }

@@ -125,6 +125,7 @@ impl SimGpus {
                 uuid: format!("SIM-{index}"),
                 name: "Simulated GPU".into(),
                 total_mib,
+                mig: false,
             })
             .collect();
         Ok(SimGpus {

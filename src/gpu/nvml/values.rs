@@ -1,0 +1,149 @@
+//! NVML's raw values in carma's units, with no library in sight: bytes to
+//! MiB, percent to a fraction, milliwatts and millijoules to watts and
+//! joules, two process lists to one.
+
+use crate::gpu::{GpuReading, ProcessMemory};
+
+const MIB: u64 = 1024 * 1024;
+
+/// One GPU's values as NVML gives them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Raw {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    /// SM activity (or the utilization counter), percent.
+    pub busy_percent: f64,
+    pub power_mw: Option<u32>,
+    /// The total-energy counter, millijoules since the driver loaded.
+    pub energy_mj: Option<u64>,
+    /// Compute processes and MPS clients: pid and used bytes where known.
+    pub processes: Vec<(u32, Option<u64>)>,
+}
+
+/// Memory size in whole MiB, rounded down: a GPU's capacity.
+pub fn mib_down(bytes: u64) -> u64 {
+    bytes / MIB
+}
+
+/// Memory in use in whole MiB, rounded up: placement never counts on a
+/// fraction of a MiB that is not there.
+pub fn mib_up(bytes: u64) -> u64 {
+    bytes.div_ceil(MIB)
+}
+
+/// A percentage as a fraction in 0..=1. GPM metrics are ratios of
+/// counters and can stray past 100 or be NaN on a counter wrap.
+pub fn fraction(percent: f64) -> f64 {
+    if percent.is_finite() {
+        (percent / 100.0).clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
+/// The reading of GPU `index`.
+///
+/// Used memory is total minus free, so memory the driver reserves counts
+/// as used and the core's free memory is exactly NVML's. A process listed
+/// twice (a compute process that is also an MPS client) counts once, with
+/// its larger figure; one whose memory NVML cannot tell (no permission,
+/// some virtualised setups) is left out rather than counted as zero.
+pub fn reading(index: usize, raw: &Raw) -> GpuReading {
+    let mut processes: Vec<ProcessMemory> = Vec::new();
+    let mut known: Vec<(u32, u64)> = raw
+        .processes
+        .iter()
+        .filter_map(|&(pid, bytes)| Some((pid, mib_up(bytes?))))
+        .collect();
+    known.sort_unstable();
+    for (pid, used_mib) in known {
+        match processes.last_mut() {
+            Some(last) if last.pid == pid => last.used_mib = last.used_mib.max(used_mib),
+            _ => processes.push(ProcessMemory { pid, used_mib }),
+        }
+    }
+    GpuReading {
+        index,
+        used_mib: mib_up(raw.total_bytes.saturating_sub(raw.free_bytes)),
+        smact: fraction(raw.busy_percent),
+        power_w: raw.power_mw.map(|mw| f64::from(mw) / 1000.0),
+        energy_j: raw.energy_mj.map(|mj| mj as f64 / 1000.0),
+        processes,
+        error: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_rounds_capacity_down_and_use_up() {
+        assert_eq!(mib_down(40 * 1024 * MIB + 5), 40 * 1024);
+        assert_eq!(mib_up(MIB), 1);
+        assert_eq!(mib_up(MIB + 1), 2);
+        assert_eq!(mib_up(0), 0);
+    }
+
+    #[test]
+    fn percentages_become_fractions_within_bounds() {
+        assert_eq!(fraction(42.0), 0.42);
+        assert_eq!(fraction(130.0), 1.0);
+        assert_eq!(fraction(-3.0), 0.0);
+        assert_eq!(fraction(f64::NAN), 0.0);
+    }
+
+    #[test]
+    fn a_reading_in_carma_units() {
+        let raw = Raw {
+            total_bytes: 40 * 1024 * MIB,
+            free_bytes: 30 * 1024 * MIB,
+            busy_percent: 55.0,
+            power_mw: Some(123_500),
+            energy_mj: Some(9_876_543),
+            processes: vec![(300, Some(512 * MIB)), (100, None), (200, Some(10))],
+        };
+        let reading = reading(3, &raw);
+        assert_eq!(reading.index, 3);
+        assert_eq!(reading.used_mib, 10 * 1024);
+        assert_eq!(reading.smact, 0.55);
+        assert_eq!(reading.power_w, Some(123.5));
+        assert_eq!(reading.energy_j, Some(9876.543));
+        assert_eq!(
+            reading.processes,
+            [
+                ProcessMemory {
+                    pid: 200,
+                    used_mib: 1
+                },
+                ProcessMemory {
+                    pid: 300,
+                    used_mib: 512
+                },
+            ]
+        );
+        assert_eq!(reading.error, None);
+    }
+
+    #[test]
+    fn a_process_in_both_lists_counts_once_with_its_larger_figure() {
+        let raw = Raw {
+            processes: vec![(7, Some(100 * MIB)), (7, Some(300 * MIB))],
+            ..Raw::default()
+        };
+        assert_eq!(
+            reading(0, &raw).processes,
+            [ProcessMemory {
+                pid: 7,
+                used_mib: 300
+            }]
+        );
+    }
+
+    #[test]
+    fn absent_power_and_energy_stay_absent() {
+        let reading = reading(0, &Raw::default());
+        assert_eq!((reading.power_w, reading.energy_j), (None, None));
+        assert_eq!(reading.used_mib, 0);
+    }
+}
