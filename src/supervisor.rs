@@ -27,7 +27,7 @@
 //! killed, and `exit.json` is written atomically as the supervisor's last
 //! act. A daemon that was away finds it there.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
@@ -61,12 +61,7 @@ const LOG: &str = "supervisor.log";
 /// written) as `exe supervise`, in its own session. The returned child is
 /// the daemon's to reap; the run's fate is in `exit.json`.
 pub fn start(exe: &Path, run_dir: &Path) -> io::Result<Child> {
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(run_dir.join(LOCK))?;
+    let lock = crate::spool::open_lock_file(&run_dir.join(LOCK))?;
     lock.try_lock_exclusive()?;
     let fd = lock.as_raw_fd();
     let log = File::create(run_dir.join(LOG))?;

@@ -47,13 +47,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         m.tasks,
         m.tasks - done
     );
-    println!("  total time        {:.1} s", m.total_time_s);
-    println!("  avg wait          {:.1} s", m.avg_wait_s);
-    println!("  avg execution     {:.1} s", m.avg_exec_s);
-    println!("  avg JCT           {:.1} s", m.avg_jct_s);
-    println!("  OOM crashes       {}", m.oom_crashes);
+    println!("{m}");
     println!("  re-runs           {}", r.reruns);
-    println!("  GPU energy        {:.4} MJ", m.energy_mj);
-    println!("  mean utilization  {:.1} %", m.mean_utilization * 100.0);
     Ok(ExitCode::SUCCESS)
 }

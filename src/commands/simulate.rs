@@ -71,18 +71,7 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
             args.gpus,
             args.estimator
         );
-        println!("  tasks             {}", m.tasks);
-        println!(
-            "  total time        {:.0} s (lower bound {:.0} s)",
-            m.total_time_s,
-            m.lower_bound_s.unwrap_or(0.0)
-        );
-        println!("  avg wait          {:.1} s", m.avg_wait_s);
-        println!("  avg execution     {:.1} s", m.avg_exec_s);
-        println!("  avg JCT           {:.1} s", m.avg_jct_s);
-        println!("  OOM crashes       {}", m.oom_crashes);
-        println!("  GPU energy        {:.2} MJ", m.energy_mj);
-        println!("  mean utilization  {:.1} %", m.mean_utilization * 100.0);
+        println!("{m}");
     }
     Ok(ExitCode::SUCCESS)
 }

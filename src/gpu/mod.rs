@@ -59,6 +59,22 @@ pub struct GpuReading {
     pub error: Option<String>,
 }
 
+impl GpuReading {
+    /// GPU `index` with nothing known about it yet: what a GPU that failed
+    /// before its first good reading reports (with `error` set).
+    pub fn unknown(index: usize) -> GpuReading {
+        GpuReading {
+            index,
+            used_mib: 0,
+            smact: 0.0,
+            power_w: None,
+            energy_j: None,
+            processes: Vec::new(),
+            error: None,
+        }
+    }
+}
+
 /// A source of GPU readings.
 pub trait GpuBackend: Send {
     /// The GPUs, in index order.

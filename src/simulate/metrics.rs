@@ -119,6 +119,29 @@ impl Metrics {
     }
 }
 
+/// The figures for people, one per line, indented: what `carma simulate`
+/// and `carma report` print.
+impl std::fmt::Display for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "  tasks             {}", self.tasks)?;
+        write!(f, "  total time        {:.1} s", self.total_time_s)?;
+        match self.lower_bound_s {
+            Some(bound) => writeln!(f, " (lower bound {bound:.1} s)")?,
+            None => writeln!(f)?,
+        }
+        writeln!(f, "  avg wait          {:.1} s", self.avg_wait_s)?;
+        writeln!(f, "  avg execution     {:.1} s", self.avg_exec_s)?;
+        writeln!(f, "  avg JCT           {:.1} s", self.avg_jct_s)?;
+        writeln!(f, "  OOM crashes       {}", self.oom_crashes)?;
+        writeln!(f, "  GPU energy        {:.4} MJ", self.energy_mj)?;
+        write!(
+            f,
+            "  mean utilization  {:.1} %",
+            self.mean_utilization * 100.0
+        )
+    }
+}
+
 /// A lower bound on the trace's total time on `gpus` GPUs under `sharing`,
 /// for any placement policy.
 ///

@@ -179,13 +179,7 @@ impl Spool {
     /// Takes the one-daemon-per-spool lock, or says who holds it.
     pub fn lock(&self) -> Result<SpoolLock, SpoolError> {
         let path = self.root.join("daemon.lock");
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(at(&path))?;
+        let mut file = open_lock_file(&path).map_err(at(&path))?;
         if file.try_lock_exclusive().is_err() {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
@@ -210,13 +204,7 @@ impl Spool {
     /// highest number in the tree.
     pub fn allocate(&self, count: u64) -> Result<u64, SpoolError> {
         let path = self.root.join("next-id");
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(at(&path))?;
+        let mut file = open_lock_file(&path).map_err(at(&path))?;
         file.lock_exclusive().map_err(at(&path))?;
         let mut text = String::new();
         file.read_to_string(&mut text).map_err(at(&path))?;
@@ -481,6 +469,17 @@ impl Spool {
             }
         }
     }
+}
+
+/// Opens (creating it if needed, never truncating) a file that is
+/// `flock`ed: its content may matter to whoever holds the lock.
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
 }
 
 /// Whether some process holds an exclusive `flock` on the file at `path`

@@ -149,6 +149,31 @@ fn numbered(text: &str) -> impl Iterator<Item = (usize, &str)> {
 }
 
 /// A rule line made of one repeated character (`====`, `----`).
+/// Consumes the `====` rule that must follow a table's header line
+/// (`what` names the table in the error).
+fn rule_below_header<'a>(
+    lines: &mut impl Iterator<Item = (usize, &'a str)>,
+    header_no: usize,
+    header: &'a str,
+    what: &str,
+) -> Result<(), SummaryError> {
+    match lines.next() {
+        Some((_, l)) if is_rule(l) => Ok(()),
+        Some((n, l)) => Err(SummaryError::at(
+            n,
+            l,
+            l,
+            "expected a `====` rule below the header",
+        )),
+        None => Err(SummaryError::at(
+            header_no,
+            header,
+            "",
+            format!("the {what} ends after its header"),
+        )),
+    }
+}
+
 fn is_rule(line: &str) -> bool {
     let t = line.trim();
     t.len() >= 3 && (t.chars().all(|c| c == '=') || t.chars().all(|c| c == '-'))

@@ -22,7 +22,7 @@ use nom::{
 
 use super::{
     FeatureBuilder, LayerKind, ModelFeatures, SummaryError, count, depth_idx, footer_totals,
-    is_rule, numbered, per_sample, shapes, stopped_at, type_name,
+    is_rule, numbered, per_sample, rule_below_header, shapes, stopped_at, type_name,
 };
 
 /// One cell of a row after the layer name.
@@ -122,25 +122,7 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
     let output_col = position("Output Shape")?;
     let param_col = position("Param #")?;
     let input_col = position("Input Shape").ok();
-    match lines.next() {
-        Some((_, l)) if is_rule(l) => {}
-        Some((n, l)) => {
-            return Err(SummaryError::at(
-                n,
-                l,
-                l,
-                "expected a `====` rule below the header",
-            ));
-        }
-        None => {
-            return Err(SummaryError::at(
-                header_no,
-                header,
-                "",
-                "the tree ends after its header",
-            ));
-        }
-    }
+    rule_below_header(&mut lines, header_no, header, "tree")?;
     let mut rows = Vec::new();
     for (number, line) in lines.by_ref() {
         if is_rule(line) {

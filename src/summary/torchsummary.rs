@@ -21,7 +21,7 @@ use nom::{
 
 use super::{
     FeatureBuilder, LayerKind, ModelFeatures, SummaryError, count, footer_totals, is_rule,
-    numbered, per_sample, shapes, stopped_at, type_name,
+    numbered, per_sample, rule_below_header, shapes, stopped_at, type_name,
 };
 
 struct Row<'a> {
@@ -68,25 +68,7 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
             ));
         }
     }
-    match lines.next() {
-        Some((_, l)) if is_rule(l) => {}
-        Some((n, l)) => {
-            return Err(SummaryError::at(
-                n,
-                l,
-                l,
-                "expected a `====` rule below the header",
-            ));
-        }
-        None => {
-            return Err(SummaryError::at(
-                header_no,
-                header,
-                "",
-                "the table ends after its header",
-            ));
-        }
-    }
+    rule_below_header(&mut lines, header_no, header, "table")?;
     let mut builder = FeatureBuilder::default();
     let mut batch = None;
     let mut rows = 0;

@@ -191,15 +191,10 @@ impl NvmlGpus {
     /// The last good reading of GPU `index` (zero before the first),
     /// marked with `error`.
     fn failed(&self, index: usize, error: String) -> GpuReading {
-        let mut reading = self.gpus[index].last.clone().unwrap_or(GpuReading {
-            index,
-            used_mib: 0,
-            smact: 0.0,
-            power_w: None,
-            energy_j: None,
-            processes: Vec::new(),
-            error: None,
-        });
+        let mut reading = self.gpus[index]
+            .last
+            .clone()
+            .unwrap_or_else(|| GpuReading::unknown(index));
         reading.error = Some(error);
         reading
     }

@@ -213,17 +213,7 @@ impl SimGpus {
     fn failed(&self, error: &str) -> Vec<GpuReading> {
         let mut readings = match &self.last {
             Some((_, last)) => last.clone(),
-            None => (0..self.inventory.len())
-                .map(|index| GpuReading {
-                    index,
-                    used_mib: 0,
-                    smact: 0.0,
-                    power_w: None,
-                    energy_j: None,
-                    processes: Vec::new(),
-                    error: None,
-                })
-                .collect(),
+            None => (0..self.inventory.len()).map(GpuReading::unknown).collect(),
         };
         for reading in &mut readings {
             reading.error = Some(error.to_owned());
