@@ -140,7 +140,9 @@ fn runs_of(dir: &Path) -> Vec<(Launch, Option<RunExit>)> {
             let n: u32 = e.file_name().to_str()?.strip_prefix("run-")?.parse().ok()?;
             let launch = read_json::<Launch>(&e.path().join(supervisor::LAUNCH)).ok()?;
             let exit = read_json::<RunExit>(&e.path().join(supervisor::EXIT)).ok();
-            Some((n, launch, exit))
+            // A launch whose supervisor never started did not run.
+            let started = exit.is_some() || e.path().join(supervisor::IDENTITY).exists();
+            started.then_some((n, launch, exit))
         })
         .collect();
     runs.sort_by_key(|r| r.0);

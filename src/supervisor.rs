@@ -32,7 +32,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -41,7 +41,9 @@ use std::time::Duration;
 use fs2::FileExt;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::{Gid, Pid, Uid, chown, getgrouplist, setgid, setgroups, setpgid, setsid, setuid};
+use nix::unistd::{
+    Gid, Pid, Uid, chdir, fchown, getgrouplist, setgid, setgroups, setpgid, setsid, setuid,
+};
 
 use crate::procfs::ProcessId;
 use crate::spool::record::{Launch, RunExit, read_json, unix_now, write_json};
@@ -122,6 +124,14 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     fcntl(&lock, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
     let stop = Arc::new(AtomicBool::new(false));
     let job_group = Arc::new(AtomicI32::new(0));
+    let launch = read_json::<Launch>(&run_dir.join(LAUNCH));
+    // Signals are watched before the supervisor makes itself known: once
+    // `carma cancel` can find it, a SIGTERM must stop the job, not the
+    // supervisor, which still has the run's end to record.
+    let grace = launch.as_ref().map_or(Duration::ZERO, |l| {
+        Duration::from_secs_f64(l.grace_s.max(0.0))
+    });
+    watch_signals(Arc::clone(&stop), Arc::clone(&job_group), grace)?;
     let me = ProcessId::current()
         .ok_or_else(|| io::Error::other("cannot read this process in /proc"))?;
     write_json(&run_dir.join(IDENTITY), &me)?;
@@ -129,12 +139,7 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     // Anything that goes wrong before the job runs is recorded as the
     // run's end, so the daemon learns of it instead of seeing a vanished
     // supervisor.
-    let outcome = read_json::<Launch>(&run_dir.join(LAUNCH))
-        .and_then(|launch| {
-            let grace = Duration::from_secs_f64(launch.grace_s.max(0.0));
-            watch_signals(Arc::clone(&stop), Arc::clone(&job_group), grace)?;
-            Ok(launch)
-        })
+    let outcome = launch
         .and_then(|launch| {
             if stop.load(Ordering::SeqCst) {
                 Err(io::Error::other("cancelled before it started"))
@@ -214,32 +219,37 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
     fs::set_permissions(&script, fs::Permissions::from_mode(0o644))?;
     let stdout = File::create(run_dir.join(STDOUT))?;
     let stderr = File::create(run_dir.join(STDERR))?;
+    let run_as = launch.run_as.clone();
+    if let Some(user) = &run_as {
+        // The job's output is its user's to read.
+        for file in [&stdout, &stderr] {
+            fchown(
+                file,
+                Some(Uid::from_raw(user.uid)),
+                Some(Gid::from_raw(user.gid)),
+            )?;
+            file.set_permissions(fs::Permissions::from_mode(0o640))?;
+        }
+    }
     let mut command = Command::new("bash");
     command
         .arg("--noprofile")
         .arg("--norc")
         .arg(&script)
-        .current_dir(&launch.workdir)
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr);
-    let run_as = launch.run_as.clone();
     if let Some(user) = &run_as {
-        for name in [STDOUT, STDERR] {
-            let path: PathBuf = run_dir.join(name);
-            chown(
-                &path,
-                Some(Uid::from_raw(user.uid)),
-                Some(Gid::from_raw(user.gid)),
-            )?;
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o640))?;
-        }
         command
             .env("HOME", &user.home)
             .env("USER", &user.name)
             .env("LOGNAME", &user.name);
     }
+    // Entered as the job's user, after the switch: a directory the user
+    // may not enter fails the job instead of being entered as root.
+    let workdir = std::ffi::CString::new(launch.workdir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::other("the working directory contains a NUL byte"))?;
     // initgroups(3) reads the group database, which is not safe between
     // fork and exec; its two halves are: getgrouplist now, setgroups there.
     let groups = match &run_as {
@@ -251,7 +261,8 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
         None => None,
     };
     // SAFETY: between fork and exec only async-signal-safe system calls
-    // (setpgid, setgroups, setgid, setuid) on values prepared before.
+    // (setpgid, setgroups, setgid, setuid, chdir) on values prepared
+    // before; nothing allocates.
     unsafe {
         command.pre_exec(move || {
             setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
@@ -260,8 +271,14 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
                 setgid(Gid::from_raw(user.gid))?;
                 setuid(Uid::from_raw(user.uid))?;
             }
+            chdir(workdir.as_c_str())?;
             Ok(())
         });
     }
-    command.spawn()
+    command.spawn().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot start bash in {}: {e}", launch.workdir.display()),
+        )
+    })
 }

@@ -19,7 +19,7 @@ use crate::estimate::EstimateInput;
 use crate::rad::{self, PolicyHint, TaskSpec};
 use crate::sched::{Demand, Event, Need};
 use crate::spool::record::{EstimateNote, RunAs, TaskRecord, unix_now, write_json};
-use crate::spool::{State, TaskName};
+use crate::spool::{MAX_SUMMARY_BYTES, SpoolError, State, TaskName, safe};
 
 /// How long a file may stay open for writing in `pending/` before the
 /// daemon takes it anyway (a writer that crashed never closes it).
@@ -31,8 +31,11 @@ impl Daemon {
             Change::Created(name) => {
                 let path = self.spool.dir(State::Pending).join(&name);
                 match fs::symlink_metadata(&path) {
-                    // A regular file is complete when its writer closes it.
-                    Ok(m) if m.is_file() => {
+                    // A regular file is complete when its writer closes it;
+                    // a directory made in place (rather than moved in whole,
+                    // as `carma submit` does) once it has been left alone
+                    // for a while.
+                    Ok(m) if m.is_file() || m.is_dir() => {
                         self.unfinished.insert(name, Instant::now());
                     }
                     Ok(_) => self.arrived(name),
@@ -48,7 +51,9 @@ impl Daemon {
                     self.vanished(&name);
                 }
             }
-            Change::CancelRequested => self.cancel_requests(),
+            // Acted on after this turn's arrivals are taken: a request may
+            // name a task submitted in the same instant.
+            Change::CancelRequested => self.cancel_due = true,
             Change::Rescan => self.rescan(),
         }
     }
@@ -64,43 +69,88 @@ impl Daemon {
     /// Takes everything that arrived during this turn of the loop.
     pub(super) fn take_arrivals(&mut self) {
         let arrivals = std::mem::take(&mut self.arrivals);
+        self.take_entries(arrivals);
+    }
+
+    /// Takes entries of `pending/`: the daemon's own task directories are
+    /// queued, other directories adopted as submissions, files claimed.
+    fn take_entries(&mut self, mut entries: Vec<String>) {
+        entries.sort();
+        entries.dedup();
         let pending = self.spool.dir(State::Pending);
+        let euid = Uid::effective().as_raw();
         let mut drops = Vec::new();
-        for entry in arrivals {
-            let path = pending.join(&entry);
+        for entry in entries {
+            let Ok(meta) = fs::symlink_metadata(pending.join(&entry)) else {
+                continue;
+            };
+            if !meta.is_dir() {
+                drops.push(entry);
+                continue;
+            }
             match TaskName::parse(&entry) {
-                Some(name) if path.is_dir() && !path.is_symlink() => {
+                Some(name) if meta.uid() == euid => {
                     if !self.tasks.contains_key(&name.seq()) {
                         self.take(name, State::Pending);
                     }
                 }
-                _ => drops.push(entry),
+                _ => self.adopt(&entry),
             }
         }
-        drops.sort();
-        drops.dedup();
         self.take_drops(drops);
     }
 
-    /// Files written long ago that never reported their close.
+    /// Adopts a directory someone else made in `pending/` (see
+    /// [`crate::spool::Spool::adopt_submission`]).
+    fn adopt(&mut self, entry: &str) {
+        let taken = |name: &TaskName| {
+            self.tasks.contains_key(&name.seq())
+                || State::ALL
+                    .iter()
+                    .any(|&state| self.spool.task_dir(state, name).exists())
+        };
+        match self.spool.adopt_submission(entry, taken) {
+            Ok(c) => {
+                log::info!("{}: adopted pending/{entry}", c.name);
+                self.take_with(c.name, State::Pending, Some(c.record));
+            }
+            Err(SpoolError::Refused { name, reason }) => {
+                log::error!("{name}: refused: {reason}");
+            }
+            Err(e) => log::error!("pending/{entry}: cannot adopt: {e}"),
+        }
+    }
+
+    /// Entries created in `pending/` that were left alone for
+    /// [`UNFINISHED_GRACE`] without a close (a writer that crashed, a
+    /// directory made in place).
     pub(super) fn claim_stale_unfinished(&mut self) {
+        let pending = self.spool.dir(State::Pending);
+        let quiet = |name: &String| {
+            fs::symlink_metadata(pending.join(name))
+                .and_then(|m| m.modified())
+                .map_or(true, |t| {
+                    t.elapsed().unwrap_or_default() >= UNFINISHED_GRACE
+                })
+        };
         let stale: Vec<String> = self
             .unfinished
             .iter()
-            .filter(|(_, since)| since.elapsed() >= UNFINISHED_GRACE)
+            .filter(|&(name, since)| since.elapsed() >= UNFINISHED_GRACE && quiet(name))
             .map(|(name, _)| name.clone())
             .collect();
         for name in &stale {
             self.unfinished.remove(name);
         }
         if !stale.is_empty() {
-            self.take_drops(stale);
+            self.take_entries(stale);
         }
     }
 
-    /// Claims dropped entries and takes the resulting tasks. Only `.rad`
-    /// files and entries that are not regular files (refused below) are
-    /// claimed: other files may be model summaries the `.rad`s point to.
+    /// Claims dropped entries (not directories) and takes the resulting
+    /// tasks. Only `.rad` files and entries that are not regular files
+    /// (links, FIFOs: refused when loaded) are claimed: other files may be
+    /// model summaries the `.rad`s point to.
     pub(super) fn take_drops(&mut self, entries: Vec<String>) {
         let pending = self.spool.dir(State::Pending);
         let drops: Vec<String> = entries
@@ -134,16 +184,19 @@ impl Daemon {
     fn take_with(&mut self, name: TaskName, state: State, record: Option<TaskRecord>) {
         match self.load(&name, state, record) {
             Ok(task) => {
-                let event = match state {
-                    State::Recovery => Event::Recovering {
+                // A task that crashed before waits in the recovery queue,
+                // wherever a crash left its directory.
+                let event = if state == State::Recovery || task.record.crashes > 0 {
+                    Event::Recovering {
                         task: name.id(),
                         demand: task.demand.clone(),
                         crashes: task.record.crashes.max(1),
-                    },
-                    _ => Event::Queued {
+                    }
+                } else {
+                    Event::Queued {
                         task: name.id(),
                         demand: task.demand.clone(),
-                    },
+                    }
                 };
                 log::info!(
                     "{name}: queued in {state} ({} GPU(s), {} each)",
@@ -174,10 +227,15 @@ impl Daemon {
                 .load_record(state, name)
                 .map_err(|e| e.to_string())?,
         };
-        let rad_path = dir.join(&record.rad);
-        if fresh {
-            bring_model(&self.spool.dir(State::Pending), &dir, &rad_path);
+        // The record is the daemon's (task directories are its own), but a
+        // damaged one must still not lead it out of the directory.
+        if record.rad.contains('/') || record.rad.is_empty() {
+            return Err(format!(
+                "task.json names `{}`, not a file of the task",
+                record.rad
+            ));
         }
+        let rad_path = dir.join(&record.rad);
         let meta = fs::symlink_metadata(&rad_path)
             .map_err(|e| format!("{}: cannot read: {e}", record.rad))?;
         if meta.file_type().is_symlink() {
@@ -189,8 +247,18 @@ impl Daemon {
         if !meta.is_file() {
             return Err(format!("{}: not a regular file", record.rad));
         }
+        if meta.nlink() > 1 {
+            return Err(format!(
+                "{}: has other hard links; a job file must be a file of its own",
+                record.rad
+            ));
+        }
+        if fresh {
+            bring_model(&self.spool.dir(State::Pending), &dir, &rad_path);
+        }
         let spec = rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &dir))?;
-        let (run_as, user) = self.run_as(meta.uid())?;
+        let owner = record.owner.unwrap_or(meta.uid());
+        let (run_as, user) = self.run_as(owner)?;
         let input = EstimateInput::from_spec(&spec, &dir).unwrap_or_else(|e| {
             log::warn!(
                 "{name}: estimating without the model summary: {}",
@@ -217,7 +285,7 @@ impl Daemon {
             gpus: spec.gpus,
             need: record.estimate.as_ref().map_or(Need::Unknown, |e| e.need),
             exclusive: spec.policy == Some(PolicyHint::Exclusive),
-            user: Some(meta.uid()),
+            user: Some(owner),
             max_retries: spec.retries,
         };
         Ok(Task {
@@ -270,15 +338,7 @@ impl Daemon {
         let mut record = self
             .spool
             .load_record(state, name)
-            .unwrap_or_else(|_| TaskRecord {
-                name: name.to_string(),
-                rad: String::new(),
-                submitted_at: unix_now(),
-                workdir: None,
-                estimate: None,
-                crashes: 0,
-                outcome: None,
-            });
+            .unwrap_or_else(|_| TaskRecord::new(name, "", unix_now()));
         record.outcome = Some(crate::spool::record::Outcome {
             state: State::Failed.to_string(),
             reason: Some(reason.to_string()),
@@ -330,24 +390,28 @@ impl Daemon {
         for name in gone {
             self.vanished(&name);
         }
-        for name in listing.tasks {
-            if !self.tasks.contains_key(&name.seq()) {
-                self.take(name, State::Pending);
+        // A file being written right now is left for its close event.
+        let pending = self.spool.dir(State::Pending);
+        let mut entries: Vec<String> = listing
+            .tasks
+            .iter()
+            .filter(|name| !self.tasks.contains_key(&name.seq()))
+            .map(ToString::to_string)
+            .collect();
+        for entry in listing.drops {
+            let writing = fs::symlink_metadata(pending.join(&entry)).is_ok_and(|m| {
+                m.is_file()
+                    && m.modified()
+                        .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(1))
+            });
+            if writing {
+                self.unfinished.entry(entry).or_insert_with(Instant::now);
+            } else {
+                entries.push(entry);
             }
         }
-        // A file being written right now is left for its close event.
-        let recent = |entry: &String| {
-            fs::symlink_metadata(self.spool.dir(State::Pending).join(entry))
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(1))
-        };
-        let (fresh, settled): (Vec<String>, Vec<String>) =
-            listing.drops.into_iter().partition(recent);
-        for entry in fresh {
-            self.unfinished.entry(entry).or_insert_with(Instant::now);
-        }
-        self.take_drops(settled);
-        self.cancel_requests();
+        self.take_entries(entries);
+        self.cancel_due = true;
     }
 
     /// Acts on the requests in `cancel/`: a waiting task is failed as
@@ -359,52 +423,81 @@ impl Daemon {
             return;
         };
         for entry in entries.flatten() {
-            let path = entry.path();
-            let requester = fs::symlink_metadata(&path).map(|m| m.uid()).ok();
-            let _ = fs::remove_file(&path);
             let Some(request) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
             if request.starts_with('.') {
                 continue;
             }
-            let Some(task) = self
-                .tasks
-                .values()
-                .find(|t| t.name.as_str() == request || t.name.seq().to_string() == request)
-            else {
-                log::warn!("cancel {request}: no such task waiting or running");
-                continue;
-            };
-            let owner = task.demand.user;
-            let allowed = requester.is_some_and(|uid| {
-                uid == 0 || Some(uid) == owner || uid == Uid::effective().as_raw()
-            });
-            if !allowed {
-                log::warn!(
-                    "{}: cancel refused: requested by uid {} who does not own it",
-                    task.name,
-                    requester.unwrap_or(u32::MAX)
-                );
-                continue;
+            let path = entry.path();
+            let requester = fs::symlink_metadata(&path).map(|m| m.uid()).ok();
+            if self.cancel(&request, requester) {
+                let _ = fs::remove_file(&path);
+            } else {
+                // Not yet possible: try again next turn of the loop.
+                self.cancel_due = true;
             }
-            let name = task.name.clone();
-            match task.state {
-                State::Running => {
-                    let run_dir = self
-                        .spool
-                        .task_dir(State::Running, &name)
-                        .join(format!("run-{}", task.run));
-                    match crate::supervisor::cancel(&run_dir) {
-                        Ok(true) => log::info!("{name}: cancelling: job asked to stop"),
-                        Ok(false) => log::warn!("{name}: cancel: its supervisor is not running"),
-                        Err(e) => log::error!("{name}: cancel: cannot signal its supervisor: {e}"),
-                    }
+        }
+    }
+
+    /// Carries out one request; false when it must wait (the task is not
+    /// loaded yet, or its supervisor has not said who it is yet).
+    fn cancel(&mut self, request: &str, requester: Option<u32>) -> bool {
+        let task = self
+            .tasks
+            .values()
+            .find(|t| t.name.as_str() == request || t.name.seq().to_string() == request);
+        let Some(task) = task else {
+            return match self.spool.find(request) {
+                Ok((State::Done | State::Failed, name)) => {
+                    log::info!("{name}: cancel: it already ended");
+                    true
                 }
-                _ => {
-                    log::info!("{name}: cancelled while waiting");
-                    self.events.push(Event::Cancel { task: name.id() });
+                Ok((state, name)) => {
+                    log::debug!("{name}: cancel waits until the task in {state}/ is taken");
+                    false
                 }
+                Err(e) => {
+                    log::warn!("cancel {request}: {e}");
+                    true
+                }
+            };
+        };
+        let allowed = requester.is_some_and(|uid| {
+            uid == 0 || Some(uid) == task.demand.user || uid == Uid::effective().as_raw()
+        });
+        if !allowed {
+            log::warn!(
+                "{}: cancel refused: requested by uid {} who does not own it",
+                task.name,
+                requester.unwrap_or(u32::MAX)
+            );
+            return true;
+        }
+        let name = task.name.clone();
+        if task.state != State::Running {
+            log::info!("{name}: cancelled while waiting");
+            self.events.push(Event::Cancel { task: name.id() });
+            return true;
+        }
+        let run_dir = self
+            .spool
+            .task_dir(State::Running, &name)
+            .join(format!("run-{}", task.run));
+        match crate::supervisor::cancel(&run_dir) {
+            Ok(true) => {
+                log::info!("{name}: cancelling: job asked to stop");
+                true
+            }
+            // Started but not yet identified: soon.
+            Ok(false) if crate::supervisor::is_running(&run_dir) => false,
+            Ok(false) => {
+                log::info!("{name}: cancel: its run already ended");
+                true
+            }
+            Err(e) => {
+                log::error!("{name}: cancel: cannot signal its supervisor: {e}");
+                true
             }
         }
     }
@@ -425,9 +518,9 @@ pub(super) fn last_run(dir: &Path) -> u32 {
 /// where the user dropped both, into its task directory (a copy: other
 /// dropped jobs may name the same file).
 fn bring_model(pending: &Path, dir: &Path, rad: &Path) {
-    let model = fs::read(rad)
+    let model = safe::read_regular(rad, rad::MAX_FILE_BYTES)
         .ok()
-        .and_then(|bytes| rad::parse_bytes(&bytes).ok())
+        .and_then(|(bytes, _)| rad::parse_bytes(&bytes).ok())
         .and_then(|parsed| parsed.spec.model);
     let Some(model) = model else {
         return;
@@ -435,18 +528,17 @@ fn bring_model(pending: &Path, dir: &Path, rad: &Path) {
     if dir.join(&model).exists() {
         return;
     }
-    let from = pending.join(&model);
-    // A symbolic link could point at any file the root daemon can read.
-    if !fs::symlink_metadata(&from).is_ok_and(|m| m.is_file()) {
+    // pending/ is the users': no link followed, no FIFO opened.
+    let Ok((bytes, _)) = safe::read_beneath(pending, &model, MAX_SUMMARY_BYTES) else {
         return;
-    }
+    };
     let to = dir.join(&model);
     let copied = to
         .parent()
         .map_or(Ok(()), fs::create_dir_all)
-        .and_then(|()| fs::copy(&from, &to).map(drop));
+        .and_then(|()| fs::write(&to, bytes));
     if let Err(e) = copied {
-        log::warn!("cannot copy the model summary {}: {e}", from.display());
+        log::warn!("cannot copy the model summary {model}: {e}");
     }
 }
 

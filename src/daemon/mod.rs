@@ -127,6 +127,8 @@ struct Daemon {
     unfinished: HashMap<String, Instant>,
     /// Entries that appeared in `pending/` during this turn of the loop.
     arrivals: Vec<String>,
+    /// `cancel/` holds requests to act on (new, or waiting for their task).
+    cancel_due: bool,
     sample_interval_ms: Arc<AtomicU64>,
     status_written: Instant,
     metrics_written: Instant,
@@ -184,6 +186,7 @@ pub fn run(options: Options) -> Result<()> {
         tx: tx.clone(),
         unfinished: HashMap::new(),
         arrivals: Vec::new(),
+        cancel_due: false,
         sample_interval_ms: Arc::clone(&interval_ms),
         status_written: Instant::now(),
         metrics_written: Instant::now(),
@@ -267,6 +270,9 @@ impl Daemon {
                 return;
             }
             self.take_arrivals();
+            if std::mem::take(&mut self.cancel_due) {
+                self.cancel_requests();
+            }
             self.poll_adopted();
             self.claim_stale_unfinished();
             self.step();

@@ -12,9 +12,11 @@ use anyhow::Result;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::Daemon;
-use crate::sched::Event;
-use crate::spool::record::{Launch, read_json};
+use super::{Daemon, Task};
+use crate::estimate::EstimateInput;
+use crate::rad::{PublishedEstimates, Syntax, TaskSpec};
+use crate::sched::{Demand, Event, Need};
+use crate::spool::record::{Launch, TaskRecord, read_json};
 use crate::spool::{State, TaskName};
 use crate::supervisor;
 
@@ -48,10 +50,20 @@ impl Daemon {
         if !has_exit && !alive && !started {
             return self.requeue(&name, "its supervisor never started");
         }
+        // A job that runs (or ran) is never refused now: whatever its
+        // directory says today, it is adopted as it was launched, and
+        // decided on when it ends.
         let mut task = match self.load(&name, State::Running, None) {
             Ok(task) => task,
-            Err(reason) => return self.reject(&name, State::Running, &reason),
+            Err(reason) => {
+                log::warn!("{name}: {reason}; adopting its run as it was launched");
+                self.as_launched(&name, &launch)
+            }
         };
+        task.peak_mib = std::fs::read_to_string(run_dir.join(supervisor::PEAK))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
         task.run = run;
         task.gpus = launch.gpus.clone();
         task.since = launch.launched_at;
@@ -81,12 +93,75 @@ impl Daemon {
         }
     }
 
-    /// Puts a task whose run never started back into `pending/`, where it
-    /// keeps its place (its number).
+    /// A running task whose directory no longer loads (its `.rad` changed,
+    /// its owner's account is gone): what its launch says is enough to see
+    /// the run to its end.
+    fn as_launched(&self, name: &TaskName, launch: &Launch) -> Task {
+        let record = self
+            .spool
+            .load_record(State::Running, name)
+            .unwrap_or_else(|_| TaskRecord::new(name, "", launch.launched_at));
+        let spec = TaskSpec {
+            syntax: Syntax::Keyed,
+            name: Some(name.to_string()),
+            script: launch.script.clone(),
+            model: None,
+            dataset: None,
+            batch_size: None,
+            gpus: launch.gpus.len().max(1) as u32,
+            policy: None,
+            memory: None,
+            published: PublishedEstimates::default(),
+            retries: None,
+        };
+        let fingerprint = EstimateInput {
+            command: spec.script.join("\n"),
+            ..EstimateInput::default()
+        }
+        .fingerprint();
+        Task {
+            name: name.clone(),
+            state: State::Running,
+            demand: Demand {
+                gpus: spec.gpus,
+                need: record.estimate.as_ref().map_or(Need::Unknown, |e| e.need),
+                exclusive: false,
+                user: launch.run_as.as_ref().map(|u| u.uid).or(record.owner),
+                max_retries: None,
+            },
+            spec,
+            record,
+            run_as: launch.run_as.clone(),
+            user: launch
+                .run_as
+                .as_ref()
+                .map_or_else(|| "the daemon's user".to_string(), |u| u.name.clone()),
+            run: 0,
+            gpus: Vec::new(),
+            supervisor: None,
+            adopted: true,
+            since: launch.launched_at,
+            peak_mib: 0,
+            fingerprint,
+        }
+    }
+
+    /// Puts a task whose run never started back where it waited: into
+    /// `recovery/` when it had crashed before, else into `pending/`, where
+    /// it keeps its place (its number).
     fn requeue(&mut self, name: &TaskName, why: &str) {
-        log::warn!("{name}: back to pending/: {why}");
-        if let Err(e) = self.spool.move_task(name, State::Running, State::Pending) {
-            log::error!("{name}: cannot move back to pending/: {e}");
+        let crashed = self
+            .spool
+            .load_record(State::Running, name)
+            .is_ok_and(|r| r.crashes > 0);
+        let to = if crashed {
+            State::Recovery
+        } else {
+            State::Pending
+        };
+        log::warn!("{name}: back to {to}/: {why}");
+        if let Err(e) = self.spool.move_task(name, State::Running, to) {
+            log::error!("{name}: cannot move back to {to}/: {e}");
         }
     }
 }

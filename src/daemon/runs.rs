@@ -8,9 +8,28 @@ use std::time::{Duration, Instant};
 use super::Daemon;
 use crate::procfs::ProcessId;
 use crate::sched::{Event, Exit, TaskId};
-use crate::spool::record::{Launch, Outcome, RunExit, read_json, unix_now, write_json};
+use crate::spool::record::{Launch, Outcome, RunAs, RunExit, read_json, unix_now, write_json};
 use crate::spool::{State, sync_dir, write_durable, write_replace};
 use crate::supervisor;
+
+/// The working directory of a job dropped straight into `pending/` (it has
+/// no directory of its own): `work/` in its task directory, its user's.
+const WORK: &str = "work";
+
+fn make_work_dir(path: &std::path::Path, user: Option<&RunAs>) -> std::io::Result<()> {
+    match std::fs::create_dir(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    if let Some(user) = user {
+        nix::unistd::chown(
+            path,
+            Some(nix::unistd::Uid::from_raw(user.uid)),
+            Some(nix::unistd::Gid::from_raw(user.gid)),
+        )?;
+    }
+    Ok(())
+}
 
 impl Daemon {
     /// Carries out a launch: the run directory and its `launch.json` are
@@ -73,7 +92,7 @@ impl Daemon {
                 .record
                 .workdir
                 .clone()
-                .unwrap_or_else(|| running_dir.clone()),
+                .unwrap_or_else(|| running_dir.join(WORK)),
             run_as: task.run_as.clone(),
             env,
             grace_s,
@@ -82,6 +101,10 @@ impl Daemon {
             log::error!("{name}: cannot launch: {what}: {e}");
             Exit::Failed(format!("cannot launch: {what}: {e}"))
         };
+        if task.record.workdir.is_none() {
+            make_work_dir(&from_dir.join(WORK), task.run_as.as_ref())
+                .map_err(|e| failed("cannot create the work directory", e))?;
+        }
         let staged = from_dir.join(&run_name);
         std::fs::create_dir(&staged).map_err(|e| failed("cannot create the run directory", e))?;
         let json = serde_json::to_vec_pretty(&launch).map_err(std::io::Error::other);
@@ -247,15 +270,21 @@ impl Daemon {
             });
         }
         let moved = written.and_then(|()| self.spool.move_task(&name, task.state, to));
-        if to == State::Done && task.peak_mib > 0 {
-            match self
-                .chain
-                .history()
-                .record(&task.fingerprint, task.peak_mib)
-            {
+        let peak = read_json::<RunExit>(
+            &self
+                .spool
+                .task_dir(to, &name)
+                .join(format!("run-{}", task.run))
+                .join(supervisor::EXIT),
+        )
+        .ok()
+        .and_then(|e| e.peak_mib)
+        .unwrap_or(0)
+        .max(task.peak_mib);
+        if to == State::Done && peak > 0 {
+            match self.chain.history().record(&task.fingerprint, peak) {
                 Ok(r) => log::info!(
-                    "{name}: history: peak {} MiB (largest of {} runs: {} MiB)",
-                    task.peak_mib,
+                    "{name}: history: peak {peak} MiB (largest of {} runs: {} MiB)",
                     r.runs,
                     r.max_peak_mib
                 ),
@@ -264,11 +293,7 @@ impl Daemon {
         }
         match (&moved, &reason) {
             (Err(e), _) => log::error!("{name}: cannot move to {to}/: {e}"),
-            (Ok(()), None) => log::info!(
-                "{name}: done after {} run(s); peak {} MiB",
-                task.run,
-                task.peak_mib
-            ),
+            (Ok(()), None) => log::info!("{name}: done after {} run(s); peak {peak} MiB", task.run),
             (Ok(()), Some(reason)) => log::error!("{name}: failed: {reason}"),
         }
     }
@@ -280,9 +305,14 @@ impl Daemon {
         };
         task.record.crashes = crashes;
         let name = task.name.clone();
-        let dir = self.spool.task_dir(State::Running, &name);
-        let moved = write_json(&dir.join("task.json"), &task.record)
-            .and_then(|()| self.spool.move_task(&name, State::Running, State::Recovery));
+        // Moved first, counted second: a crash in between leaves the task in
+        // recovery/ with one crash too few (one more re-run allowed), never
+        // one crash counted twice.
+        let dir = self.spool.task_dir(State::Recovery, &name);
+        let moved = self
+            .spool
+            .move_task(&name, State::Running, State::Recovery)
+            .and_then(|()| write_json(&dir.join("task.json"), &task.record));
         match moved {
             Ok(()) => {
                 task.state = State::Recovery;

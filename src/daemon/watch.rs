@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 
-use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RenameMode};
+use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::Msg;
@@ -16,7 +16,8 @@ use super::Msg;
 /// What happened to an entry of a watched directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// An entry was created in `pending/` (a file may still be written).
+    /// An entry was created in `pending/`: a file may still be written, a
+    /// directory still filled.
     Created(String),
     /// A file in `pending/` was closed after writing: it is complete.
     Written(String),
@@ -78,7 +79,6 @@ fn classify(event: &Event, pending: &Path, cancel: &Path) -> Vec<Change> {
             continue;
         };
         let change = match event.kind {
-            EventKind::Create(CreateKind::Folder) => Change::MovedIn(name),
             EventKind::Create(_) => Change::Created(name),
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => Change::Written(name),
             EventKind::Modify(ModifyKind::Name(RenameMode::To)) => Change::MovedIn(name),
@@ -97,7 +97,7 @@ fn classify(event: &Event, pending: &Path, cancel: &Path) -> Vec<Change> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{Flag, RemoveKind};
+    use notify::event::{CreateKind, Flag, RemoveKind};
 
     fn event(kind: EventKind, paths: &[&str]) -> Event {
         let mut e = Event::new(kind);

@@ -145,7 +145,10 @@ struct Task {
     demand: Demand,
     /// OOM crashes so far.
     crashes: u32,
-    /// GPUs while running.
+    /// Launched (or adopted) and not yet exited.
+    running: bool,
+    /// GPUs while running (possibly none: a restarted daemon may find a
+    /// task on a GPU that is gone).
     gpus: Vec<usize>,
 }
 
@@ -344,6 +347,7 @@ impl Scheduler {
             Task {
                 demand,
                 crashes,
+                running: false,
                 gpus: Vec::new(),
             },
         );
@@ -377,6 +381,7 @@ impl Scheduler {
             Task {
                 demand,
                 crashes,
+                running: true,
                 gpus: placed.iter().map(|&(g, _)| g).collect(),
             },
         );
@@ -386,10 +391,11 @@ impl Scheduler {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
-        if t.gpus.is_empty() {
+        if !t.running {
             // Not running: a stale or duplicate report.
             return;
         }
+        t.running = false;
         for &g in &t.gpus {
             self.gpus[g].occupants.retain(|o| o.task != task);
         }
@@ -517,6 +523,7 @@ impl Scheduler {
         self.occupy(task, user, &placed, want);
         let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
         if let Some(t) = self.tasks.get_mut(&task) {
+            t.running = true;
             t.gpus = gpus.clone();
         }
         Some(Action::Launch {
@@ -557,6 +564,9 @@ impl Scheduler {
         if crashes > 0 {
             if self.rules.recovery.mode == RecoveryMode::Exclusive {
                 return Want::Idle("recovery after an OOM crash");
+            }
+            if demand.need == Need::WholeGpu {
+                return Want::Idle("the task needs a whole GPU");
             }
             let need = looser_need(&self.rules, demand, crashes);
             return Want::Free {

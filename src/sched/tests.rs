@@ -801,3 +801,63 @@ fn an_exclusive_only_gpu_is_never_shared() {
         [(2, vec![1])]
     );
 }
+
+#[test]
+fn a_task_adopted_on_a_vanished_gpu_can_still_end() {
+    // A restarted daemon finds task 7 running on GPU 1, but only GPU 0
+    // exists now. Its exit must still complete it.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    core.step(
+        s(0.0),
+        Event::Running {
+            task: TaskId(7),
+            demand: Demand::new(Need::Mib(GIB)),
+            gpus: vec![1],
+            crashes: 0,
+        },
+    );
+    let a = core.step(
+        s(1.0),
+        Event::Exited {
+            task: TaskId(7),
+            exit: Exit::Success,
+        },
+    );
+    assert_eq!(a, [Action::Complete { task: TaskId(7) }]);
+}
+
+#[test]
+fn looser_recovery_keeps_a_whole_gpu_need_whole() {
+    // A whole-GPU task that still crashed re-runs on an idle GPU, not on a
+    // shared one with "unknown margin + step" free.
+    let mut r = rules(Policy::FirstFit);
+    r.recovery.mode = RecoveryMode::Looser;
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::WholeGpu)),
+        [(1, vec![0])]
+    );
+    // A small task shares GPU 1 (foreign memory keeps it from being idle).
+    core.step(s(1.5), Event::Sample(vec![sample(1, 2 * GIB, 0.1)]));
+    let a = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Oom,
+        },
+    );
+    // GPU 0 is idle again (nothing used): the re-run goes there alone.
+    match &a[1] {
+        Action::Launch {
+            gpus, limit_mib, ..
+        } => {
+            assert_eq!(gpus, &[0]);
+            assert_eq!(*limit_mib, None);
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` durably: a temporary file in the same
@@ -36,7 +37,18 @@ fn write_temp(path: &Path, bytes: &[u8], sync: bool) -> io::Result<PathBuf> {
         name.to_string_lossy(),
         std::process::id()
     ));
-    let mut file = File::create(&temp)?;
+    // Never through a link someone planted under the temporary's name: a
+    // leftover is removed (the link itself, not its target) and the file
+    // is created anew.
+    match fs::remove_file(&temp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&temp)?;
     file.write_all(bytes)?;
     if sync {
         file.sync_all()?;
@@ -64,5 +76,20 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"third");
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn a_link_planted_at_the_temporary_name_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let path = dir.path().join("task.json");
+        let temp = dir
+            .path()
+            .join(format!(".task.json.tmp{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &temp).unwrap();
+        write_durable(&path, b"record").unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(fs::read(&path).unwrap(), b"record");
     }
 }

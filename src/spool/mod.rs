@@ -23,11 +23,13 @@
 mod atomic;
 mod name;
 pub mod record;
+pub mod safe;
 
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use fs2::FileExt;
@@ -92,6 +94,8 @@ pub enum SpoolError {
     NotFound { spool: PathBuf, query: String },
     #[error("`{query}` names several tasks: {}", names.join(", "))]
     Ambiguous { query: String, names: Vec<String> },
+    #[error("{name}: refused: {reason}")]
+    Refused { name: TaskName, reason: String },
 }
 
 /// Attaches the path to an I/O error.
@@ -305,14 +309,10 @@ impl Spool {
                     return Err(at(&pending)(e));
                 }
             }
+            let owner = fs::symlink_metadata(dir.join(file)).ok().map(|m| m.uid());
             let record = TaskRecord {
-                name: name.to_string(),
-                rad: file.clone(),
-                submitted_at: now,
-                workdir: None,
-                estimate: None,
-                crashes: 0,
-                outcome: None,
+                owner,
+                ..TaskRecord::new(&name, file.clone(), now)
             };
             claimed.push(Claimed {
                 name,
@@ -329,13 +329,107 @@ impl Spool {
         Ok(claimed)
     }
 
+    /// Takes in a directory that appeared in `pending/` but that the daemon
+    /// may not trust: one another user made (`carma submit` runs as the
+    /// user, or a directory was moved in by hand). The user could change
+    /// anything in it at any moment, so nothing is used in place: the
+    /// directory is moved aside, its `.rad` (the only one, owned by the
+    /// directory's owner, not hard-linked) and the model summary that
+    /// names are read without following links, copied into a new task
+    /// directory made by the daemon, and recorded with the directory's
+    /// owner as the job's user. Only `workdir` and `submitted_at` are taken
+    /// from the user's `task.json`. The submitted name is kept unless
+    /// `taken` says its number is in use. A submission that cannot be used
+    /// becomes a task in `failed/` holding it, with the reason.
+    pub fn adopt_submission(
+        &self,
+        entry: &str,
+        taken: impl Fn(&TaskName) -> bool,
+    ) -> Result<Claimed, SpoolError> {
+        let incoming = self.staging().join(format!("incoming-{entry}"));
+        rename_new(&self.dir(State::Pending).join(entry), &incoming).map_err(at(&incoming))?;
+        let owner = fs::symlink_metadata(&incoming)
+            .map_err(at(&incoming))?
+            .uid();
+        let submitted = TaskName::parse(entry).filter(|n| !taken(n));
+        match read_submission(&incoming, owner) {
+            Ok(submission) => {
+                let name = match submitted {
+                    Some(name) => name,
+                    None => TaskName::new(self.allocate(1)?, stem_of(&submission.rad)),
+                };
+                let dir = self.staging().join(format!("claim-{name}"));
+                fs::create_dir(&dir).map_err(at(&dir))?;
+                let record = TaskRecord {
+                    owner: Some(owner),
+                    workdir: submission.workdir,
+                    ..TaskRecord::new(&name, submission.rad.clone(), submission.submitted_at)
+                };
+                let mut files = vec![(submission.rad.clone(), submission.rad_bytes)];
+                files.extend(submission.model);
+                for (relative, bytes) in files {
+                    let path = dir.join(&relative);
+                    if let Some(parent) = path.parent() {
+                        fs::create_dir_all(parent).map_err(at(parent))?;
+                    }
+                    fs::write(&path, bytes).map_err(at(&path))?;
+                }
+                write_json(&dir.join("task.json"), &record).map_err(at(&dir))?;
+                let target = self.task_dir(State::Pending, &name);
+                rename_new(&dir, &target).map_err(at(&target))?;
+                if let Err(e) = fs::remove_dir_all(&incoming) {
+                    log::warn!("cannot remove {}: {e}", incoming.display());
+                }
+                Ok(Claimed {
+                    file: submission.rad,
+                    name,
+                    record,
+                })
+            }
+            Err(reason) => {
+                let name = match submitted {
+                    Some(name) => name,
+                    None => TaskName::new(self.allocate(1)?, entry),
+                };
+                // Made whole in staging/, then renamed into failed/ at once.
+                let dir = self.staging().join(format!("claim-{name}"));
+                fs::create_dir(&dir).map_err(at(&dir))?;
+                rename_new(&incoming, &dir.join("submitted")).map_err(at(&dir))?;
+                let record = TaskRecord {
+                    owner: Some(owner),
+                    outcome: Some(record::Outcome {
+                        state: State::Failed.to_string(),
+                        reason: Some(reason.clone()),
+                        at: unix_now(),
+                    }),
+                    ..TaskRecord::new(&name, "", unix_now())
+                };
+                write_json(&dir.join("task.json"), &record).map_err(at(&dir))?;
+                write_durable(&dir.join("reason"), format!("{reason}\n").as_bytes())
+                    .map_err(at(&dir))?;
+                let target = self.task_dir(State::Failed, &name);
+                rename_new(&dir, &target).map_err(at(&target))?;
+                Err(SpoolError::Refused { name, reason })
+            }
+        }
+    }
+
     /// Finishes claims a crashed daemon left in `staging/`: a claim with its
-    /// file moves on to `pending/`, an empty one is removed. Staged
-    /// submissions are left to their `carma submit`.
+    /// file moves on to `pending/`, an empty one is removed, a submission
+    /// caught in adoption goes back to `pending/`. Staged submissions are
+    /// left to their `carma submit`.
     pub fn finish_claims(&self) -> Result<Vec<TaskName>, SpoolError> {
         let staging = self.staging();
         let mut finished = Vec::new();
         for entry in read_names(&staging)? {
+            // A submission caught in adoption goes back to be adopted again.
+            if let Some(original) = entry.strip_prefix("incoming-") {
+                let back = self.dir(State::Pending).join(original);
+                if let Err(e) = rename_new(&staging.join(&entry), &back) {
+                    log::warn!("staging/{entry}: cannot put it back into pending/: {e}");
+                }
+                continue;
+            }
             let Some(name) = entry.strip_prefix("claim-").and_then(TaskName::parse) else {
                 continue;
             };
@@ -398,13 +492,8 @@ impl Spool {
         }
         let workdir = fs::canonicalize(rad_dir).map_err(at(rad_dir))?;
         let record = TaskRecord {
-            name: name.to_string(),
-            rad: file_name,
-            submitted_at: unix_now(),
             workdir: Some(workdir),
-            estimate: None,
-            crashes: 0,
-            outcome: None,
+            ..TaskRecord::new(name, file_name, unix_now())
         };
         write_json(&dir.join("task.json"), &record).map_err(at(dir))
     }
@@ -457,18 +546,92 @@ impl Spool {
                     .ok()
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                     .map_or_else(unix_now, |d| d.as_secs_f64());
-                Ok(TaskRecord {
-                    name: name.to_string(),
-                    rad,
-                    submitted_at,
-                    workdir: None,
-                    estimate: None,
-                    crashes: 0,
-                    outcome: None,
-                })
+                Ok(TaskRecord::new(name, rad, submitted_at))
             }
         }
     }
+}
+
+/// What a submitted directory holds that carma uses.
+struct Submission {
+    rad: String,
+    rad_bytes: Vec<u8>,
+    /// The model summary's relative path and content.
+    model: Option<(String, Vec<u8>)>,
+    workdir: Option<PathBuf>,
+    submitted_at: f64,
+}
+
+/// Reads a submitted directory owned by `owner`; the error is the reason
+/// it cannot be used.
+fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
+    let user_record: serde_json::Value = safe::read_regular(&dir.join("task.json"), 1 << 20)
+        .ok()
+        .and_then(|(bytes, _)| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let rad = match user_record["rad"].as_str() {
+        Some(rad) => rad.to_owned(),
+        None => {
+            let rads: Vec<String> = read_names(dir)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|n| n.ends_with(".rad"))
+                .collect();
+            match &rads[..] {
+                [one] => one.clone(),
+                [] => return Err("the submitted directory holds no .rad file".into()),
+                _ => {
+                    return Err(format!(
+                        "the submitted directory holds several .rad files: {}",
+                        rads.join(", ")
+                    ));
+                }
+            }
+        }
+    };
+    if rad.contains('/') || rad.starts_with('.') || !rad.ends_with(".rad") {
+        return Err(format!(
+            "`{rad}` is not the name of a .rad file in the directory"
+        ));
+    }
+    let (rad_bytes, meta) = safe::read_beneath(dir, &rad, crate::rad::MAX_FILE_BYTES)
+        .map_err(|e| format!("{rad}: {e}"))?;
+    if meta.uid() != owner {
+        return Err(format!(
+            "{rad} belongs to uid {}, the directory to uid {owner}: a job runs as the owner of both",
+            meta.uid()
+        ));
+    }
+    if meta.nlink() > 1 {
+        return Err(format!(
+            "{rad} has other hard links; submit a file of its own"
+        ));
+    }
+    let model = crate::rad::parse_bytes(&rad_bytes)
+        .ok()
+        .and_then(|parsed| parsed.spec.model)
+        .and_then(|model| {
+            let (bytes, _) = safe::read_beneath(dir, &model, MAX_SUMMARY_BYTES).ok()?;
+            Some((model, bytes))
+        });
+    Ok(Submission {
+        rad,
+        rad_bytes,
+        model,
+        workdir: user_record["workdir"].as_str().map(PathBuf::from),
+        submitted_at: user_record["submitted_at"]
+            .as_f64()
+            .unwrap_or_else(unix_now),
+    })
+}
+
+/// Largest model summary copied into a task: real ones are tens of
+/// kilobytes.
+pub const MAX_SUMMARY_BYTES: u64 = 64 << 20;
+
+/// A `.rad` file's stem, for a task name.
+fn stem_of(file: &str) -> &str {
+    file.strip_suffix(".rad").unwrap_or(file)
 }
 
 /// Opens (creating it if needed, never truncating) a file that is

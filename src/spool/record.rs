@@ -47,6 +47,11 @@ pub struct TaskRecord {
     /// directory.
     #[serde(default)]
     pub workdir: Option<PathBuf>,
+    /// The user the job runs as: the owner of the `.rad` as it entered the
+    /// spool. Written by the daemon, whose directories users cannot change,
+    /// so it can be trusted where the file's own owner could not be.
+    #[serde(default)]
+    pub owner: Option<u32>,
     /// The estimate placement used, and where it came from.
     #[serde(default)]
     pub estimate: Option<EstimateNote>,
@@ -56,6 +61,22 @@ pub struct TaskRecord {
     /// How it ended, once it has.
     #[serde(default)]
     pub outcome: Option<Outcome>,
+}
+
+impl TaskRecord {
+    /// A task that just entered the spool and has not run.
+    pub fn new(name: impl ToString, rad: impl Into<String>, submitted_at: f64) -> TaskRecord {
+        TaskRecord {
+            name: name.to_string(),
+            rad: rad.into(),
+            submitted_at,
+            workdir: None,
+            owner: None,
+            estimate: None,
+            crashes: 0,
+            outcome: None,
+        }
+    }
 }
 
 /// An estimate as recorded.
@@ -165,9 +186,13 @@ impl RunExit {
     }
 }
 
-/// Reads a JSON record.
+/// Largest record read: real ones are a few kilobytes.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// Reads a JSON record (a regular file, never through a link, at most
+/// 1 MiB: records live where a user may have put something else).
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
-    let bytes = std::fs::read(path)?;
+    let (bytes, _) = super::safe::read_regular(path, MAX_RECORD_BYTES)?;
     serde_json::from_slice(&bytes).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -193,16 +218,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("task.json");
         let record = TaskRecord {
-            name: "000001-x".into(),
-            rad: "x.rad".into(),
-            submitted_at: 1.5,
-            workdir: None,
+            owner: Some(1000),
             estimate: Some(EstimateNote {
                 need: Need::WholeGpu,
                 source: "declared".into(),
             }),
             crashes: 1,
-            outcome: None,
+            ..TaskRecord::new("000001-x", "x.rad", 1.5)
         };
         write_json(&path, &record).unwrap();
         assert_eq!(read_json::<TaskRecord>(&path).unwrap(), record);

@@ -119,3 +119,84 @@ fn moves_never_replace_and_find_accepts_numbers_and_prefixes() {
     ));
     assert_eq!(spool.find("000013").unwrap(), (State::Failed, b));
 }
+
+#[test]
+fn a_submission_is_copied_into_a_directory_of_the_spools_own() {
+    // What another user's `carma submit` leaves in pending/: a directory
+    // with the .rad, its summary in a subdirectory, and a task.json whose
+    // only trusted parts are workdir and submitted_at.
+    let (d, spool) = spool();
+    let incoming = d.path().join("000005-job");
+    fs::create_dir_all(incoming.join("models")).unwrap();
+    fs::write(
+        incoming.join("job.rad"),
+        "model: models/m.model\ngpus: 1\necho\n",
+    )
+    .unwrap();
+    fs::write(incoming.join("models/m.model"), "summary").unwrap();
+    fs::write(
+        incoming.join("task.json"),
+        r#"{"name":"000005-job","rad":"job.rad","submitted_at":7.5,"workdir":"/home/u","owner":0,"crashes":9}"#,
+    )
+    .unwrap();
+    fs::rename(&incoming, spool.dir(State::Pending).join("000005-job")).unwrap();
+    let c = spool.adopt_submission("000005-job", |_| false).unwrap();
+    assert_eq!(c.name.as_str(), "000005-job");
+    assert_eq!(c.record.submitted_at, 7.5);
+    assert_eq!(c.record.workdir.as_deref(), Some(Path::new("/home/u")));
+    assert_eq!(c.record.crashes, 0, "not taken from the user");
+    let me = nix::unistd::Uid::effective().as_raw();
+    assert_eq!(
+        c.record.owner,
+        Some(me),
+        "the directory's owner, not the record's"
+    );
+    let dir = spool.task_dir(State::Pending, &c.name);
+    assert_eq!(
+        fs::read_to_string(dir.join("models/m.model")).unwrap(),
+        "summary"
+    );
+    assert!(fs::read_dir(spool.staging()).unwrap().next().is_none());
+}
+
+#[test]
+fn a_submission_that_cannot_be_used_goes_to_failed_whole_with_its_reason() {
+    let (d, spool) = spool();
+    let incoming = d.path().join("000006-bad");
+    fs::create_dir(&incoming).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", incoming.join("bad.rad")).unwrap();
+    fs::rename(&incoming, spool.dir(State::Pending).join("000006-bad")).unwrap();
+    let err = spool
+        .adopt_submission("000006-bad", |_| false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bad.rad"), "{err}");
+    let failed = spool.task_dir(State::Failed, &TaskName::new(6, "bad"));
+    assert!(
+        fs::read_to_string(failed.join("reason"))
+            .unwrap()
+            .contains("bad.rad")
+    );
+    assert!(
+        failed.join("submitted/bad.rad").is_symlink(),
+        "kept as it came"
+    );
+    // A taken number gets a new one.
+    let again = d.path().join("000006-bad");
+    fs::create_dir(&again).unwrap();
+    fs::write(again.join("x.rad"), "gpus: 1\necho\n").unwrap();
+    fs::rename(&again, spool.dir(State::Pending).join("000006-bad")).unwrap();
+    let c = spool
+        .adopt_submission("000006-bad", |n| n.seq() == 6)
+        .unwrap();
+    assert_ne!(c.name.seq(), 6);
+}
+
+#[test]
+fn a_submission_caught_mid_adoption_goes_back_to_pending() {
+    let (_d, spool) = spool();
+    let caught = spool.staging().join("incoming-000009-z");
+    fs::create_dir(&caught).unwrap();
+    spool.finish_claims().unwrap();
+    assert!(spool.dir(State::Pending).join("000009-z").is_dir());
+}

@@ -1,0 +1,129 @@
+//! Reading files that users control without being tricked by them.
+//!
+//! A root daemon reads what users put in the spool. A FIFO would block the
+//! daemon forever, a symbolic link could point at `/etc/shadow` or
+//! `/dev/zero`, a directory swapped for a link between a check and an open
+//! would redirect the read. So files are opened without following links
+//! (every path component, not only the last), without blocking, checked on
+//! the open descriptor to be regular files, and read up to a size limit.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path};
+
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::Mode;
+
+/// A regular file's content and metadata, read from `path` without
+/// following a link in its last component.
+pub fn read_regular(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs::Metadata)> {
+    let fd = nix::fcntl::open(path, read_flags(), Mode::empty()).map_err(io::Error::from)?;
+    read_fd(fd, path, max_bytes)
+}
+
+/// A regular file at `relative` below the directory `dir`, no component of
+/// which may be a symbolic link, `..` or absolute.
+pub fn read_beneath(
+    dir: &Path,
+    relative: &str,
+    max_bytes: u64,
+) -> io::Result<(Vec<u8>, std::fs::Metadata)> {
+    let invalid =
+        |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{relative}: {why}"));
+    let mut components = Vec::new();
+    for c in Path::new(relative).components() {
+        match c {
+            Component::Normal(name) => components.push(name),
+            Component::CurDir => {}
+            _ => return Err(invalid("must be a plain relative path")),
+        }
+    }
+    let Some((file, dirs)) = components.split_last() else {
+        return Err(invalid("names no file"));
+    };
+    let directory = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut fd: OwnedFd =
+        nix::fcntl::open(dir, directory, Mode::empty()).map_err(io::Error::from)?;
+    for name in dirs {
+        fd = openat(&fd, *name, directory, Mode::empty()).map_err(io::Error::from)?;
+    }
+    let fd = openat(&fd, *file, read_flags(), Mode::empty()).map_err(io::Error::from)?;
+    read_fd(fd, &dir.join(relative), max_bytes)
+}
+
+fn read_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC
+}
+
+fn read_fd(fd: OwnedFd, path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs::Metadata)> {
+    let file = File::from(fd);
+    let meta = file.metadata()?;
+    let refuse = |why: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: {why}", path.display()),
+        )
+    };
+    if !meta.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    if meta.len() > max_bytes {
+        return Err(refuse(format!("larger than {max_bytes} bytes")));
+    }
+    let mut bytes = Vec::new();
+    file.take(max_bytes + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(refuse(format!("larger than {max_bytes} bytes")));
+    }
+    Ok((bytes, meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn regular_files_are_read_and_everything_else_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        fs::write(d.join("ok"), "content").unwrap();
+        assert_eq!(read_regular(&d.join("ok"), 100).unwrap().0, b"content");
+        assert!(read_regular(&d.join("ok"), 3).is_err(), "too large");
+        symlink(d.join("ok"), d.join("link")).unwrap();
+        assert!(read_regular(&d.join("link"), 100).is_err());
+        nix::unistd::mkfifo(&d.join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        // Would block forever if opened the ordinary way.
+        assert!(read_regular(&d.join("fifo"), 100).is_err());
+        fs::create_dir(d.join("sub")).unwrap();
+        assert!(read_regular(&d.join("sub"), 100).is_err());
+    }
+
+    #[test]
+    fn no_component_below_the_directory_may_be_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        fs::create_dir_all(d.join("job/models")).unwrap();
+        fs::write(d.join("job/models/m.model"), "summary").unwrap();
+        assert_eq!(
+            read_beneath(&d.join("job"), "models/m.model", 100)
+                .unwrap()
+                .0,
+            b"summary"
+        );
+        assert_eq!(
+            read_beneath(&d.join("job"), "./models/m.model", 100)
+                .unwrap()
+                .0,
+            b"summary"
+        );
+        fs::create_dir(d.join("elsewhere")).unwrap();
+        fs::write(d.join("elsewhere/m.model"), "secret").unwrap();
+        symlink(d.join("elsewhere"), d.join("job/linked")).unwrap();
+        assert!(read_beneath(&d.join("job"), "linked/m.model", 100).is_err());
+        assert!(read_beneath(&d.join("job"), "../elsewhere/m.model", 100).is_err());
+        assert!(read_beneath(&d.join("job"), "/etc/passwd", 100).is_err());
+    }
+}
