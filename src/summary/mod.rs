@@ -174,6 +174,29 @@ fn rule_below_header<'a>(
     }
 }
 
+/// The rows of a table's body, up to the `====` rule that closes it (blank
+/// lines skipped), each parsed by `row`; `expected` describes a row in the
+/// error. Lines after the rule stay in `lines` (the footer).
+fn body_rows<'a, R>(
+    lines: &mut impl Iterator<Item = (usize, &'a str)>,
+    row: impl Fn(&'a str) -> IResult<&'a str, R>,
+    expected: &str,
+) -> Result<Vec<(usize, &'a str, R)>, SummaryError> {
+    let mut rows = Vec::new();
+    for (number, line) in lines.by_ref() {
+        if is_rule(line) {
+            break;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (_, r) = row(line)
+            .map_err(|e| SummaryError::at(number, line, stopped_at(&e, line), expected))?;
+        rows.push((number, line, r));
+    }
+    Ok(rows)
+}
+
 fn is_rule(line: &str) -> bool {
     let t = line.trim();
     t.len() >= 3 && (t.chars().all(|c| c == '=') || t.chars().all(|c| c == '-'))

@@ -21,8 +21,8 @@ use nom::{
 };
 
 use super::{
-    FeatureBuilder, LayerKind, ModelFeatures, SummaryError, count, depth_idx, footer_totals,
-    is_rule, numbered, per_sample, rule_below_header, shapes, stopped_at, type_name,
+    FeatureBuilder, LayerKind, ModelFeatures, SummaryError, body_rows, count, depth_idx,
+    footer_totals, numbered, per_sample, rule_below_header, shapes, type_name,
 };
 
 /// One cell of a row after the layer name.
@@ -124,21 +124,12 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
     let input_col = position("Input Shape").ok();
     rule_below_header(&mut lines, header_no, header, "tree")?;
     let mut rows = Vec::new();
-    for (number, line) in lines.by_ref() {
-        if is_rule(line) {
-            break;
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
-        let (_, r) = row(line).map_err(|e| {
-            SummaryError::at(
-                number,
-                line,
-                stopped_at(&e, line),
-                "expected a row `Name: depth-idx  [shape] ...  params`",
-            )
-        })?;
+    let body = body_rows(
+        &mut lines,
+        row,
+        "expected a row `Name: depth-idx  [shape] ...  params`",
+    )?;
+    for (number, line, r) in body {
         if r.cells.len() != titles.len() - 1 {
             return Err(SummaryError::at(
                 number,

@@ -20,8 +20,8 @@ use nom::{
 };
 
 use super::{
-    FeatureBuilder, LayerKind, ModelFeatures, SummaryError, count, footer_totals, is_rule,
-    numbered, per_sample, rule_below_header, shapes, stopped_at, type_name,
+    FeatureBuilder, LayerKind, ModelFeatures, SummaryError, body_rows, count, footer_totals,
+    numbered, per_sample, rule_below_header, shapes, type_name,
 };
 
 struct Row<'a> {
@@ -72,21 +72,7 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
     let mut builder = FeatureBuilder::default();
     let mut batch = None;
     let mut rows = 0;
-    for (number, line) in lines.by_ref() {
-        if is_rule(line) {
-            break;
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
-        let (_, r) = row(line).map_err(|e| {
-            SummaryError::at(
-                number,
-                line,
-                stopped_at(&e, line),
-                "expected a row `Name-N  [shape]  params`",
-            )
-        })?;
+    for (_, _, r) in body_rows(&mut lines, row, "expected a row `Name-N  [shape]  params`")? {
         if rows == 0 {
             batch = r
                 .shapes
