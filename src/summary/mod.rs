@@ -176,25 +176,22 @@ fn rule_below_header<'a>(
 
 /// The rows of a table's body, up to the `====` rule that closes it (blank
 /// lines skipped), each parsed by `row`; `expected` describes a row in the
-/// error. Lines after the rule stay in `lines` (the footer).
-fn body_rows<'a, R>(
-    lines: &mut impl Iterator<Item = (usize, &'a str)>,
-    row: impl Fn(&'a str) -> IResult<&'a str, R>,
-    expected: &str,
-) -> Result<Vec<(usize, &'a str, R)>, SummaryError> {
-    let mut rows = Vec::new();
-    for (number, line) in lines.by_ref() {
-        if is_rule(line) {
-            break;
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
-        let (_, r) = row(line)
-            .map_err(|e| SummaryError::at(number, line, stopped_at(&e, line), expected))?;
-        rows.push((number, line, r));
-    }
-    Ok(rows)
+/// error. Lines after the rule stay in `lines` (the footer). Rows stream:
+/// a large summary is never held twice.
+fn body_rows<'a, 'l, R>(
+    lines: &'l mut impl Iterator<Item = (usize, &'a str)>,
+    row: impl Fn(&'a str) -> IResult<&'a str, R> + 'l,
+    expected: &'l str,
+) -> impl Iterator<Item = Result<(usize, &'a str, R), SummaryError>> + 'l {
+    lines
+        .by_ref()
+        .take_while(|(_, line)| !is_rule(line))
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(move |(number, line)| {
+            row(line)
+                .map(|(_, r)| (number, line, r))
+                .map_err(|e| SummaryError::at(number, line, stopped_at(&e, line), expected))
+        })
 }
 
 fn is_rule(line: &str) -> bool {

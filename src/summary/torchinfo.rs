@@ -124,12 +124,9 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
     let input_col = position("Input Shape").ok();
     rule_below_header(&mut lines, header_no, header, "tree")?;
     let mut rows = Vec::new();
-    let body = body_rows(
-        &mut lines,
-        row,
-        "expected a row `Name: depth-idx  [shape] ...  params`",
-    )?;
-    for (number, line, r) in body {
+    let expected = "expected a row `Name: depth-idx  [shape] ...  params`";
+    for item in body_rows(&mut lines, row, expected) {
+        let (number, line, r) = item?;
         if r.cells.len() != titles.len() - 1 {
             return Err(SummaryError::at(
                 number,

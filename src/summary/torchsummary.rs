@@ -72,7 +72,8 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
     let mut builder = FeatureBuilder::default();
     let mut batch = None;
     let mut rows = 0;
-    for (_, _, r) in body_rows(&mut lines, row, "expected a row `Name-N  [shape]  params`")? {
+    for item in body_rows(&mut lines, row, "expected a row `Name-N  [shape]  params`") {
+        let (_, _, r) = item?;
         if rows == 0 {
             batch = r
                 .shapes
