@@ -3,7 +3,7 @@
 # replays a trace submitted the way users submit (staggered `carma submit`),
 # places, runs and recovers the jobs, then reports.
 #
-#   examples/demo.sh [TRACE.csv]        GPUS=2x40GiB SCALE=0.02 POLICY=magm
+#   examples/demo.sh [TRACE.csv]    GPUS=2x40GiB SCALE=0.02 POLICY=magm ESTIMATOR=oracle
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trace=${1:-examples/traces/demo.csv}
@@ -32,7 +32,8 @@ trap 'kill -TERM $daemon 2>/dev/null || true' EXIT
 until [ -e "$CARMA_SPOOL/status.json" ]; do sleep 0.1; done
 echo "daemon $daemon serving $CARMA_SPOOL on $gpus simulated GPUs; log: $work/daemon.log"
 
-"$carma" replay --trace "$trace" --time-scale "$scale" --jobs "$work/jobs" > "$work/replay.sh"
+"$carma" replay --trace "$trace" --time-scale "$scale" --estimator "${ESTIMATOR:-oracle}" \
+    --jobs "$work/jobs" > "$work/replay.sh"
 tasks=$(($(wc -l < "$trace") - 1))
 echo "replaying $trace ($tasks tasks, time x $scale) ..."
 sh "$work/replay.sh" > "$work/submitted.txt"
@@ -44,7 +45,7 @@ while [ $(( $(count done) + $(count failed) )) -lt "$tasks" ]; do
     sleep 1
 done
 echo
-"$carma" status | head -n 8
+"$carma" status
 echo
 "$carma" report --csv "$work/tasks.csv"
 echo

@@ -72,6 +72,19 @@ enum Command {
 fn main() -> ExitCode {
     carma::journal::init();
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Daemon(_) | Command::Supervise(_)) {
+        // Commands that print behave like other Unix tools when their
+        // reader goes away (`carma status | head`): they end quietly. The
+        // daemon and the supervisor keep Rust's default (SIGPIPE ignored,
+        // errors returned), so a closed log stream cannot kill them.
+        // SAFETY: no other thread exists yet, and SIG_DFL installs no code.
+        let _ = unsafe {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigDfl,
+            )
+        };
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
