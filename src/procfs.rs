@@ -14,6 +14,8 @@
 //! what every caller has to handle anyway.
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +56,81 @@ pub fn start_time(pid: u32) -> Option<u64> {
 /// Session id of the process holding `pid`.
 pub fn session_id(pid: u32) -> Option<u32> {
     stat(pid).map(|stat| stat.session_id)
+}
+
+/// Processes holding a `flock` on the file `path`, from `/proc/locks`
+/// (which names the process that took each lock): exclusive holders first.
+/// A short-lived probe with a shared lock shows up too, which is why a
+/// caller that found the lock taken asks again after a moment before it
+/// names anyone.
+pub fn flock_holders(path: &Path) -> Vec<u32> {
+    let Ok(meta) = fs::metadata(path) else {
+        return Vec::new();
+    };
+    let Ok(locks) = fs::read_to_string("/proc/locks") else {
+        return Vec::new();
+    };
+    let mut holders = parse_locks(&locks, meta.dev(), meta.ino());
+    holders.sort_by_key(|&(pid, exclusive)| (!exclusive, pid));
+    holders.dedup();
+    holders.into_iter().map(|(pid, _)| pid).collect()
+}
+
+/// The `(pid, exclusive)` of every granted `FLOCK` on the inode in the text
+/// of `/proc/locks`: lines like
+/// `3: FLOCK  ADVISORY  WRITE 4242 fd:01:1311 0 EOF`, device in hex
+/// `major:minor`; waiters (`->`) are skipped.
+fn parse_locks(text: &str, dev: u64, ino: u64) -> Vec<(u32, bool)> {
+    let wanted = format!(
+        "{:02x}:{:02x}:{ino}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                [_, "FLOCK", _, kind, pid, file, ..] if *file == wanted => {
+                    Some((pid.parse().ok()?, *kind == "WRITE"))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Processes that have the file `path` open, found through their
+/// `/proc/<pid>/fd` links (by device and inode, not by name). For a lock
+/// that was handed down to a child process, `/proc/locks` still names the
+/// parent that took it; the processes holding the file open are the truth.
+pub fn openers(path: &Path) -> Vec<u32> {
+    let Ok(target) = fs::metadata(path) else {
+        return Vec::new();
+    };
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            fs::metadata(fd.path())
+                .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
+        });
+        if holds {
+            pids.push(pid);
+        }
+    }
+    pids
 }
 
 /// The fields of `/proc/<pid>/stat` that carma uses.
@@ -187,5 +264,31 @@ mod tests {
             assert!(Instant::now() < deadline, "child never exited");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    #[test]
+    fn lock_lines_name_their_holders() {
+        let dev = nix::sys::stat::makedev(0xfd, 1);
+        let text = "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1311 0 EOF\n\
+                    2: FLOCK  ADVISORY  READ  77 fd:01:1311 0 EOF\n\
+                    2: -> FLOCK  ADVISORY  WRITE 78 fd:01:1311 0 EOF\n\
+                    3: POSIX  ADVISORY  WRITE 99 fd:01:1311 0 EOF\n\
+                    4: FLOCK  ADVISORY  WRITE 55 fd:01:9999 0 EOF\n";
+        assert_eq!(parse_locks(text, dev, 1311), [(4242, true), (77, false)]);
+    }
+
+    #[test]
+    fn the_holder_of_a_lock_and_the_openers_of_a_file_are_found() {
+        use fs2::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let file = fs::File::create(&path).unwrap();
+        file.lock_exclusive().unwrap();
+        let me = std::process::id();
+        assert_eq!(flock_holders(&path), [me]);
+        assert!(openers(&path).contains(&me));
+        drop(file);
+        assert!(flock_holders(&path).is_empty());
+        assert!(!openers(&path).contains(&me));
     }
 }

@@ -28,9 +28,9 @@
 //! act. A daemon that was away finds it there.
 
 use std::fs::{self, File};
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -46,7 +46,7 @@ use nix::unistd::{
 };
 
 use crate::procfs::ProcessId;
-use crate::spool::record::{Launch, RunExit, read_json, unix_now, write_json};
+use crate::spool::record::{Launch, RunExit, give_to_owner, read_state, unix_now, write_json};
 
 /// File names inside a run directory.
 pub const LAUNCH: &str = "launch.json";
@@ -66,7 +66,7 @@ pub fn start(exe: &Path, run_dir: &Path) -> io::Result<Child> {
     let lock = crate::spool::open_lock_file(&run_dir.join(LOCK))?;
     lock.try_lock_exclusive()?;
     let fd = lock.as_raw_fd();
-    let log = File::create(run_dir.join(LOG))?;
+    let log = crate::spool::open_lock_file(&run_dir.join(LOG))?;
     let mut command = Command::new(exe);
     command
         .arg("supervise")
@@ -96,11 +96,22 @@ pub fn is_running(run_dir: &Path) -> bool {
     crate::spool::is_locked(&run_dir.join(LOCK))
 }
 
-/// The run's supervisor, if it is alive.
+/// The run's supervisor, if it is alive: as its `supervisor.json` says,
+/// or, should that not be readable, the process that holds the run's lock
+/// file open (the lock is handed down to the supervisor, so nobody else
+/// holds it).
 pub fn identity(run_dir: &Path) -> Option<ProcessId> {
-    read_json::<ProcessId>(&run_dir.join(IDENTITY))
+    read_state::<ProcessId>(&run_dir.join(IDENTITY))
         .ok()
         .filter(ProcessId::is_alive)
+        .or_else(|| {
+            let me = std::process::id();
+            crate::procfs::openers(&run_dir.join(LOCK))
+                .into_iter()
+                .filter(|&pid| pid != me)
+                .find_map(ProcessId::of)
+                .filter(ProcessId::is_alive)
+        })
 }
 
 /// Asks the run's supervisor to cancel its job. Returns false when no live
@@ -124,7 +135,7 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     fcntl(&lock, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
     let stop = Arc::new(AtomicBool::new(false));
     let job_group = Arc::new(AtomicI32::new(0));
-    let launch = read_json::<Launch>(&run_dir.join(LAUNCH));
+    let launch = read_state::<Launch>(&run_dir.join(LAUNCH));
     // Signals are watched before the supervisor makes itself known: once
     // `carma cancel` can find it, a SIGTERM must stop the job, not the
     // supervisor, which still has the run's end to record.
@@ -139,15 +150,20 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     // Anything that goes wrong before the job runs is recorded as the
     // run's end, so the daemon learns of it instead of seeing a vanished
     // supervisor.
-    let outcome = launch
-        .and_then(|launch| {
-            if stop.load(Ordering::SeqCst) {
-                Err(io::Error::other("cancelled before it started"))
-            } else {
-                spawn_job(run_dir, &launch)
+    let outcome = match launch {
+        Err(e) => Err((false, e.to_string())),
+        Ok(_) if stop.load(Ordering::SeqCst) => Err((false, "cancelled before it started".into())),
+        Ok(launch) => spawn_job(run_dir, &launch).map_err(|e| {
+            let transient = is_transient(&e);
+            match &launch.workdir {
+                dir if e.raw_os_error().is_some() => (
+                    transient,
+                    format!("cannot start bash in {}: {e}", dir.display()),
+                ),
+                _ => (transient, e.to_string()),
             }
-        })
-        .map_err(|e| e.to_string());
+        }),
+    };
     let mut exit = RunExit {
         started_at,
         ended_at: started_at,
@@ -156,6 +172,7 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
         cancelled: false,
         peak_mib: None,
         error: None,
+        transient: false,
     };
     match outcome {
         Ok(mut child) => {
@@ -171,7 +188,10 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
             // The job's leftovers (background processes) go with it.
             let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
         }
-        Err(error) => exit.error = Some(error),
+        Err((transient, error)) => {
+            exit.error = Some(error);
+            exit.transient = transient;
+        }
     }
     exit.ended_at = unix_now();
     exit.cancelled = stop.load(Ordering::SeqCst);
@@ -210,25 +230,59 @@ fn watch_signals(stop: Arc<AtomicBool>, group: Arc<AtomicI32>, grace: Duration) 
     Ok(())
 }
 
-/// Starts `bash job.sh` in its own process group, as the task's user.
+/// Whether a failure to start the job may pass by itself (resources that
+/// run out and come back), so the task should wait and start again rather
+/// than fail for good. Missing programs, bad users and refused directories
+/// do not pass.
+pub fn is_transient(error: &io::Error) -> bool {
+    use nix::libc;
+    matches!(
+        error.raw_os_error(),
+        Some(
+            libc::EAGAIN
+                | libc::ENOMEM
+                | libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOSPC
+                | libc::EDQUOT
+                | libc::EINTR
+                | libc::ENOBUFS
+                | libc::EIO
+        )
+    )
+}
+
+/// Starts `bash job.sh` in its own process group, as the task's user, with
+/// exactly the environment the launch gives (nothing of the supervisor's or
+/// the daemon's). The script and the output files are the user's, private.
 fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
     let script = run_dir.join(SCRIPT);
     let mut text = launch.script.join("\n");
     text.push('\n');
-    fs::write(&script, text)?;
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o644))?;
-    let stdout = File::create(run_dir.join(STDOUT))?;
-    let stderr = File::create(run_dir.join(STDERR))?;
+    let private = |path: &Path| {
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(path)
+    };
+    private(&script)?.write_all(text.as_bytes())?;
+    let stdout = private(&run_dir.join(STDOUT))?;
+    let stderr = private(&run_dir.join(STDERR))?;
     let run_as = launch.run_as.clone();
+    let owner = run_as.as_ref().map(|u| u.uid);
+    give_to_owner(&script, owner)?;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o400))?;
     if let Some(user) = &run_as {
-        // The job's output is its user's to read.
+        // The job's output is its user's, and nobody else's, to read.
         for file in [&stdout, &stderr] {
             fchown(
                 file,
                 Some(Uid::from_raw(user.uid)),
                 Some(Gid::from_raw(user.gid)),
             )?;
-            file.set_permissions(fs::Permissions::from_mode(0o640))?;
         }
     }
     let mut command = Command::new("bash");
@@ -236,16 +290,11 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
         .arg("--noprofile")
         .arg("--norc")
         .arg(&script)
+        .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr);
-    if let Some(user) = &run_as {
-        command
-            .env("HOME", &user.home)
-            .env("USER", &user.name)
-            .env("LOGNAME", &user.name);
-    }
     // Entered as the job's user, after the switch: a directory the user
     // may not enter fails the job instead of being entered as root.
     let workdir = std::ffi::CString::new(launch.workdir.as_os_str().as_encoded_bytes())
@@ -275,10 +324,6 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
             Ok(())
         });
     }
-    command.spawn().map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("cannot start bash in {}: {e}", launch.workdir.display()),
-        )
-    })
+    // The raw OS error is kept: whether it may pass depends on it.
+    command.spawn()
 }

@@ -80,7 +80,7 @@ fn a_bad_file_goes_to_failed_with_its_reason_and_the_daemon_goes_on() {
     let reason = fs::read_to_string(broken.join("reason")).unwrap();
     assert!(reason.starts_with("broken.rad:2:1:"), "{reason}");
     assert!(reason.contains("did you mean `batch_size`"), "{reason}");
-    assert!(broken.join("broken.rad").exists(), "the file is kept");
+    assert!(broken.join("job/broken.rad").exists(), "the file is kept");
     // A symbolic link is refused, not followed.
     std::os::unix::fs::symlink("/etc/passwd", spool.root.join("pending/link.rad")).unwrap();
     spool.wait_count("failed", 2, 10.0);
@@ -415,7 +415,7 @@ fn a_dropped_job_brings_its_model_summary_along() {
     spool.wait_count("done", 1, 10.0);
     let (_, dir) = spool.find("-lenet").unwrap();
     assert_eq!(
-        fs::read_to_string(dir.join("lenet.model")).unwrap(),
+        fs::read_to_string(dir.join("job/lenet.model")).unwrap(),
         summary
     );
     let record: serde_json::Value =

@@ -1,17 +1,16 @@
 //! Regression tests, each named after the bug it pins (found in review).
+//!
+//! The attack tests act as two unprivileged users, `carma-alice` and
+//! `carma-bob`, made by the test setup; they need root (CI runs as root)
+//! and say "skipped" otherwise.
 
 mod common;
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::process::Command;
+use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use common::{Spool, fake_job};
-
-fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
+use common::{Spool, fake_job, stderr, stdout, two_users};
 
 #[test]
 fn a_fifo_dropped_into_pending_does_not_hang_the_daemon() {
@@ -40,7 +39,7 @@ fn a_running_job_whose_rad_changed_is_not_failed_on_restart() {
     let name = spool.submit("a.rad", "name: a\nmemory: whole\nsleep 2\necho finished\n");
     spool.wait_for("a to run", 10.0, || !spool.tasks("running").is_empty());
     spool.stop_daemon("KILL");
-    let rad = spool.root.join("running").join(&name).join("a.rad");
+    let rad = spool.root.join("running").join(&name).join("job/a.rad");
     let mut text = fs::read_to_string(&rad).unwrap();
     text.push_str("bogus_key: 1\n");
     fs::write(&rad, text).unwrap();
@@ -81,104 +80,397 @@ fn a_cancel_in_the_same_instant_as_the_submit_still_cancels() {
     }
 }
 
-/// A spool a root daemon serves and an unprivileged user (nobody) can
-/// submit to, as the README describes.
-fn shared_spool() -> Spool {
-    let mut spool = Spool::new("1x40GiB");
-    fs::set_permissions(spool.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    spool.start_daemon();
-    fs::set_permissions(
-        spool.root.join("pending"),
-        fs::Permissions::from_mode(0o1733),
-    )
-    .unwrap();
-    spool
+/// Submits `files` (the first is the `.rad`) as `user` with `carma submit`
+/// from a directory of theirs; returns the task's name.
+fn submit_as(spool: &Spool, user: &common::TestUser, dir: &str, files: &[(&str, &str)]) -> String {
+    let home = spool.user_dir(user, dir, files);
+    let out = user.carma(
+        spool,
+        &format!("submit {}", home.join(files[0].0).display()),
+    );
+    assert!(
+        out.status.success(),
+        "submit as {}: {}",
+        user.name,
+        stderr(&out)
+    );
+    stdout(&out).trim().to_owned()
 }
 
-/// Runs `script` as nobody.
-fn as_nobody(script: &str) {
-    let status = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success(), "{script}");
+fn record(dir: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&fs::read_to_string(dir.join("task.json")).unwrap()).unwrap()
 }
 
 #[test]
-fn another_users_submission_is_copied_and_run_as_that_user_never_trusted() {
-    if !is_root() {
-        // Only root can act as a second user; as anyone else the spool has
-        // a single user and this bug cannot happen.
-        eprintln!("skipped: needs root to submit as another user");
+fn a_user_file_named_like_carmas_record_cannot_forge_the_owner() {
+    // Hole 1: alice names her "model summary" task.json (and another file
+    // run-1/launch.json), each claiming bob as the job's owner; the daemon
+    // is killed while her job runs and restarted. The job runs as alice,
+    // before and after, and carma's record is carma's.
+    let Some((alice, bob)) = two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let forged = format!(
+        r#"{{"name":"000001-x","rad":"x.rad","submitted_at":0,"owner":{}}}"#,
+        bob.uid
+    );
+    let name = submit_as(
+        &spool,
+        &alice,
+        "alice-forge",
+        &[
+            (
+                "x.rad",
+                "model: task.json\nmemory: 1G\nid -u\nsleep 1.5\nid -u\n",
+            ),
+            ("task.json", &forged),
+            ("run-1/launch.json", &forged),
+        ],
+    );
+    spool.wait_for("the job to run", 10.0, || {
+        !spool.tasks("running").is_empty()
+    });
+    spool.stop_daemon("KILL");
+    spool.start_daemon();
+    spool.wait_count("done", 1, 15.0);
+    let dir = spool.root.join("done").join(&name);
+    let out = fs::read_to_string(dir.join("run-1/stdout")).unwrap();
+    assert_eq!(out, format!("{0}\n{0}\n", alice.uid));
+    assert_eq!(record(&dir)["owner"], alice.uid);
+    let meta = fs::metadata(dir.join("task.json")).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
+    assert_eq!(
+        fs::read_to_string(dir.join("job/task.json")).unwrap(),
+        forged,
+        "kept as hers"
+    );
+    // A dropped file is no different: its owner is what the file system
+    // showed when carma took it, whatever it names.
+    let drop_dir = spool.user_dir(
+        &alice,
+        "alice-drop",
+        &[
+            ("d.rad", "model: task.json\nmemory: 1G\nid -u\n"),
+            ("task.json", &forged),
+        ],
+    );
+    let pending = spool.root.join("pending");
+    let out = alice.run(&format!(
+        "cp {0}/task.json {0}/d.rad {1}/",
+        drop_dir.display(),
+        pending.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_count("done", 2, 10.0);
+    let (_, dir) = spool.find("-d").unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.join("run-1/stdout")).unwrap(),
+        format!("{}\n", alice.uid)
+    );
+}
+
+#[test]
+fn a_torn_launch_record_never_launches_a_live_job_twice() {
+    // Hole 2: the daemon dies while a job runs and its launch.json (and
+    // supervisor.json) are torn. The live supervisor wins: the run is
+    // re-attached, never started again.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let ledger = spool.dir.path().join("ledger");
+    let name = spool.submit(
+        "t.rad",
+        &format!(
+            "name: t\nmemory: 1G\necho start >> {0}\nsleep 2\necho end >> {0}\n",
+            ledger.display()
+        ),
+    );
+    spool.wait_for("the job to start", 10.0, || ledger.exists());
+    spool.stop_daemon("KILL");
+    let run = spool.root.join("running").join(&name).join("run-1");
+    for file in ["launch.json", "supervisor.json"] {
+        let text = fs::read(run.join(file)).unwrap();
+        fs::write(run.join(file), &text[..text.len() / 2]).unwrap();
+    }
+    spool.start_daemon();
+    spool.wait_count("done", 1, 15.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "start\nend\n");
+    assert!(!spool.root.join("done").join(&name).join("run-2").exists());
+    assert!(
+        spool.daemon_log().contains("re-attached to run 1"),
+        "{}",
+        spool.daemon_log()
+    );
+}
+
+#[test]
+fn another_user_cannot_read_or_list_a_running_jobs_files() {
+    // Hole 3: while alice's job runs, bob can neither list its task
+    // directory nor read its job file, script, launch record (the job's
+    // environment) or output; alice reads her output.
+    let Some((alice, bob)) = two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let name = submit_as(
+        &spool,
+        &alice,
+        "alice-private",
+        &[("p.rad", "memory: 1G\necho secret-output\nsleep 30\n")],
+    );
+    let dir = spool.root.join("running").join(&name);
+    spool.wait_for("the job's output", 10.0, || {
+        fs::read_to_string(dir.join("run-1/stdout")).is_ok_and(|s| s.contains("secret"))
+    });
+    for path in [
+        "job/p.rad",
+        "task.json",
+        "run-1/launch.json",
+        "run-1/job.sh",
+        "run-1/stdout",
+        "run-1/stderr",
+        "run-1/supervisor.json",
+    ] {
+        let out = bob.run(&format!("cat {}", dir.join(path).display()));
+        assert!(!out.status.success(), "bob read {path}: {}", stdout(&out));
+    }
+    for listed in [dir.clone(), dir.join("run-1"), dir.join("job")] {
+        let out = bob.run(&format!("ls {}", listed.display()));
+        assert!(!out.status.success(), "bob listed {}", listed.display());
+    }
+    let out = alice.run(&format!("cat {}", dir.join("run-1/stdout").display()));
+    assert_eq!(stdout(&out), "secret-output\n", "{}", stderr(&out));
+    for path in ["task.json", "run-1/launch.json"] {
+        let meta = fs::metadata(dir.join(path)).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600), "{path}");
+    }
+    let out = spool.carma().args(["cancel", &name]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_user_submit_to_a_sticky_pending_reports_success_exactly_once() {
+    // Hole 4: pending/ is 1733 (users may add entries, not list them), so
+    // a user cannot fsync it. The submission succeeds once its rename is
+    // done, and exactly one task comes of it.
+    let Some((alice, _)) = two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    spool.stop_daemon("TERM");
+    let mode = fs::metadata(spool.root.join("pending")).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o1733, "the daemon made pending/ shared");
+    let home = spool.user_dir(&alice, "alice-sub", &[("s.rad", "memory: 1G\nid -u\n")]);
+    let out = alice.carma(&spool, &format!("submit {}", home.join("s.rad").display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let entry = stdout(&out).trim().to_owned();
+    assert!(entry.starts_with("submit-"), "{entry}");
+    spool.start_daemon();
+    spool.wait_count("done", 1, 10.0);
+    assert_eq!(spool.tasks("done").len(), 1);
+    let (_, dir) = spool.find("-s").unwrap();
+    assert_eq!(record(&dir)["submitted_as"], entry.as_str());
+    assert_eq!(
+        fs::read_to_string(dir.join("run-1/stdout")).unwrap(),
+        format!("{}\n", alice.uid)
+    );
+    // With a daemon running, the submitter learns the task's name.
+    let out = alice.carma(&spool, &format!("submit {}", home.join("s.rad").display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let name = stdout(&out).trim().to_owned();
+    assert!(name.starts_with("000002-"), "{name}: {}", stderr(&out));
+    spool.wait_count("done", 2, 10.0);
+}
+
+#[test]
+fn a_non_utf8_name_in_pending_is_kept_in_failed_with_a_reason() {
+    // Hole 7.
+    use std::os::unix::ffi::OsStrExt;
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9.rad");
+    fs::write(spool.root.join("pending").join(odd), "gpus: 1\necho\n").unwrap();
+    spool.wait_count("failed", 1, 10.0);
+    let (_, dir) = spool.find("-caf_").unwrap();
+    let reason = fs::read_to_string(dir.join("reason")).unwrap();
+    assert!(reason.contains("not UTF-8"), "{reason}");
+    assert!(dir.join("dropped").join(odd).exists(), "kept as it came");
+}
+
+#[test]
+fn a_short_lived_lock_probe_does_not_keep_a_daemon_from_its_spool() {
+    // Hole 8: `flock -s` holds the lock for a moment as the daemon starts;
+    // the daemon waits it out. A real second daemon is refused with the
+    // pid of the daemon that holds the lock, not a pid a file says.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.stop_daemon("TERM");
+    let lock = spool.root.join("daemon.lock");
+    let mut probe = std::process::Command::new("flock")
+        .arg("-s")
+        .arg(&lock)
+        .args(["sleep", "1"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    spool.start_daemon();
+    probe.wait().unwrap();
+    fs::write(&lock, "424242").unwrap();
+    let out = spool
+        .carma()
+        .args(["daemon", "--simulate-gpus", "1x40GiB"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("pid {}", spool.daemon_pid())),
+        "{err}"
+    );
+    assert!(!err.contains("424242"), "{err}");
+}
+
+#[test]
+fn history_and_reports_survive_a_restart_and_a_lost_history_write() {
+    // Hole 9: a finished job's peak is in its record in done/; a history
+    // write that was lost (a crash right after the move) is recovered
+    // from there when the daemon starts again, and the report still
+    // counts the task.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.submit("h.rad", &fake_job("h", "memory: 4G\n", "3G", 1.0));
+    spool.wait_count("done", 1, 15.0);
+    spool.stop_daemon("KILL");
+    let (_, dir) = spool.find("-h").unwrap();
+    let peak = record(&dir)["peak_mib"].as_u64().unwrap();
+    assert!(peak >= 3 * 1024, "{peak}");
+    // Lost: the kill may even have come before it was written.
+    let _ = fs::remove_dir_all(spool.root.join("history"));
+    spool.start_daemon();
+    let history: Vec<_> = fs::read_dir(spool.root.join("history"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(history.len(), 1);
+    let saved: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(history[0].path()).unwrap()).unwrap();
+    assert_eq!(saved["max_peak_mib"], peak);
+    let report = spool.carma().args(["report", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["tasks"], 1);
+    // The same job again, undeclared, is estimated from history.
+    spool.submit("h.rad", &fake_job("h", "", "3G", 1.0));
+    spool.wait_count("done", 2, 15.0);
+    assert!(
+        spool.daemon_log().contains("from history"),
+        "{}",
+        spool.daemon_log()
+    );
+}
+
+#[test]
+fn a_job_gets_its_owners_login_environment_and_nothing_of_the_daemons() {
+    // Hole 10.
+    let Some((alice, _)) = two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.daemon_env.extend([
+        ("PYENV_ROOT".into(), "/root/.pyenv".into()),
+        ("DAEMON_SECRET".into(), "hunter2".into()),
+        (
+            "PATH".into(),
+            "/root/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ),
+    ]);
+    spool.start_daemon();
+    let name = submit_as(
+        &spool,
+        &alice,
+        "alice-env",
+        &[("e.rad", "memory: 1G\nenv\n")],
+    );
+    spool.wait_count("done", 1, 10.0);
+    let env = fs::read_to_string(spool.root.join("done").join(&name).join("run-1/stdout")).unwrap();
+    let vars: std::collections::BTreeMap<&str, &str> =
+        env.lines().filter_map(|l| l.split_once('=')).collect();
+    for gone in [
+        "PYENV_ROOT",
+        "DAEMON_SECRET",
+        "CARMA_CONFIG",
+        "CARMA_SPOOL",
+        "RUST_LOG",
+    ] {
+        assert!(!vars.contains_key(gone), "{gone} leaked: {env}");
+    }
+    assert_eq!(vars["PATH"], "/usr/local/bin:/usr/bin:/bin");
+    assert_eq!(vars["USER"], alice.name);
+    assert_eq!(vars["LOGNAME"], alice.name);
+    assert_eq!(vars["HOME"], alice.home.to_str().unwrap());
+    assert_eq!(vars["SHELL"], "/bin/sh");
+    assert_eq!(vars["CARMA_TASK_ID"], name);
+    assert_eq!(vars["CUDA_VISIBLE_DEVICES"], "0");
+    assert!(
+        vars.contains_key("LANG") || vars.contains_key("LC_ALL"),
+        "{env}"
+    );
+}
+
+#[test]
+fn a_root_owned_job_is_refused_at_submit_unless_root_jobs_are_allowed() {
+    // Hole 10: the test config allows root jobs; this one does not.
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: needs a root-owned file");
         return;
     }
-    let spool = shared_spool();
-    let home = spool.dir.path().join("home");
-    fs::create_dir(&home).unwrap();
-    fs::set_permissions(&home, fs::Permissions::from_mode(0o777)).unwrap();
-    // nobody hand-makes a task directory whose record points outside it
-    // and moves it in: refused, and nothing outside is read.
-    let pending = spool.root.join("pending");
-    as_nobody(&format!(
-        "set -e; d={home}/000777-x; mkdir $d; printf 'gpus: 1\\nid -u\\n' > $d/x.rad; \
-         printf '{{\"name\":\"000777-x\",\"rad\":\"../../../../etc/passwd\",\"submitted_at\":0}}' > $d/task.json; \
-         mv $d {pending}/",
-        home = home.display(),
-        pending = pending.display()
-    ));
-    spool.wait_count("failed", 1, 10.0);
-    let reason = fs::read_to_string(spool.root.join("failed/000777-x/reason")).unwrap();
-    assert!(reason.contains("not the name of a .rad file"), "{reason}");
-    // A proper submission by nobody runs as nobody, from a directory the
-    // daemon made and nobody cannot change.
-    as_nobody(&format!(
-        "set -e; d={home}/000778-y; mkdir $d; printf 'gpus: 1\\nid -u; pwd\\n' > $d/y.rad; \
-         printf '{{\"name\":\"000778-y\",\"rad\":\"y.rad\",\"submitted_at\":0,\"workdir\":\"{home}\"}}' > $d/task.json; \
-         mv $d {pending}/",
-        pending = pending.display(),
-        home = home.display()
-    ));
-    spool.wait_count("done", 1, 10.0);
-    let dir = spool.root.join("done/000778-y");
-    assert_eq!(
-        fs::metadata(&dir).unwrap().uid(),
-        0,
-        "the daemon owns the task directory"
+    let spool = Spool::with_config("1x40GiB", "[daemon]\nallow_root_jobs = false\n");
+    fs::create_dir_all(&spool.root).unwrap();
+    let rad = spool.job("r.rad", "memory: 1G\nid -u\n");
+    let out = spool.carma().arg("submit").arg(&rad).output().unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("owned by root") && err.contains("allow_root_jobs"),
+        "{err}"
     );
-    let out = fs::read_to_string(dir.join("run-1/stdout")).unwrap();
-    assert_eq!(out, format!("65534\n{}\n", home.display()));
+    assert!(spool.tasks("pending").is_empty());
 }
 
 #[test]
 fn a_dropped_job_of_another_user_can_write_in_its_working_directory() {
-    if !is_root() {
-        eprintln!("skipped: needs root to drop a job as another user");
+    let Some((alice, _)) = two_users() else {
         return;
-    }
-    let spool = shared_spool();
-    let job = spool.dir.path().join("w.rad");
-    fs::write(&job, "name: w\nmemory: 1G\nid -u; echo ckpt > model.ckpt\n").unwrap();
-    fs::set_permissions(&job, fs::Permissions::from_mode(0o644)).unwrap();
-    as_nobody(&format!(
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let home = spool.user_dir(
+        &alice,
+        "alice-w",
+        &[(
+            "w.rad",
+            "name: w\nmemory: 1G\nid -u; echo ckpt > model.ckpt\n",
+        )],
+    );
+    let out = alice.run(&format!(
         "cp {} {}/pending/",
-        job.display(),
+        home.join("w.rad").display(),
         spool.root.display()
     ));
+    assert!(out.status.success(), "{}", stderr(&out));
     spool.wait_count("done", 1, 10.0);
     let (_, dir) = spool.find("-w").unwrap();
     assert_eq!(
         fs::read_to_string(dir.join("run-1/stdout")).unwrap(),
-        "65534\n"
+        format!("{}\n", alice.uid)
     );
+    let work = dir.join("work");
     assert_eq!(
-        fs::read_to_string(dir.join("work/model.ckpt")).unwrap(),
+        fs::read_to_string(work.join("model.ckpt")).unwrap(),
         "ckpt\n"
     );
+    let meta = fs::metadata(&work).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (alice.uid, 0o700));
 }

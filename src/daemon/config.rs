@@ -13,6 +13,7 @@ pub struct DaemonConfig {
     pub metrics_interval_s: f64,
     pub cancel_grace_s: f64,
     pub allow_root_jobs: bool,
+    pub job_path: String,
 }
 
 impl DaemonConfig {
@@ -30,6 +31,9 @@ impl DaemonConfig {
                 "daemon.cancel_grace_s = {}: expected seconds >= 0",
                 self.cancel_grace_s
             ));
+        }
+        if self.job_path.contains('\0') {
+            return Err("daemon.job_path contains a NUL byte".into());
         }
         Ok(())
     }

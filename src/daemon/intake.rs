@@ -6,6 +6,7 @@
 //! moves to `failed/` with its reason beside it: bad input is kept, never
 //! silently dropped, and the daemon goes on.
 
+use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -14,12 +15,15 @@ use std::time::{Duration, Instant};
 use nix::unistd::{Uid, User};
 
 use super::watch::Change;
-use super::{Daemon, Task};
+use super::{Closing, Daemon, Task};
 use crate::estimate::EstimateInput;
 use crate::rad::{self, PolicyHint, TaskSpec};
 use crate::sched::{Demand, Event, Need};
-use crate::spool::record::{EstimateNote, RunAs, TaskRecord, unix_now, write_json};
-use crate::spool::{MAX_SUMMARY_BYTES, SpoolError, State, TaskName, safe};
+use crate::spool::record::{EstimateNote, JOB, Outcome, RunAs, TaskRecord, unix_now};
+use crate::spool::{SpoolError, State, TaskName};
+
+/// Adoptions remembered in `status.json` for submitters to find.
+const ADOPTIONS_KEPT: usize = 256;
 
 /// How long a file may stay open for writing in `pending/` before the
 /// daemon takes it anyway (a writer that crashed never closes it).
@@ -69,12 +73,14 @@ impl Daemon {
     /// Takes everything that arrived during this turn of the loop.
     pub(super) fn take_arrivals(&mut self) {
         let arrivals = std::mem::take(&mut self.arrivals);
-        self.take_entries(arrivals);
+        self.take_entries(arrivals, Vec::new());
     }
 
     /// Takes entries of `pending/`: the daemon's own task directories are
     /// queued, other directories adopted as submissions, files claimed.
-    fn take_entries(&mut self, mut entries: Vec<String>) {
+    /// Entries whose names are not UTF-8 (`odd`) are claimed too, to be
+    /// refused with that reason.
+    fn take_entries(&mut self, mut entries: Vec<String>, odd: Vec<OsString>) {
         entries.sort();
         entries.dedup();
         let pending = self.spool.dir(State::Pending);
@@ -90,34 +96,53 @@ impl Daemon {
             }
             match TaskName::parse(&entry) {
                 Some(name) if meta.uid() == euid => {
-                    if !self.tasks.contains_key(&name.seq()) {
+                    if !self.tasks.contains_key(&name.seq())
+                        && !self.closing.contains_key(&name.seq())
+                    {
                         self.take(name, State::Pending);
                     }
                 }
                 _ => self.adopt(&entry),
             }
         }
-        self.take_drops(drops);
+        self.take_drops(drops, odd);
     }
 
     /// Adopts a directory someone else made in `pending/` (see
     /// [`crate::spool::Spool::adopt_submission`]).
     fn adopt(&mut self, entry: &str) {
-        let taken = |name: &TaskName| {
-            self.tasks.contains_key(&name.seq())
-                || State::ALL
-                    .iter()
-                    .any(|&state| self.spool.task_dir(state, name).exists())
-        };
-        match self.spool.adopt_submission(entry, taken) {
+        match self.spool.adopt_submission(entry) {
             Ok(c) => {
                 log::info!("{}: adopted pending/{entry}", c.name);
+                self.adopted
+                    .push_back((entry.to_string(), c.name.to_string()));
+                if self.adopted.len() > ADOPTIONS_KEPT {
+                    self.adopted.pop_front();
+                }
+                // The submitter waits for this receipt.
+                if let Some(past) = Instant::now().checked_sub(Duration::from_secs(1)) {
+                    self.status_written = past;
+                }
                 self.take_with(c.name, State::Pending, Some(c.record));
             }
             Err(SpoolError::Refused { name, reason }) => {
                 log::error!("{name}: refused: {reason}");
+                self.adopted
+                    .push_back((entry.to_string(), name.to_string()));
             }
-            Err(e) => log::error!("pending/{entry}: cannot adopt: {e}"),
+            Err(e) => self.intake_failed(&format!("pending/{entry}: cannot take it in: {e}")),
+        }
+    }
+
+    /// Taking in `pending/` failed for a reason that may pass (a full disk,
+    /// an I/O error): what was not taken stays where it is, and all of
+    /// `pending/` is looked at again after a backoff.
+    fn intake_failed(&mut self, what: &str) {
+        let (delay, first) = self.intake_retry.failed();
+        if first {
+            log::warn!("{what}; it stays in pending/, tried again in {delay:.1?} and later");
+        } else {
+            log::debug!("{what}; tried again in {delay:.1?}");
         }
     }
 
@@ -143,7 +168,7 @@ impl Daemon {
             self.unfinished.remove(name);
         }
         if !stale.is_empty() {
-            self.take_entries(stale);
+            self.take_entries(stale, Vec::new());
         }
     }
 
@@ -151,25 +176,35 @@ impl Daemon {
     /// tasks. Only `.rad` files and entries that are not regular files
     /// (links, FIFOs: refused when loaded) are claimed: other files may be
     /// model summaries the `.rad`s point to.
-    pub(super) fn take_drops(&mut self, entries: Vec<String>) {
+    pub(super) fn take_drops(&mut self, entries: Vec<String>, odd: Vec<OsString>) {
         let pending = self.spool.dir(State::Pending);
-        let drops: Vec<String> = entries
+        let drops: Vec<OsString> = entries
             .into_iter()
             .filter(|entry| {
                 entry.ends_with(".rad")
                     || fs::symlink_metadata(pending.join(entry)).is_ok_and(|m| !m.is_file())
             })
+            .map(OsString::from)
+            .chain(odd)
             .collect();
-        let claimed = match self.spool.claim(&drops) {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                log::error!("cannot claim dropped files: {e}");
-                return;
+        let batch = self.spool.claim(&drops);
+        for file in batch.vanished {
+            log::warn!(
+                "pending/{file}: removed before carma could claim it \
+                 (deleted or moved away by its owner); nothing to run"
+            );
+        }
+        for c in batch.claimed {
+            match c.refused {
+                Some(reason) => log::error!("{}: refused pending/{}: {reason}", c.name, c.file),
+                None => {
+                    log::info!("{}: claimed pending/{}", c.name, c.file);
+                    self.take_with(c.name, State::Pending, Some(c.record));
+                }
             }
-        };
-        for c in claimed {
-            log::info!("{}: claimed pending/{}", c.name, c.file);
-            self.take_with(c.name, State::Pending, Some(c.record));
+        }
+        if let Some(e) = batch.error {
+            self.intake_failed(&format!("cannot claim dropped files: {e}"));
         }
     }
 
@@ -219,6 +254,7 @@ impl Daemon {
         record: Option<TaskRecord>,
     ) -> Result<Task, String> {
         let dir = self.spool.task_dir(state, name);
+        let job = dir.join(JOB);
         let fresh = record.is_some();
         let mut record = match record {
             Some(record) => record,
@@ -235,7 +271,10 @@ impl Daemon {
                 record.rad
             ));
         }
-        let rad_path = dir.join(&record.rad);
+        let Some(owner) = record.owner else {
+            return Err("its record names no owner; submit it again".into());
+        };
+        let rad_path = job.join(&record.rad);
         let meta = fs::symlink_metadata(&rad_path)
             .map_err(|e| format!("{}: cannot read: {e}", record.rad))?;
         if meta.file_type().is_symlink() {
@@ -253,23 +292,19 @@ impl Daemon {
                 record.rad
             ));
         }
-        if fresh {
-            bring_model(&self.spool.dir(State::Pending), &dir, &rad_path);
-        }
-        let spec = rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &dir))?;
-        let owner = record.owner.unwrap_or(meta.uid());
+        let spec = rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &job))?;
         let (run_as, user) = self.run_as(owner)?;
-        let input = EstimateInput::from_spec(&spec, &dir).unwrap_or_else(|e| {
+        let input = EstimateInput::from_spec(&spec, &job).unwrap_or_else(|e| {
             log::warn!(
                 "{name}: estimating without the model summary: {}",
-                relative(&e, &dir)
+                relative(&e, &job)
             );
             EstimateInput::from_spec(
                 &TaskSpec {
                     model: None,
                     ..spec.clone()
                 },
-                &dir,
+                &job,
             )
             .unwrap_or_default()
         });
@@ -327,6 +362,7 @@ impl Daemon {
             gid: user.gid.as_raw(),
             name: user.name.clone(),
             home: user.dir,
+            shell: Some(user.shell),
         };
         Ok((Some(run_as), user.name))
     }
@@ -334,25 +370,21 @@ impl Daemon {
     /// Moves a task that never reached the core to `failed/`.
     pub(super) fn reject(&mut self, name: &TaskName, state: State, reason: &str) {
         log::error!("{name}: refused: {reason}");
-        let dir = self.spool.task_dir(state, name);
         let mut record = self
             .spool
             .load_record(state, name)
             .unwrap_or_else(|_| TaskRecord::new(name, "", unix_now()));
-        record.outcome = Some(crate::spool::record::Outcome {
-            state: State::Failed.to_string(),
-            reason: Some(reason.to_string()),
-            at: unix_now(),
-        });
-        let written = write_json(&dir.join("task.json"), &record)
-            .and_then(|()| {
-                crate::spool::write_durable(&dir.join("reason"), format!("{reason}\n").as_bytes())
-            })
-            .and_then(|()| self.spool.move_task(name, state, State::Failed));
-        if let Err(e) = written {
-            log::error!("{name}: cannot move to failed/: {e}");
-        }
+        record.outcome = Some(Outcome::failed(reason));
         self.tasks.remove(&name.seq());
+        let owner = record.owner;
+        self.close(Closing {
+            name: name.clone(),
+            record,
+            to: State::Failed,
+            owner,
+            run: last_run(&self.spool.task_dir(state, name)),
+            retry: super::Backoff::default(),
+        });
     }
 
     /// A task directory left `pending/` without the daemon moving it: a
@@ -410,7 +442,7 @@ impl Daemon {
                 entries.push(entry);
             }
         }
-        self.take_entries(entries);
+        self.take_entries(entries, listing.odd);
         self.cancel_due = true;
     }
 
@@ -443,10 +475,12 @@ impl Daemon {
     /// Carries out one request; false when it must wait (the task is not
     /// loaded yet, or its supervisor has not said who it is yet).
     fn cancel(&mut self, request: &str, requester: Option<u32>) -> bool {
-        let task = self
-            .tasks
-            .values()
-            .find(|t| t.name.as_str() == request || t.name.seq().to_string() == request);
+        let named = |name: &TaskName| name.as_str() == request || name.seq().to_string() == request;
+        if let Some(c) = self.closing.values().find(|c| named(&c.name)) {
+            log::info!("{}: cancel: it already ended", c.name);
+            return true;
+        }
+        let task = self.tasks.values().find(|t| named(&t.name));
         let Some(task) = task else {
             return match self.spool.find(request) {
                 Ok((State::Done | State::Failed, name)) => {
@@ -512,34 +546,6 @@ pub(super) fn last_run(dir: &Path) -> u32 {
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("run-")?.parse().ok())
         .max()
         .unwrap_or(0)
-}
-
-/// Copies the model summary a freshly claimed `.rad` names from `pending/`,
-/// where the user dropped both, into its task directory (a copy: other
-/// dropped jobs may name the same file).
-fn bring_model(pending: &Path, dir: &Path, rad: &Path) {
-    let model = safe::read_regular(rad, rad::MAX_FILE_BYTES)
-        .ok()
-        .and_then(|(bytes, _)| rad::parse_bytes(&bytes).ok())
-        .and_then(|parsed| parsed.spec.model);
-    let Some(model) = model else {
-        return;
-    };
-    if dir.join(&model).exists() {
-        return;
-    }
-    // pending/ is the users': no link followed, no FIFO opened.
-    let Ok((bytes, _)) = safe::read_beneath(pending, &model, MAX_SUMMARY_BYTES) else {
-        return;
-    };
-    let to = dir.join(&model);
-    let copied = to
-        .parent()
-        .map_or(Ok(()), fs::create_dir_all)
-        .and_then(|()| fs::write(&to, bytes));
-    if let Err(e) = copied {
-        log::warn!("cannot copy the model summary {model}: {e}");
-    }
 }
 
 /// An error message with the task directory's prefix removed, so the

@@ -19,7 +19,9 @@
 //! state from the spool ([`restore`]), re-attaches to live supervisors and
 //! finishes the runs that ended while it was away.
 
+mod backoff;
 mod config;
+mod environment;
 mod intake;
 mod monitor;
 mod restore;
@@ -27,7 +29,7 @@ mod runs;
 pub mod status;
 mod watch;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
@@ -48,7 +50,8 @@ use crate::procfs::ProcessId;
 use crate::rad::TaskSpec;
 use crate::sched::{Action, Demand, Event, GpuSample, Scheduler, TaskId, Time};
 use crate::spool::record::{RunAs, TaskRecord, unix_now};
-use crate::spool::{Spool, State, TaskName, write_replace};
+use crate::spool::{PRIVATE, PUBLIC, Spool, State, TaskName, write_replace};
+use backoff::Backoff;
 use status::{GpuStatus, RunningTask, Status};
 use watch::Change;
 
@@ -104,6 +107,23 @@ struct Task {
     fingerprint: Fingerprint,
 }
 
+/// A task that ended (the core is done with it, or never knew it) whose
+/// directory has not reached `done/` or `failed/` yet. A move that fails
+/// (a full disk, an I/O error) is retried on `retry`'s schedule: the task
+/// is never dropped from the daemon's hands.
+#[derive(Debug)]
+struct Closing {
+    name: TaskName,
+    /// Its record, outcome included, to write before the move.
+    record: TaskRecord,
+    to: State,
+    /// The user, for the `reason` file.
+    owner: Option<u32>,
+    /// The latest run, whose peak goes to history on success.
+    run: u32,
+    retry: Backoff,
+}
+
 /// The loop's state. Fields are documented where they are not obvious.
 struct Daemon {
     spool: Spool,
@@ -115,6 +135,8 @@ struct Daemon {
     /// The core's time zero.
     origin: Instant,
     tasks: HashMap<u64, Task>,
+    /// Ended tasks on their way to `done/` or `failed/`.
+    closing: BTreeMap<u64, Closing>,
     gpus: Vec<GpuInfo>,
     backend_name: String,
     /// Environment every job needs from the GPU backend.
@@ -140,6 +162,14 @@ struct Daemon {
     gpu_errors: BTreeMap<usize, String>,
     /// The MPS control daemon, when jobs run under MPS.
     mps: Option<Mps>,
+    /// Taking in `pending/` failed for a reason that may pass (a full
+    /// disk): the whole directory is looked at again on this schedule.
+    intake_retry: Backoff,
+    /// Launches that could not start: the core pauses dispatch for the
+    /// delay this gives.
+    launch_retry: Backoff,
+    /// Recent adoptions of other users' submissions, for `status.json`.
+    adopted: VecDeque<(String, String)>,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -178,6 +208,7 @@ pub fn run(options: Options) -> Result<()> {
         config_path: options.config_path,
         origin: Instant::now(),
         tasks: HashMap::new(),
+        closing: BTreeMap::new(),
         gpus,
         backend_name,
         backend_env,
@@ -194,6 +225,9 @@ pub fn run(options: Options) -> Result<()> {
         events: Vec::new(),
         gpu_errors: BTreeMap::new(),
         mps,
+        intake_retry: Backoff::default(),
+        launch_retry: Backoff::default(),
+        adopted: VecDeque::new(),
     };
     daemon.on_readings(readings);
     daemon.restore()?;
@@ -275,6 +309,7 @@ impl Daemon {
             }
             self.poll_adopted();
             self.claim_stale_unfinished();
+            self.retry_due();
             self.step();
             self.housekeeping();
         }
@@ -286,6 +321,14 @@ impl Daemon {
         let mut sleep = Duration::from_secs(1).saturating_sub(self.status_written.elapsed());
         if let Some(deadline) = self.core.next_deadline() {
             sleep = sleep.min(deadline.saturating_sub(self.now()));
+        }
+        let retries = self
+            .closing
+            .values()
+            .filter_map(|c| c.retry.next())
+            .chain(self.intake_retry.next());
+        if let Some(next) = retries.min() {
+            sleep = sleep.min(next.saturating_duration_since(Instant::now()));
         }
         sleep.max(Duration::from_millis(1))
     }
@@ -399,7 +442,7 @@ impl Daemon {
             .task_dir(State::Running, &task.name)
             .join(format!("run-{}", task.run))
             .join(crate::supervisor::PEAK);
-        if let Err(e) = write_replace(&path, format!("{mib}\n").as_bytes()) {
+        if let Err(e) = write_replace(&path, format!("{mib}\n").as_bytes(), PRIVATE) {
             log::warn!("{}: cannot record peak memory: {e}", task.name);
         }
     }
@@ -550,6 +593,8 @@ impl Daemon {
             recovery: names(State::Recovery),
             pending: names(State::Pending),
             head_waits_for: self.core.head_waits_for(),
+            adopted: self.adopted.iter().cloned().collect(),
+            ending: self.closing.values().map(|c| c.name.to_string()).collect(),
         }
     }
 
@@ -558,7 +603,7 @@ impl Daemon {
         let status = self.status();
         let written = serde_json::to_vec_pretty(&status)
             .map_err(std::io::Error::other)
-            .and_then(|json| write_replace(&self.spool.status_file(), &json));
+            .and_then(|json| write_replace(&self.spool.status_file(), &json, PUBLIC));
         if let Err(e) = written {
             log::warn!("cannot write {}: {e}", self.spool.status_file().display());
         }

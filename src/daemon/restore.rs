@@ -3,8 +3,16 @@
 //! Order matters: interrupted claims are finished first, then `running/`
 //! is settled (a run that never started goes back to `pending/`, so it must
 //! be settled before `pending/` is read), then `recovery/` and `pending/`
-//! are queued in task-number order, which is submission order.
+//! are queued in task-number order, which is submission order. Last, the
+//! estimators' history is brought up to date from `done/`.
+//!
+//! A run is judged by its supervisor's lock first, by its records second:
+//! a supervisor that holds the lock is alive, whatever any file says, and
+//! its run is re-attached, never launched again. Only a run whose lock is
+//! free and that left no sign of a supervisor (no `supervisor.json`, no
+//! `exit.json`) never started, and goes back to the queue.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
 
@@ -14,9 +22,10 @@ use nix::unistd::Pid;
 
 use super::{Daemon, Task};
 use crate::estimate::EstimateInput;
+use crate::estimate::Fingerprint;
 use crate::rad::{PublishedEstimates, Syntax, TaskSpec};
 use crate::sched::{Demand, Event, Need};
-use crate::spool::record::{Launch, TaskRecord, read_json};
+use crate::spool::record::{Launch, TaskRecord, read_state};
 use crate::spool::{State, TaskName};
 use crate::supervisor;
 
@@ -32,7 +41,43 @@ impl Daemon {
             self.take(name, State::Recovery);
         }
         self.rescan();
+        self.rebuild_history();
         Ok(())
+    }
+
+    /// Brings the history up to date with every task in `done/`: each
+    /// record there carries its job's fingerprint and peak. A peak whose
+    /// history write was lost (a crash right after the move) is recovered;
+    /// peaks already in the history change nothing.
+    fn rebuild_history(&mut self) {
+        let Ok(listing) = self.spool.list(State::Done) else {
+            return;
+        };
+        let mut peaks: HashMap<String, (Fingerprint, u64, u64)> = HashMap::new();
+        for name in listing.tasks {
+            let Ok(record) = self.spool.load_record(State::Done, &name) else {
+                continue;
+            };
+            let (Some(fingerprint), Some(peak)) = (record.fingerprint, record.peak_mib) else {
+                continue;
+            };
+            let entry = peaks
+                .entry(fingerprint.key())
+                .or_insert((fingerprint, 0, 0));
+            entry.1 = entry.1.max(peak);
+            entry.2 += 1;
+        }
+        let mut learned = 0;
+        for (fingerprint, peak, runs) in peaks.into_values() {
+            match self.chain.history().absorb(&fingerprint, peak, runs) {
+                Ok(true) => learned += 1,
+                Ok(false) => {}
+                Err(e) => log::warn!("history: cannot record a peak from done/: {e}"),
+            }
+        }
+        if learned > 0 {
+            log::info!("history: {learned} job(s) brought up to date from done/");
+        }
     }
 
     /// Settles one task found in `running/`.
@@ -40,16 +85,18 @@ impl Daemon {
         let dir = self.spool.task_dir(State::Running, &name);
         let run = super::intake::last_run(&dir);
         let run_dir = dir.join(format!("run-{run}"));
-        let launch = read_json::<Launch>(&run_dir.join(supervisor::LAUNCH));
+        // Asked first: a live supervisor wins over any record.
+        let alive = run > 0 && supervisor::is_running(&run_dir);
         let has_exit = run_dir.join(supervisor::EXIT).exists();
-        let alive = supervisor::is_running(&run_dir);
         let started = run_dir.join(supervisor::IDENTITY).exists();
-        let Ok(launch) = launch else {
-            return self.requeue(&name, "its launch was never completed");
-        };
-        if !has_exit && !alive && !started {
+        if !alive && !has_exit && !started {
             return self.requeue(&name, "its supervisor never started");
         }
+        let launch = read_state::<Launch>(&run_dir.join(supervisor::LAUNCH));
+        if let Err(e) = &launch {
+            log::warn!("{name}: run {run}: {e}; its supervisor is judged by its lock");
+        }
+        let launch = launch.ok();
         // A job that runs (or ran) is never refused now: whatever its
         // directory says today, it is adopted as it was launched, and
         // decided on when it ends.
@@ -57,30 +104,35 @@ impl Daemon {
             Ok(task) => task,
             Err(reason) => {
                 log::warn!("{name}: {reason}; adopting its run as it was launched");
-                self.as_launched(&name, &launch)
+                self.as_launched(&name, launch.as_ref())
             }
         };
         task.peak_mib = std::fs::read_to_string(run_dir.join(supervisor::PEAK))
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0);
+        let gpus = launch
+            .as_ref()
+            .map_or_else(|| task.record.gpus.clone(), |l| l.gpus.clone());
         task.run = run;
-        task.gpus = launch.gpus.clone();
-        task.since = launch.launched_at;
+        task.gpus = gpus.clone();
+        task.since = launch
+            .as_ref()
+            .map_or(task.record.submitted_at, |l| l.launched_at);
         task.supervisor = supervisor::identity(&run_dir);
         task.adopted = true;
         self.events.push(Event::Running {
             task: name.id(),
             demand: task.demand.clone(),
-            gpus: launch.gpus,
+            gpus,
             crashes: task.record.crashes,
         });
         self.tasks.insert(name.seq(), task);
-        if has_exit {
+        if alive {
+            log::info!("{name}: re-attached to run {run}, still running");
+        } else if has_exit {
             log::info!("{name}: run {run} ended while the daemon was away");
             self.collect(name.seq());
-        } else if alive {
-            log::info!("{name}: re-attached to run {run}, still running");
         } else {
             // The supervisor died without recording the end (a reboot, a
             // SIGKILL): what the job did is unknown. Stop whatever is left
@@ -93,32 +145,36 @@ impl Daemon {
         }
     }
 
-    /// A running task whose directory no longer loads (its `.rad` changed,
-    /// its owner's account is gone): what its launch says is enough to see
-    /// the run to its end.
-    fn as_launched(&self, name: &TaskName, launch: &Launch) -> Task {
+    /// A running task whose directory no longer loads (its owner's account
+    /// is gone, its record is damaged): what its launch and record say is
+    /// enough to see the run to its end.
+    fn as_launched(&self, name: &TaskName, launch: Option<&Launch>) -> Task {
         let record = self
             .spool
             .load_record(State::Running, name)
-            .unwrap_or_else(|_| TaskRecord::new(name, "", launch.launched_at));
+            .unwrap_or_else(|_| TaskRecord::new(name, "", launch.map_or(0.0, |l| l.launched_at)));
+        let gpus = launch.map_or_else(|| record.gpus.clone(), |l| l.gpus.clone());
         let spec = TaskSpec {
             syntax: Syntax::Keyed,
             name: Some(name.to_string()),
-            script: launch.script.clone(),
+            script: launch.map(|l| l.script.clone()).unwrap_or_default(),
             model: None,
             dataset: None,
             batch_size: None,
-            gpus: launch.gpus.len().max(1) as u32,
+            gpus: gpus.len().max(1) as u32,
             policy: None,
             memory: None,
             published: PublishedEstimates::default(),
             retries: None,
         };
-        let fingerprint = EstimateInput {
-            command: spec.script.join("\n"),
-            ..EstimateInput::default()
-        }
-        .fingerprint();
+        let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
+            EstimateInput {
+                command: spec.script.join("\n"),
+                ..EstimateInput::default()
+            }
+            .fingerprint()
+        });
+        let run_as = launch.and_then(|l| l.run_as.clone());
         Task {
             name: name.clone(),
             state: State::Running,
@@ -126,21 +182,25 @@ impl Daemon {
                 gpus: spec.gpus,
                 need: record.estimate.as_ref().map_or(Need::Unknown, |e| e.need),
                 exclusive: false,
-                user: launch.run_as.as_ref().map(|u| u.uid).or(record.owner),
+                user: record.owner.or(run_as.as_ref().map(|u| u.uid)),
                 max_retries: None,
             },
             spec,
+            user: run_as.as_ref().map_or_else(
+                || {
+                    record
+                        .owner
+                        .map_or("unknown".into(), |uid| format!("uid {uid}"))
+                },
+                |u| u.name.clone(),
+            ),
             record,
-            run_as: launch.run_as.clone(),
-            user: launch
-                .run_as
-                .as_ref()
-                .map_or_else(|| "the daemon's user".to_string(), |u| u.name.clone()),
+            run_as,
             run: 0,
             gpus: Vec::new(),
             supervisor: None,
             adopted: true,
-            since: launch.launched_at,
+            since: launch.map_or(0.0, |l| l.launched_at),
             peak_mib: 0,
             fingerprint,
         }
@@ -161,7 +221,10 @@ impl Daemon {
         };
         log::warn!("{name}: back to {to}/: {why}");
         if let Err(e) = self.spool.move_task(name, State::Running, to) {
-            log::error!("{name}: cannot move back to {to}/: {e}");
+            // Queued from where it is: a launch starts it from running/
+            // just as well, and nothing waits for a restart.
+            log::warn!("{name}: cannot move back to {to}/ ({e}); queued from running/");
+            self.take(name.clone(), State::Running);
         }
     }
 }

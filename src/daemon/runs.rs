@@ -1,43 +1,59 @@
 //! Runs: launching a task under a supervisor, learning how it ended, and
 //! moving the task to where the core says it belongs.
+//!
+//! Every record is written durably (temp file, fsync, rename, directory
+//! fsync) before the rename that makes it count, so a crash never leaves a
+//! torn record behind a step that was taken. What fails for a reason that
+//! may pass (a full disk, too many open files) is retried with backoff and
+//! never costs a task: a launch that could not start puts the task back at
+//! the head of its queue; an ended task whose move failed stays in the
+//! daemon's hands ([`super::Closing`]) until the move succeeds.
 
-use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::Daemon;
+use super::intake::last_run;
+use super::{Closing, Daemon};
 use crate::procfs::ProcessId;
 use crate::sched::{Event, Exit, TaskId};
-use crate::spool::record::{Launch, Outcome, RunAs, RunExit, read_json, unix_now, write_json};
-use crate::spool::{State, sync_dir, write_durable, write_replace};
+use crate::spool::record::{
+    Launch, Outcome, RunAs, RunExit, WORK, give_to_owner, read_state, unix_now, write_json,
+    write_reason,
+};
+use crate::spool::{State, TASK_DIR_MODE, make_dir, sync_dir};
 use crate::supervisor;
 
-/// The working directory of a job dropped straight into `pending/` (it has
-/// no directory of its own): `work/` in its task directory, its user's.
-const WORK: &str = "work";
-
-fn make_work_dir(path: &std::path::Path, user: Option<&RunAs>) -> std::io::Result<()> {
-    match std::fs::create_dir(path) {
+/// The work directory of a job dropped as a bare file: its user's, private.
+fn make_work_dir(path: &Path, owner: Option<u32>) -> std::io::Result<()> {
+    match make_dir(path, 0o700) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
         _ => {}
     }
-    if let Some(user) = user {
-        nix::unistd::chown(
-            path,
-            Some(nix::unistd::Uid::from_raw(user.uid)),
-            Some(nix::unistd::Gid::from_raw(user.gid)),
-        )?;
+    give_to_owner(path, owner)
+}
+
+/// The user this process runs as, for jobs of a daemon that is not root.
+pub(super) fn current_user() -> RunAs {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid).ok().flatten();
+    RunAs {
+        uid: uid.as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+        name: user
+            .as_ref()
+            .map_or_else(|| uid.to_string(), |u| u.name.clone()),
+        home: user
+            .as_ref()
+            .map_or_else(|| PathBuf::from("/"), |u| u.dir.clone()),
+        shell: user.map(|u| u.shell),
     }
-    Ok(())
 }
 
 impl Daemon {
     /// Carries out a launch: the run directory and its `launch.json` are
     /// written, the task directory is renamed into `running/` (the commit
-    /// point), and the supervisor is started. Directory syncs come after
-    /// the start, so the job does not wait for the disk; a power cut before
-    /// them kills the job too, and the restarted daemon sees a run that
-    /// never started.
+    /// point), and the supervisor is started. A launch that fails here
+    /// never started the job, so the task waits and is launched again.
     pub(super) fn launch(
         &mut self,
         id: TaskId,
@@ -45,10 +61,50 @@ impl Daemon {
         limit_mib: Option<u64>,
         why: String,
     ) {
-        let started = self.start_run(id, &gpus, limit_mib, &why);
-        if let Err(exit) = started {
-            self.events.push(Event::Exited { task: id, exit });
+        match self.start_run(id, &gpus, limit_mib, &why) {
+            Ok(()) => {
+                if self.launch_retry.succeeded() {
+                    log::info!("launches work again");
+                }
+            }
+            Err(reason) => self.unlaunch(id.0, &reason),
         }
+    }
+
+    /// A launched task whose job did not start, for a reason that may
+    /// pass: back to the head of its queue (its directory back where it
+    /// waited), and launches pause for a backoff.
+    pub(super) fn unlaunch(&mut self, seq: u64, reason: &str) {
+        let (delay, first) = self.launch_retry.failed();
+        let Some(task) = self.tasks.get_mut(&seq) else {
+            return;
+        };
+        let name = task.name.clone();
+        if first {
+            log::warn!(
+                "{name}: could not start: {reason}; it waits, launches retried in {delay:.1?}"
+            );
+        } else {
+            log::info!("{name}: could not start: {reason}; retried in {delay:.1?}");
+        }
+        task.supervisor = None;
+        task.adopted = false;
+        if task.state == State::Running {
+            let back = match task.record.crashes {
+                0 => State::Pending,
+                _ => State::Recovery,
+            };
+            // Best effort: a launch works from any directory of the task.
+            match self.spool.move_task(&name, State::Running, back) {
+                Ok(()) => task.state = back,
+                Err(e) => log::debug!("{name}: stays in running/ until relaunched: {e}"),
+            }
+        }
+        let retry_at = self.now() + delay;
+        self.events.push(Event::NotStarted {
+            task: TaskId(seq),
+            retry_at,
+        });
     }
 
     fn start_run(
@@ -57,22 +113,27 @@ impl Daemon {
         gpus: &[usize],
         limit_mib: Option<u64>,
         why: &str,
-    ) -> Result<(), Exit> {
-        let mut env = self.backend_env.clone();
-        if self.mps.is_some() {
-            env.extend(self.config.mps.job_env(gpus.len(), limit_mib));
-        }
+    ) -> Result<(), String> {
         let grace_s = self.config.daemon.cancel_grace_s;
+        let job_path = self.config.daemon.job_path.clone();
+        let mut carma_env = self.backend_env.clone();
+        if self.mps.is_some() {
+            carma_env.extend(self.config.mps.job_env(gpus.len(), limit_mib));
+        }
         let Some(task) = self.tasks.get_mut(&id.0) else {
-            return Err(Exit::Failed("the daemon lost track of this task".into()));
+            return Err("the daemon lost track of this task".into());
         };
         let name = task.name.clone();
         let from = task.state;
-        let run = task.run + 1;
         let from_dir = self.spool.task_dir(from, &name);
+        // A run directory left by a launch that failed keeps its number.
+        let run = task.run.max(last_run(&from_dir)) + 1;
         let run_name = format!("run-{run}");
         let running_dir = self.spool.task_dir(State::Running, &name);
         let indices: Vec<String> = gpus.iter().map(ToString::to_string).collect();
+        let user = task.run_as.clone().unwrap_or_else(current_user);
+        let mut env = super::environment::login_env(&user, &job_path);
+        env.extend(carma_env);
         env.extend([
             ("CUDA_VISIBLE_DEVICES".to_string(), indices.join(",")),
             ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
@@ -97,30 +158,24 @@ impl Daemon {
             env,
             grace_s,
         };
-        let failed = |what: &str, e: std::io::Error| {
-            log::error!("{name}: cannot launch: {what}: {e}");
-            Exit::Failed(format!("cannot launch: {what}: {e}"))
-        };
+        let failed = |what: &str, e: std::io::Error| format!("{what}: {e}");
         if task.record.workdir.is_none() {
-            make_work_dir(&from_dir.join(WORK), task.run_as.as_ref())
+            make_work_dir(&from_dir.join(WORK), task.record.owner)
                 .map_err(|e| failed("cannot create the work directory", e))?;
         }
         let staged = from_dir.join(&run_name);
-        std::fs::create_dir(&staged).map_err(|e| failed("cannot create the run directory", e))?;
-        let json = serde_json::to_vec_pretty(&launch).map_err(std::io::Error::other);
-        json.and_then(|j| write_replace(&staged.join(supervisor::LAUNCH), &j))
+        make_dir(&staged, TASK_DIR_MODE)
+            .map_err(|e| failed("cannot create the run directory", e))?;
+        write_json(&staged.join(supervisor::LAUNCH), &launch)
             .map_err(|e| failed("cannot write launch.json", e))?;
-        // A claimed task's first record; synced with the launch below.
-        let json = serde_json::to_vec_pretty(&task.record).map_err(std::io::Error::other);
-        json.and_then(|j| write_replace(&from_dir.join("task.json"), &j))
+        task.record.gpus = gpus.to_vec();
+        write_json(&from_dir.join(crate::spool::record::RECORD), &task.record)
             .map_err(|e| failed("cannot write task.json", e))?;
-        match self.spool.move_task_unsynced(&name, from, State::Running) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                log::warn!("{name}: vanished from {from}/ as it was launched");
-                return Err(Exit::Cancelled);
+        if from != State::Running {
+            match self.spool.move_task_unsynced(&name, from, State::Running) {
+                Ok(()) => {}
+                Err(e) => return Err(failed("cannot move to running/", e)),
             }
-            Err(e) => return Err(failed("cannot move to running/", e)),
         }
         task.state = State::Running;
         task.run = run;
@@ -151,10 +206,7 @@ impl Daemon {
             log::warn!("{name}: no reaper thread ({e}); polling its run");
             task.adopted = true;
         }
-        let synced = File::open(run_dir.join(supervisor::LAUNCH))
-            .and_then(|f| f.sync_all())
-            .and_then(|()| File::open(running_dir.join("task.json"))?.sync_all())
-            .and_then(|()| sync_dir(&self.spool.dir(State::Running)))
+        let synced = sync_dir(&self.spool.dir(State::Running))
             .and_then(|()| sync_dir(&self.spool.dir(from)));
         if let Err(e) = synced {
             log::warn!("{name}: cannot sync the launch to disk: {e}");
@@ -207,7 +259,11 @@ impl Daemon {
         };
         let run_dir = self.run_dir(task);
         let name = task.name.clone();
-        let exit = match read_json::<RunExit>(&run_dir.join(supervisor::EXIT)) {
+        let exit = match read_state::<RunExit>(&run_dir.join(supervisor::EXIT)) {
+            Ok(exit) if exit.transient => {
+                let reason = exit.error.unwrap_or_default();
+                return self.unlaunch(seq, &reason);
+            }
             Ok(exit) => self.classify(&name.to_string(), &exit, &run_dir),
             Err(_) if supervisor::is_running(&run_dir) => return,
             Err(_) => Exit::Failed(
@@ -228,7 +284,7 @@ impl Daemon {
 
     /// Success, OOM (by the signatures in stderr), cancellation, or
     /// another failure.
-    fn classify(&self, name: &str, exit: &RunExit, run_dir: &std::path::Path) -> Exit {
+    fn classify(&self, name: &str, exit: &RunExit, run_dir: &Path) -> Exit {
         if exit.succeeded() {
             return Exit::Success;
         }
@@ -251,29 +307,19 @@ impl Daemon {
         Exit::Failed(exit.describe())
     }
 
-    /// Moves a task to `done/` or `failed/` with its outcome recorded.
+    /// The core is done with a task: it goes to `done/` or `failed/` with
+    /// its outcome, its peak and fingerprint recorded (history is rebuilt
+    /// from `done/`, so a crash between the move and the history write
+    /// loses nothing).
     pub(super) fn finish(&mut self, id: TaskId, to: State, reason: Option<String>) {
-        let Some(mut task) = self.tasks.remove(&id.0) else {
+        let Some(task) = self.tasks.remove(&id.0) else {
             return;
         };
-        let name = task.name.clone();
-        let dir = self.spool.task_dir(task.state, &name);
-        task.record.outcome = Some(Outcome {
-            state: to.to_string(),
-            reason: reason.clone(),
-            at: unix_now(),
-        });
-        let mut written = write_json(&dir.join("task.json"), &task.record);
-        if let Some(reason) = &reason {
-            written = written.and_then(|()| {
-                write_durable(&dir.join("reason"), format!("{reason}\n").as_bytes())
-            });
-        }
-        let moved = written.and_then(|()| self.spool.move_task(&name, task.state, to));
-        let peak = read_json::<RunExit>(
+        let mut record = task.record;
+        let peak = read_state::<RunExit>(
             &self
                 .spool
-                .task_dir(to, &name)
+                .task_dir(task.state, &task.name)
                 .join(format!("run-{}", task.run))
                 .join(supervisor::EXIT),
         )
@@ -281,24 +327,116 @@ impl Daemon {
         .and_then(|e| e.peak_mib)
         .unwrap_or(0)
         .max(task.peak_mib);
-        if to == State::Done && peak > 0 {
-            match self.chain.history().record(&task.fingerprint, peak) {
-                Ok(r) => log::info!(
-                    "{name}: history: peak {peak} MiB (largest of {} runs: {} MiB)",
-                    r.runs,
-                    r.max_peak_mib
-                ),
-                Err(e) => log::warn!("{name}: cannot record its peak in the history: {e}"),
-            }
+        record.peak_mib = (peak > 0).then_some(peak);
+        record.fingerprint = Some(task.fingerprint);
+        record.outcome = Some(match &reason {
+            Some(reason) => Outcome::failed(reason),
+            None => Outcome {
+                state: to.to_string(),
+                reason: None,
+                at: unix_now(),
+            },
+        });
+        self.close(Closing {
+            name: task.name,
+            owner: record.owner,
+            record,
+            to,
+            run: task.run,
+            retry: super::Backoff::default(),
+        });
+    }
+
+    /// Takes an ended task to its final directory now, or keeps it for a
+    /// retry if the disk refuses.
+    pub(super) fn close(&mut self, closing: Closing) {
+        let seq = closing.name.seq();
+        self.closing.insert(seq, closing);
+        self.try_close(seq);
+    }
+
+    /// Ended tasks and intake whose retry is due.
+    pub(super) fn retry_due(&mut self) {
+        let due: Vec<u64> = self
+            .closing
+            .iter()
+            .filter(|(_, c)| c.retry.due())
+            .map(|(&seq, _)| seq)
+            .collect();
+        for seq in due {
+            self.try_close(seq);
         }
-        match (&moved, &reason) {
-            (Err(e), _) => log::error!("{name}: cannot move to {to}/: {e}"),
-            (Ok(()), None) => log::info!("{name}: done after {} run(s); peak {peak} MiB", task.run),
-            (Ok(()), Some(reason)) => log::error!("{name}: failed: {reason}"),
+        if self.intake_retry.due() {
+            self.rescan();
+            // A failure during the rescan has set a new, later retry; a
+            // retry still due means nothing failed this time.
+            if self.intake_retry.due() && self.intake_retry.succeeded() {
+                log::info!("pending/ is taken in again");
+            }
         }
     }
 
-    /// An OOM crash: the task waits in `recovery/` to run again.
+    fn try_close(&mut self, seq: u64) {
+        let Some(c) = self.closing.get(&seq) else {
+            return;
+        };
+        let (name, to) = (c.name.clone(), c.to);
+        let Some(at) = self.spool.locate(&name) else {
+            log::error!("{name}: its directory is gone; it cannot be moved to {to}/");
+            self.closing.remove(&seq);
+            return;
+        };
+        let dir = self.spool.task_dir(at, &name);
+        let reason = c.record.outcome.as_ref().and_then(|o| o.reason.clone());
+        let written = write_json(&dir.join(crate::spool::record::RECORD), &c.record)
+            .and_then(|()| match &reason {
+                Some(reason) => write_reason(&dir, c.owner, reason, true),
+                None => Ok(()),
+            })
+            .and_then(|()| match at {
+                at if at == to => Ok(()),
+                at => self.spool.move_task(&name, at, to),
+            });
+        let Some(c) = self.closing.get_mut(&seq) else {
+            return;
+        };
+        if let Err(e) = written {
+            let (delay, first) = c.retry.failed();
+            if first {
+                log::warn!(
+                    "{name}: cannot move to {to}/: {e}; kept, and tried again in {delay:.1?} and later"
+                );
+            }
+            return;
+        }
+        let Some(c) = self.closing.remove(&seq) else {
+            return;
+        };
+        if c.retry.next().is_some() {
+            log::info!("{name}: moved to {to}/ at last");
+        }
+        let peak = c.record.peak_mib.unwrap_or(0);
+        if to == State::Done && peak > 0 {
+            if let Some(fingerprint) = &c.record.fingerprint {
+                match self.chain.history().record(fingerprint, peak) {
+                    Ok(r) => log::info!(
+                        "{name}: history: peak {peak} MiB (largest of {} runs: {} MiB)",
+                        r.runs,
+                        r.max_peak_mib
+                    ),
+                    Err(e) => log::warn!("{name}: cannot record its peak in the history: {e}"),
+                }
+            }
+        }
+        match reason {
+            None => log::info!("{name}: done after {} run(s); peak {peak} MiB", c.run),
+            Some(reason) => log::error!("{name}: failed: {reason}"),
+        }
+    }
+
+    /// An OOM crash: the task waits in `recovery/` to run again. A move
+    /// that fails leaves the directory in `running/`, from where the next
+    /// launch starts it just as well.
     pub(super) fn recover(&mut self, id: TaskId, crashes: u32, why: &str) {
         let Some(task) = self.tasks.get_mut(&id.0) else {
             return;
@@ -312,13 +450,16 @@ impl Daemon {
         let moved = self
             .spool
             .move_task(&name, State::Running, State::Recovery)
-            .and_then(|()| write_json(&dir.join("task.json"), &task.record));
-        match moved {
-            Ok(()) => {
+            .and_then(|()| {
                 task.state = State::Recovery;
-                log::warn!("{name}: to recovery/ after OOM crash {crashes}; {why}");
-            }
-            Err(e) => log::error!("{name}: cannot move to recovery/: {e}"),
+                write_json(&dir.join(crate::spool::record::RECORD), &task.record)
+            });
+        match moved {
+            Ok(()) => log::warn!("{name}: to recovery/ after OOM crash {crashes}; {why}"),
+            Err(e) => log::warn!(
+                "{name}: OOM crash {crashes}; {why}; its directory stays in {}/ for now: {e}",
+                task.state
+            ),
         }
     }
 }

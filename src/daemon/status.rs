@@ -22,6 +22,15 @@ pub struct Status {
     pub pending: Vec<String>,
     /// Why the head of the queue waits, when something waits.
     pub head_waits_for: Option<String>,
+    /// Submissions by other users taken in lately: (the submission's name
+    /// in `pending/`, the task's name), so that their `carma submit` can
+    /// say which task it made.
+    #[serde(default)]
+    pub adopted: Vec<(String, String)>,
+    /// Tasks that ended but could not yet be moved to `done/` or `failed/`
+    /// (a full disk, an I/O error): they are retried until they can.
+    #[serde(default)]
+    pub ending: Vec<String>,
 }
 
 /// One GPU's last reading.

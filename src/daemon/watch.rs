@@ -76,6 +76,13 @@ fn classify(event: &Event, pending: &Path, cancel: &Path) -> Vec<Change> {
             continue;
         }
         let Some(name) = in_dir(path, pending) else {
+            // A name that is not UTF-8 is users' input too: the rescan
+            // finds it and claims it, to refuse it with its reason.
+            if path.parent() == Some(pending)
+                && path.file_name().is_some_and(|n| n.to_str().is_none())
+            {
+                changes.push(Change::Rescan);
+            }
             continue;
         };
         let change = match event.kind {

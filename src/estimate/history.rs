@@ -9,12 +9,13 @@
 //! file. The record keeps the largest peak seen: a job's peak varies a
 //! little from run to run, and the estimate must cover the worst run.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::spool::record::{read_state, write_json};
 use crate::summary::hex_digest;
 
 /// What identifies "the same job": its command, its model (the summary's
@@ -79,17 +80,12 @@ impl History {
     /// the next estimator.
     pub fn lookup(&self, fingerprint: &Fingerprint) -> io::Result<Option<Record>> {
         let path = self.path(fingerprint);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
+        // carma's own record, never one someone else could have written.
+        let record: Record = match read_state(&path) {
+            Ok(record) => record,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let record: Record = serde_json::from_str(&text).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
-            )
-        })?;
         // A different fingerprint under the same key would be a SHA-256
         // collision or a hand-edited file: not this job.
         Ok((record.fingerprint == *fingerprint).then_some(record))
@@ -114,18 +110,34 @@ impl History {
                 runs: 1,
             },
         };
-        let text = serde_json::to_string_pretty(&record)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let path = self.path(fingerprint);
-        let temp = path.with_extension("json.tmp");
-        {
-            let mut file = File::create(&temp)?;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()?;
-        }
-        fs::rename(&temp, &path)?;
-        File::open(&self.dir)?.sync_all()?;
+        write_json(&self.path(fingerprint), &record)?;
         Ok(record)
+    }
+
+    /// Folds in what the records of `runs` finished runs of a job say, the
+    /// largest peak among them `peak_mib`, unless the history knows as much
+    /// already; true when it learned something. Folding the same runs in
+    /// again changes nothing, so a restarted daemon can rebuild history
+    /// from `done/` every time.
+    pub fn absorb(&self, fingerprint: &Fingerprint, peak_mib: u64, runs: u64) -> io::Result<bool> {
+        let old = self.lookup(fingerprint).ok().flatten();
+        if old
+            .as_ref()
+            .is_some_and(|o| o.max_peak_mib >= peak_mib && o.runs >= runs)
+        {
+            return Ok(false);
+        }
+        fs::create_dir_all(&self.dir)?;
+        let record = Record {
+            fingerprint: fingerprint.clone(),
+            max_peak_mib: old
+                .as_ref()
+                .map_or(peak_mib, |o| o.max_peak_mib.max(peak_mib)),
+            last_peak_mib: old.as_ref().map_or(peak_mib, |o| o.last_peak_mib),
+            runs: old.as_ref().map_or(runs, |o| o.runs.max(runs)),
+        };
+        write_json(&self.path(fingerprint), &record)?;
+        Ok(true)
     }
 }
 
@@ -157,6 +169,18 @@ mod tests {
             .filter(|n| n.to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn absorbing_the_same_runs_again_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("history"));
+        assert!(history.absorb(&job(16), 3000, 2).unwrap());
+        assert!(!history.absorb(&job(16), 3000, 2).unwrap());
+        assert!(!history.absorb(&job(16), 2500, 1).unwrap());
+        assert!(history.absorb(&job(16), 3500, 2).unwrap());
+        let r = history.lookup(&job(16)).unwrap().unwrap();
+        assert_eq!((r.max_peak_mib, r.runs), (3500, 2));
     }
 
     #[test]

@@ -69,6 +69,12 @@ pub enum Event {
     },
     /// A running task's process ended.
     Exited { task: TaskId, exit: Exit },
+    /// A launched task's job never started, for a reason that may pass (no
+    /// memory, too many open files, a full disk). It goes back to the head
+    /// of its queue, nothing is counted against it, and no task is
+    /// launched before `retry_at`: such errors hit every launch alike, and
+    /// retrying at once would only spin.
+    NotStarted { task: TaskId, retry_at: Time },
     /// A user cancelled a task. A queued one is dropped at once (and
     /// failed as cancelled); for a running one the driver stops the job
     /// and reports its exit as [`Exit::Cancelled`].
@@ -177,6 +183,8 @@ pub struct Scheduler {
     smact: Vec<f64>,
     /// Time of the latest step; time never runs backwards inside the core.
     now: Time,
+    /// No launch before this time (see [`Event::NotStarted`]).
+    hold_until: Option<Time>,
 }
 
 impl Scheduler {
@@ -203,6 +211,7 @@ impl Scheduler {
             cursor: 0,
             smact: vec![0.0; gpu_total_mib.len()],
             now: Time::ZERO,
+            hold_until: None,
         }
     }
 
@@ -231,6 +240,7 @@ impl Scheduler {
                     crashes,
                 } => self.adopt(task, demand, gpus, crashes),
                 Event::Exited { task, exit } => self.exited(task, exit, &mut actions),
+                Event::NotStarted { task, retry_at } => self.not_started(task, retry_at),
                 Event::Cancel { task } => self.cancel(task, &mut actions),
                 Event::Sample(samples) => self.sample(samples),
                 Event::Tick => {}
@@ -249,6 +259,9 @@ impl Scheduler {
             return None;
         }
         let cap = self.rules.placement.smact_cap;
+        if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
+            return Some(hold);
+        }
         let lapse = self.ledger.next_lapse();
         let cooling = self
             .gpus
@@ -295,6 +308,12 @@ impl Scheduler {
     pub fn head_waits_for(&self) -> Option<String> {
         let &task = self.recovery.front().or(self.main.front())?;
         let t = self.tasks.get(&task)?;
+        if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
+            return Some(format!(
+                "{task}: launches paused for {:.1} s after a launch that could not start",
+                (hold - self.now).as_secs_f64()
+            ));
+        }
         let want = self.want(&t.demand, t.crashes);
         let p = &self.rules.placement;
         let mut reasons = Vec::new();
@@ -440,6 +459,27 @@ impl Scheduler {
         actions.push(outcome);
     }
 
+    fn not_started(&mut self, task: TaskId, retry_at: Time) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        if !t.running {
+            return;
+        }
+        t.running = false;
+        for &g in &t.gpus {
+            self.gpus[g].occupants.retain(|o| o.task != task);
+        }
+        self.ledger.release(task, &t.gpus);
+        t.gpus.clear();
+        if t.crashes > 0 {
+            self.recovery.push_front(task);
+        } else {
+            self.main.push_front(task);
+        }
+        self.hold_until = Some(self.hold_until.map_or(retry_at, |h| h.max(retry_at)));
+    }
+
     fn cancel(&mut self, task: TaskId, actions: &mut Vec<Action>) {
         let before = self.recovery.len() + self.main.len();
         self.recovery.retain(|&t| t != task);
@@ -472,6 +512,11 @@ impl Scheduler {
         self.ledger.expire(self.now);
         if self.recovery.is_empty() && self.main.is_empty() {
             return;
+        }
+        match self.hold_until {
+            Some(hold) if hold > self.now => return,
+            Some(_) => self.hold_until = None,
+            None => {}
         }
         for (avg, gpu) in self.smact.iter_mut().zip(&self.gpus) {
             *avg = gpu.window.average(self.now);

@@ -861,3 +861,43 @@ fn looser_recovery_keeps_a_whole_gpu_need_whole() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_launch_that_could_not_start_goes_back_to_the_head_and_pauses_launches() {
+    // One idle 40 GiB GPU. Task 1 (4 GiB) launches at t=0 and task 2
+    // (4 GiB) right after it (40 - 4 booked >= 4 + 2). Task 1's job could
+    // not start (EMFILE, say): it returns to the head of the queue with
+    // no crash counted, its booking is released, and nothing launches
+    // before t=5.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    assert_eq!(
+        launched(&queue(&mut core, 0.0, 1, Need::Mib(4 * GIB))),
+        [(1, vec![0])]
+    );
+    let actions = core.step(
+        s(1.0),
+        Event::NotStarted {
+            task: TaskId(1),
+            retry_at: s(5.0),
+        },
+    );
+    assert!(actions.is_empty(), "{actions:?}");
+    assert_eq!(core.next_deadline(), Some(s(5.0)));
+    assert!(core.head_waits_for().unwrap().contains("launches paused"));
+    assert!(launched(&queue(&mut core, 2.0, 2, Need::Mib(4 * GIB))).is_empty());
+    // At t=5 the head (task 1) goes first, then task 2.
+    let actions = core.step(s(5.0), Event::Tick);
+    assert_eq!(launched(&actions), [(1, vec![0]), (2, vec![0])]);
+    // It never crashed: an OOM now recovers it as a first crash.
+    let actions = core.step(
+        s(6.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Oom,
+        },
+    );
+    assert!(
+        matches!(actions[0], Action::Recover { crashes: 1, .. }),
+        "{actions:?}"
+    );
+}

@@ -1,34 +1,44 @@
 //! Writing files so that a crash leaves either the old or the new content,
 //! never a torn one.
+//!
+//! Everything carma writes is private (mode 0600) unless the caller says
+//! otherwise: task records hold jobs' environments, and a root daemon's
+//! files must not become readable by whoever can list the spool.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` durably: a temporary file in the same
 /// directory, fsync, rename over `path`, fsync of the directory. After it
 /// returns, the new content survives a power loss.
 pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let temp = write_temp(path, bytes, true)?;
+    let temp = write_temp(path, bytes, true, PRIVATE)?;
     fs::rename(&temp, path)?;
     sync_dir(parent(path))
 }
 
-/// Writes `bytes` to `path` atomically but without forcing it to disk: for
-/// files that are caches of other state (the status file), where only a
-/// torn read would hurt.
-pub fn write_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let temp = write_temp(path, bytes, false)?;
+/// Writes `bytes` to `path` atomically but without forcing it to disk, with
+/// the given permission bits: for files that are caches of other state (the
+/// status file, a run's peak memory), where only a torn read would hurt.
+pub fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let temp = write_temp(path, bytes, false, mode)?;
     fs::rename(&temp, path)
 }
+
+/// Read and write for carma's own user only.
+pub const PRIVATE: u32 = 0o600;
+/// Readable by everyone (the status file: names, states and GPUs, no
+/// contents).
+pub const PUBLIC: u32 = 0o644;
 
 /// Forces a directory's entries (creations, renames) to disk.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-fn write_temp(path: &Path, bytes: &[u8], sync: bool) -> io::Result<PathBuf> {
+fn write_temp(path: &Path, bytes: &[u8], sync: bool, mode: u32) -> io::Result<PathBuf> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
@@ -47,8 +57,11 @@ fn write_temp(path: &Path, bytes: &[u8], sync: bool) -> io::Result<PathBuf> {
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(mode)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&temp)?;
+    // The umask may have taken bits away, never added them; set exactly.
+    file.set_permissions(fs::Permissions::from_mode(mode))?;
     file.write_all(bytes)?;
     if sync {
         file.sync_all()?;
@@ -72,8 +85,17 @@ mod tests {
         let path = dir.path().join("record.json");
         write_durable(&path, b"first").unwrap();
         write_durable(&path, b"second").unwrap();
-        write_replace(&path, b"third").unwrap();
+        write_replace(&path, b"third", PUBLIC).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"third");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        write_durable(&path, b"fourth").unwrap();
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
     }

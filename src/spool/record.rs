@@ -1,29 +1,53 @@
-//! The files a task directory holds besides the user's `.rad`, as JSON.
+//! What a task directory holds, and carma's records in it, as JSON.
 //!
 //! ```text
-//! 000042-resnet50/
-//!   resnet50.rad           the user's job file
-//!   resnet50_32.model      its model summary (copied by `carma submit`)
-//!   task.json              TaskRecord: submission, estimate, outcome
-//!   reason                 why it failed (failed/ only), one line
-//!   run-1/                 one directory per run (an OOM re-run is run-2)
-//!     launch.json          Launch: what the daemon asked the supervisor to run
-//!     supervisor.json      procfs::ProcessId: who runs it (pid + start time)
-//!     supervisor.lock      held by the supervisor while it lives
-//!     job.sh               the script bash runs
-//!     stdout, stderr       the job's output
-//!     peak_mib             the most GPU memory the daemon saw it use
-//!     exit.json            RunExit: how it ended (written last, atomically)
+//! 000042-resnet50/         carma's, mode 0711: its owner reaches their files
+//!                          by name, nobody lists it
+//!   task.json        0600  TaskRecord: owner, submission, estimate, outcome
+//!   reason           0400  why it failed (failed/ only), one line; the owner's
+//!   job/             0700  carma's copies of what the user submitted:
+//!     resnet50.rad         the job file
+//!     resnet50_32.model    its model summary, at the path the .rad names
+//!   dropped/         0700  a dropped entry that could not be read, kept as is
+//!   work/            0700  the working directory of a dropped job; the owner's
+//!   run-1/           0711  one directory per run (an OOM re-run is run-2)
+//!     launch.json    0600  Launch: what the daemon asked the supervisor to run
+//!     supervisor.json 0600 procfs::ProcessId: who runs it (pid + start time)
+//!     supervisor.lock 0600 held by the supervisor while it lives
+//!     job.sh         0400  the script bash runs; the owner's
+//!     stdout, stderr 0600  the job's output; the owner's
+//!     peak_mib       0600  the most GPU memory the daemon saw it use
+//!     exit.json      0600  RunExit: how it ended (written last, atomically)
 //! ```
+//!
+//! User files and carma's state never share a namespace: whatever a user
+//! submits lands below `job/` (or `dropped/`), whatever its name, so no
+//! submission can plant a `task.json` or a `run-1/`. carma's records are
+//! written by carma (root, on a server) with mode 0600 and read back only
+//! through [`read_state`], which refuses a file that someone else owns or
+//! could have written.
 
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use super::atomic::write_durable;
+use crate::estimate::Fingerprint;
 use crate::sched::Need;
+
+/// carma's record of a task, in the task directory.
+pub const RECORD: &str = "task.json";
+/// Why a task failed, for its owner, in the task directory.
+pub const REASON: &str = "reason";
+/// The subdirectory holding carma's copies of the user's files.
+pub const JOB: &str = "job";
+/// The subdirectory holding a dropped entry that could not be used.
+pub const DROPPED: &str = "dropped";
+/// The working directory of a job dropped as a bare file.
+pub const WORK: &str = "work";
 
 /// Seconds since the Unix epoch: records use wall-clock time so that they
 /// mean the same to every process and survive restarts.
@@ -47,17 +71,35 @@ pub struct TaskRecord {
     /// directory.
     #[serde(default)]
     pub workdir: Option<PathBuf>,
-    /// The user the job runs as: the owner of the `.rad` as it entered the
-    /// spool. Written by the daemon, whose directories users cannot change,
-    /// so it can be trusted where the file's own owner could not be.
+    /// The user the job runs as: the owner of the `.rad` (or of the
+    /// submitted directory) as the file system showed it when carma took it
+    /// in, never anything a user wrote. This record is carma's own (mode
+    /// 0600, read through [`read_state`]), so it can be trusted where the
+    /// owner of a file the user could still change could not.
     #[serde(default)]
     pub owner: Option<u32>,
+    /// The name the owner's submission had in `pending/` when it was not a
+    /// task name carma gave (another user's `carma submit`), so that the
+    /// submitter can learn the task's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_as: Option<String>,
     /// The estimate placement used, and where it came from.
     #[serde(default)]
     pub estimate: Option<EstimateNote>,
     /// OOM crashes so far.
     #[serde(default)]
     pub crashes: u32,
+    /// The GPUs of the latest run, so a restarted daemon knows where a
+    /// live run is even if its `launch.json` cannot be read.
+    #[serde(default)]
+    pub gpus: Vec<usize>,
+    /// The job's identity in the estimators' history.
+    #[serde(default)]
+    pub fingerprint: Option<Fingerprint>,
+    /// The most GPU memory the job was seen to use, MiB (once it ended).
+    /// With the fingerprint, what a restarted daemon rebuilds history from.
+    #[serde(default)]
+    pub peak_mib: Option<u64>,
     /// How it ended, once it has.
     #[serde(default)]
     pub outcome: Option<Outcome>,
@@ -72,8 +114,12 @@ impl TaskRecord {
             submitted_at,
             workdir: None,
             owner: None,
+            submitted_as: None,
             estimate: None,
             crashes: 0,
+            gpus: Vec::new(),
+            fingerprint: None,
+            peak_mib: None,
             outcome: None,
         }
     }
@@ -97,6 +143,17 @@ pub struct Outcome {
     pub reason: Option<String>,
     /// When (Unix seconds).
     pub at: f64,
+}
+
+impl Outcome {
+    /// A failure now, for `reason`.
+    pub fn failed(reason: &str) -> Outcome {
+        Outcome {
+            state: "failed".into(),
+            reason: Some(reason.to_string()),
+            at: unix_now(),
+        }
+    }
 }
 
 /// `launch.json`: everything the supervisor needs to run one run, written
@@ -124,7 +181,7 @@ pub struct Launch {
     /// root; `None` runs it as the supervisor's own user.
     #[serde(default)]
     pub run_as: Option<RunAs>,
-    /// Environment to set for the job, on top of the daemon's.
+    /// The job's whole environment: nothing else is inherited.
     pub env: Vec<(String, String)>,
     /// Seconds between SIGTERM and SIGKILL when the job is cancelled.
     pub grace_s: f64,
@@ -137,6 +194,9 @@ pub struct RunAs {
     pub gid: u32,
     pub name: String,
     pub home: PathBuf,
+    /// The login shell, for the job's `SHELL`.
+    #[serde(default)]
+    pub shell: Option<PathBuf>,
 }
 
 /// `exit.json`: how a run ended, written by the supervisor as its last act.
@@ -162,6 +222,11 @@ pub struct RunExit {
     /// The job could not be started at all (bad user, missing bash, ...).
     #[serde(default)]
     pub error: Option<String>,
+    /// The start failed for a reason that passes (no memory, too many open
+    /// files or processes, a full disk): the task waits and is started
+    /// again, instead of failing for good.
+    #[serde(default)]
+    pub transient: bool,
 }
 
 impl RunExit {
@@ -190,10 +255,37 @@ impl RunExit {
 const MAX_RECORD_BYTES: u64 = 1 << 20;
 
 /// Reads a JSON record (a regular file, never through a link, at most
-/// 1 MiB: records live where a user may have put something else).
+/// 1 MiB), whoever wrote it: for files that only inform (the status file),
+/// never for carma's state.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
     let (bytes, _) = super::safe::read_regular(path, MAX_RECORD_BYTES)?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    parse_json(path, &bytes)
+}
+
+/// Reads one of carma's own records: as [`read_json`], but only from a file
+/// owned by this process's effective user and writable by nobody else. A
+/// record anyone else could have written (planted, or handed in by a
+/// user) is refused, so no content a user supplied ever becomes carma's
+/// state.
+pub fn read_state<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
+    let (bytes, meta) = super::safe::read_regular(path, MAX_RECORD_BYTES)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: not carma's record (owner uid {}, mode {:o}); refused",
+                path.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    parse_json(path, &bytes)
+}
+
+fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("{}: {e}", path.display()),
@@ -202,11 +294,49 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
 }
 
 /// Writes a JSON record durably (temp file, fsync, rename, directory
-/// fsync).
+/// fsync), private to carma's user.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    write_durable(path, &to_json(value))
+}
+
+/// A record's bytes as written: pretty JSON and a newline.
+pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    // Records are plain structs of strings and numbers: this cannot fail.
+    let mut bytes = serde_json::to_vec_pretty(value).unwrap_or_default();
     bytes.push(b'\n');
-    write_durable(path, &bytes)
+    bytes
+}
+
+/// Writes a task's `reason` file: one line, for its owner to read (mode
+/// 0400, owned by the job's user when carma is root). carma itself never
+/// reads it back; the reason it acts on is in the record.
+pub fn write_reason(dir: &Path, owner: Option<u32>, reason: &str, durable: bool) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(REASON);
+    let text = format!("{reason}\n");
+    if durable {
+        write_durable(&path, text.as_bytes())?;
+    } else {
+        super::atomic::write_replace(&path, text.as_bytes(), super::atomic::PRIVATE)?;
+    }
+    give_to_owner(&path, owner)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400))
+}
+
+/// Hands a file carma made to the job's user (a root daemon only; anyone
+/// else owns what it makes already).
+pub fn give_to_owner(path: &Path, owner: Option<u32>) -> io::Result<()> {
+    match owner {
+        Some(uid) if nix::unistd::geteuid().is_root() => {
+            let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .map(|u| u.gid);
+            nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(uid)), gid)
+                .map_err(io::Error::from)
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -227,10 +357,24 @@ mod tests {
             ..TaskRecord::new("000001-x", "x.rad", 1.5)
         };
         write_json(&path, &record).unwrap();
-        assert_eq!(read_json::<TaskRecord>(&path).unwrap(), record);
+        assert_eq!(read_state::<TaskRecord>(&path).unwrap(), record);
         std::fs::write(&path, "{").unwrap();
         let err = read_json::<TaskRecord>(&path).unwrap_err();
         assert!(err.to_string().contains("task.json"), "{err}");
+    }
+
+    #[test]
+    fn a_record_someone_else_could_write_is_not_state() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("task.json");
+        write_json(&path, &TaskRecord::new("000001-x", "x.rad", 1.5)).unwrap();
+        read_state::<TaskRecord>(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let err = read_state::<TaskRecord>(&path).unwrap_err();
+        assert!(err.to_string().contains("not carma's record"), "{err}");
+        // Informational reads still work.
+        read_json::<TaskRecord>(&path).unwrap();
     }
 
     #[test]
@@ -243,6 +387,7 @@ mod tests {
             cancelled: false,
             peak_mib: None,
             error: None,
+            transient: false,
         };
         assert!(exit.succeeded());
         exit.code = None;

@@ -1,4 +1,6 @@
 use super::*;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 
 fn spool() -> (tempfile::TempDir, Spool) {
     let dir = tempfile::tempdir().unwrap();
@@ -32,6 +34,36 @@ fn one_daemon_per_spool() {
 }
 
 #[test]
+fn a_probe_holding_the_lock_for_a_moment_does_not_keep_the_daemon_out() {
+    let (_d, spool) = spool();
+    let probe = File::open(spool.root().join("daemon.lock"))
+        .or_else(|_| {
+            drop(spool.lock().unwrap());
+            File::open(spool.root().join("daemon.lock"))
+        })
+        .unwrap();
+    FileExt::lock_shared(&probe).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(probe);
+    });
+    spool.lock().unwrap();
+    release.join().unwrap();
+}
+
+/// A claim's task directory holds carma's copies below `job/`, its own
+/// private record beside them, and nothing of the user's in its namespace.
+fn assert_claimed_layout(dir: &Path, file: &str) {
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(dir), TASK_DIR_MODE);
+    assert_eq!(mode(&dir.join(RECORD)), 0o600);
+    assert_eq!(mode(&dir.join("job")), 0o700);
+    assert_eq!(mode(&dir.join("job").join(file)), 0o600);
+    assert!(!dir.join(file).exists());
+    assert!(!dir.join(record::DROPPED).exists(), "the original is gone");
+}
+
+#[test]
 fn dropped_files_become_task_directories() {
     let (_d, spool) = spool();
     let pending = spool.dir(State::Pending);
@@ -39,9 +71,10 @@ fn dropped_files_become_task_directories() {
     fs::write(pending.join("b c.rad"), "gpus: 1\necho b\n").unwrap();
     let listing = spool.list(State::Pending).unwrap();
     assert_eq!(listing.drops, ["a.rad", "b c.rad"]);
-    let claimed = spool
-        .claim(&["a.rad".into(), "gone.rad".into(), "b c.rad".into()])
-        .unwrap();
+    let batch = spool.claim(&["a.rad".into(), "gone.rad".into(), "b c.rad".into()]);
+    assert!(batch.error.is_none());
+    assert_eq!(batch.vanished, ["gone.rad"], "said, not silently skipped");
+    let claimed = batch.claimed;
     let names: Vec<_> = claimed.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["000001-a", "000003-b_c"]);
     let listing = spool.list(State::Pending).unwrap();
@@ -49,32 +82,85 @@ fn dropped_files_become_task_directories() {
     assert_eq!(listing.tasks.len(), 2);
     let dir = spool.task_dir(State::Pending, &claimed[1].name);
     assert_eq!(
-        fs::read_to_string(dir.join("b c.rad")).unwrap(),
+        fs::read_to_string(dir.join("job/b c.rad")).unwrap(),
         "gpus: 1\necho b\n"
     );
+    assert_claimed_layout(&dir, "b c.rad");
     let record = spool.load_record(State::Pending, &claimed[1].name).unwrap();
     assert_eq!(record.rad, "b c.rad");
+    assert_eq!(record.owner, Some(nix::unistd::geteuid().as_raw()));
     assert!(fs::read_dir(spool.staging()).unwrap().next().is_none());
 }
 
 #[test]
-fn claims_interrupted_by_a_crash_are_finished() {
+fn a_dropped_file_named_like_carmas_records_stays_in_the_users_namespace() {
     let (_d, spool) = spool();
+    let pending = spool.dir(State::Pending);
+    fs::write(pending.join("task.json"), r#"{"owner":0}"#).unwrap();
+    fs::write(pending.join("j.rad"), "model: task.json\ngpus: 1\necho\n").unwrap();
+    let batch = spool.claim(&["j.rad".into()]);
+    let c = &batch.claimed[0];
+    let dir = spool.task_dir(State::Pending, &c.name);
+    assert_eq!(
+        fs::read_to_string(dir.join("job/task.json")).unwrap(),
+        r#"{"owner":0}"#
+    );
+    let record = spool.load_record(State::Pending, &c.name).unwrap();
+    assert_eq!(record.owner, Some(nix::unistd::geteuid().as_raw()));
+}
+
+#[test]
+fn odd_drops_are_kept_in_failed_with_their_reason() {
+    let (_d, spool) = spool();
+    let pending = spool.dir(State::Pending);
+    let odd = OsString::from(std::ffi::OsStr::from_bytes(b"bad\xff.rad"));
+    fs::write(pending.join(&odd), "gpus: 1\necho\n").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", pending.join("link.rad")).unwrap();
+    let listing = spool.list(State::Pending).unwrap();
+    assert_eq!(listing.odd, std::slice::from_ref(&odd));
+    let batch = spool.claim(&[odd.clone(), "link.rad".into()]);
+    assert!(batch.error.is_none());
+    let reasons: Vec<String> = batch
+        .claimed
+        .iter()
+        .map(|c| c.refused.clone().unwrap())
+        .collect();
+    assert!(reasons[0].contains("not UTF-8"), "{reasons:?}");
+    assert!(reasons[1].contains("symbolic link"), "{reasons:?}");
+    for c in &batch.claimed {
+        let dir = spool.task_dir(State::Failed, &c.name);
+        assert!(dir.join(record::REASON).exists());
+        let kept = fs::read_dir(dir.join(record::DROPPED)).unwrap().count();
+        assert_eq!(kept, 1, "kept as it came");
+    }
+    assert!(spool.list(State::Pending).unwrap().odd.is_empty());
+}
+
+#[test]
+fn claims_interrupted_by_a_crash_are_finished_or_given_back() {
+    let (_d, spool) = spool();
+    // Record written: the claim moves on.
     let name = TaskName::new(7, "x");
-    let half = spool.staging().join(format!("claim-{name}"));
-    fs::create_dir(&half).unwrap();
-    fs::write(half.join("x.rad"), "gpus: 1\necho\n").unwrap();
-    let empty = spool.staging().join("claim-000008-y");
-    fs::create_dir(&empty).unwrap();
+    let whole = spool.staging().join(format!("claim-{name}"));
+    make_dir(&whole, TASK_DIR_MODE).unwrap();
+    fs::create_dir_all(whole.join("job")).unwrap();
+    fs::write(whole.join("job/x.rad"), "gpus: 1\necho\n").unwrap();
+    fs::create_dir_all(whole.join("dropped")).unwrap();
+    fs::write(whole.join("dropped/x.rad"), "gpus: 1\necho\n").unwrap();
+    record::write_json(&whole.join(RECORD), &TaskRecord::new(&name, "x.rad", 1.0)).unwrap();
+    // No record yet: the drop goes back to pending/.
+    let early = spool.staging().join("claim-000008-y");
+    fs::create_dir_all(early.join("dropped")).unwrap();
+    fs::write(early.join("dropped/y.rad"), "gpus: 1\necho\n").unwrap();
     let submit = spool.staging().join("submit-000009-z");
     fs::create_dir(&submit).unwrap();
     assert_eq!(spool.finish_claims().unwrap(), std::slice::from_ref(&name));
-    assert!(spool.task_dir(State::Pending, &name).join("x.rad").exists());
-    assert!(!empty.exists());
+    let dir = spool.task_dir(State::Pending, &name);
+    assert!(dir.join("job/x.rad").exists());
+    assert!(!dir.join("dropped").exists(), "the original went");
+    assert!(!early.exists());
+    assert!(spool.dir(State::Pending).join("y.rad").is_file());
     assert!(submit.exists(), "a submission in progress is left alone");
-    // Its task.json was never written: the record is rebuilt.
-    let record = spool.load_record(State::Pending, &name).unwrap();
-    assert_eq!(record.rad, "x.rad");
 }
 
 #[test]
@@ -86,15 +172,19 @@ fn submit_copies_the_job_and_its_summary() {
     let rad = jobs.join("train.rad");
     fs::write(&rad, "model: models/m.model\ngpus: 1\npython train.py\n").unwrap();
     let spec = crate::rad::check_file(&rad).unwrap();
-    let name = spool.submit(&rad, &spec).unwrap();
+    let submitted = spool.submit(&rad, &spec).unwrap();
+    let name = submitted.name.unwrap();
     assert_eq!(name.as_str(), "000001-train");
+    assert_eq!(submitted.warning, None);
     let dir = spool.task_dir(State::Pending, &name);
     assert_eq!(
-        fs::read_to_string(dir.join("models/m.model")).unwrap(),
+        fs::read_to_string(dir.join("job/models/m.model")).unwrap(),
         "summary"
     );
+    assert_claimed_layout(&dir, "train.rad");
     let record = spool.load_record(State::Pending, &name).unwrap();
     assert_eq!(record.workdir, Some(fs::canonicalize(&jobs).unwrap()));
+    assert_eq!(record.owner, Some(nix::unistd::geteuid().as_raw()));
     assert!(fs::read_dir(spool.staging()).unwrap().next().is_none());
 }
 
@@ -118,15 +208,21 @@ fn moves_never_replace_and_find_accepts_numbers_and_prefixes() {
         Err(SpoolError::Ambiguous { .. })
     ));
     assert_eq!(spool.find("000013").unwrap(), (State::Failed, b));
+    assert_eq!(
+        spool.locate(&TaskName::new(13, "beta")),
+        Some(State::Failed)
+    );
+    assert_eq!(spool.locate(&TaskName::new(14, "gamma")), None);
 }
 
 #[test]
 fn a_submission_is_copied_into_a_directory_of_the_spools_own() {
     // What another user's `carma submit` leaves in pending/: a directory
-    // with the .rad, its summary in a subdirectory, and a task.json whose
-    // only trusted parts are workdir and submitted_at.
+    // with the .rad, its summary in a subdirectory, and a submission.json
+    // whose only use is the working directory; its name, number and
+    // anything else it claims are not taken.
     let (d, spool) = spool();
-    let incoming = d.path().join("000005-job");
+    let incoming = d.path().join("000001-job");
     fs::create_dir_all(incoming.join("models")).unwrap();
     fs::write(
         incoming.join("job.rad"),
@@ -135,26 +231,29 @@ fn a_submission_is_copied_into_a_directory_of_the_spools_own() {
     .unwrap();
     fs::write(incoming.join("models/m.model"), "summary").unwrap();
     fs::write(
-        incoming.join("task.json"),
-        r#"{"name":"000005-job","rad":"job.rad","submitted_at":7.5,"workdir":"/home/u","owner":0,"crashes":9}"#,
+        incoming.join("submission.json"),
+        r#"{"rad":"job.rad","workdir":"/home/u","owner":0,"crashes":9}"#,
     )
     .unwrap();
-    fs::rename(&incoming, spool.dir(State::Pending).join("000005-job")).unwrap();
-    let c = spool.adopt_submission("000005-job", |_| false).unwrap();
-    assert_eq!(c.name.as_str(), "000005-job");
-    assert_eq!(c.record.submitted_at, 7.5);
+    fs::write(incoming.join("task.json"), r#"{"owner":0}"#).unwrap();
+    spool.allocate(4).unwrap();
+    fs::rename(&incoming, spool.dir(State::Pending).join("000001-job")).unwrap();
+    let c = spool.adopt_submission("000001-job").unwrap();
+    assert_eq!(c.name.as_str(), "000005-job", "numbered by carma");
+    assert_eq!(c.record.submitted_as.as_deref(), Some("000001-job"));
     assert_eq!(c.record.workdir.as_deref(), Some(Path::new("/home/u")));
     assert_eq!(c.record.crashes, 0, "not taken from the user");
     let me = nix::unistd::Uid::effective().as_raw();
-    assert_eq!(
-        c.record.owner,
-        Some(me),
-        "the directory's owner, not the record's"
-    );
+    assert_eq!(c.record.owner, Some(me), "the directory's owner");
     let dir = spool.task_dir(State::Pending, &c.name);
     assert_eq!(
-        fs::read_to_string(dir.join("models/m.model")).unwrap(),
+        fs::read_to_string(dir.join("job/models/m.model")).unwrap(),
         "summary"
+    );
+    assert_claimed_layout(&dir, "job.rad");
+    assert_eq!(
+        spool.load_record(State::Pending, &c.name).unwrap(),
+        c.record
     );
     assert!(fs::read_dir(spool.staging()).unwrap().next().is_none());
 }
@@ -167,29 +266,22 @@ fn a_submission_that_cannot_be_used_goes_to_failed_whole_with_its_reason() {
     std::os::unix::fs::symlink("/etc/passwd", incoming.join("bad.rad")).unwrap();
     fs::rename(&incoming, spool.dir(State::Pending).join("000006-bad")).unwrap();
     let err = spool
-        .adopt_submission("000006-bad", |_| false)
+        .adopt_submission("000006-bad")
         .unwrap_err()
         .to_string();
     assert!(err.contains("bad.rad"), "{err}");
-    let failed = spool.task_dir(State::Failed, &TaskName::new(6, "bad"));
+    let (state, name) = spool.find("000001").unwrap();
+    assert_eq!(state, State::Failed);
+    let failed = spool.task_dir(State::Failed, &name);
     assert!(
         fs::read_to_string(failed.join("reason"))
             .unwrap()
             .contains("bad.rad")
     );
     assert!(
-        failed.join("submitted/bad.rad").is_symlink(),
+        failed.join("dropped/000006-bad/bad.rad").is_symlink(),
         "kept as it came"
     );
-    // A taken number gets a new one.
-    let again = d.path().join("000006-bad");
-    fs::create_dir(&again).unwrap();
-    fs::write(again.join("x.rad"), "gpus: 1\necho\n").unwrap();
-    fs::rename(&again, spool.dir(State::Pending).join("000006-bad")).unwrap();
-    let c = spool
-        .adopt_submission("000006-bad", |n| n.seq() == 6)
-        .unwrap();
-    assert_ne!(c.name.seq(), 6);
 }
 
 #[test]

@@ -208,10 +208,11 @@ impl Drop for Spool {
     }
 }
 
-/// Kills every process whose environment points at this spool or its
-/// simulated GPUs (jobs inherit the daemon's `CARMA_SPOOL`): what a failed
-/// test may leave behind.
+/// Kills every process whose environment points at this spool's simulated
+/// GPUs, or that works in this test's directory: what a failed test may
+/// leave behind.
 fn kill_jobs_of(root: &Path) {
+    let test_dir = root.parent().unwrap_or(root).to_owned();
     let needle = format!("CARMA_SIMGPU={}", root.display());
     let spool = format!("CARMA_SPOOL={}", root.display());
     let Ok(entries) = fs::read_dir("/proc") else {
@@ -225,12 +226,15 @@ fn kill_jobs_of(root: &Path) {
         else {
             continue;
         };
+        let works_here =
+            fs::read_link(entry.path().join("cwd")).is_ok_and(|d| d.starts_with(&test_dir));
         let Ok(environ) = fs::read(entry.path().join("environ")) else {
             continue;
         };
-        if environ
-            .split(|&b| b == 0)
-            .any(|v| v.starts_with(needle.as_bytes()) || v == spool.as_bytes())
+        if works_here
+            || environ
+                .split(|&b| b == 0)
+                .any(|v| v.starts_with(needle.as_bytes()) || v == spool.as_bytes())
         {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
@@ -264,4 +268,105 @@ pub fn fake_job(name: &str, extra_directives: &str, mem: &str, secs: f64) -> Str
     format!(
         "name: {name}\n{extra_directives}{CARMA} fake-train --mem {mem} --secs {secs} --smact 0.3\n"
     )
+}
+
+/// An unprivileged account the tests act as (created once per machine).
+#[derive(Debug, Clone)]
+pub struct TestUser {
+    pub name: &'static str,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+}
+
+impl TestUser {
+    /// Runs `script` with `sh -c` as this user (no other groups).
+    pub fn run(&self, script: &str) -> Output {
+        Command::new("setpriv")
+            .arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .args(["--clear-groups", "sh", "-c", script])
+            .env("HOME", &self.home)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs `carma ARGS` as this user against `spool`.
+    pub fn carma(&self, spool: &Spool, args: &str) -> Output {
+        self.run(&format!(
+            "CARMA_SPOOL={} CARMA_CONFIG={} {CARMA} {args}",
+            spool.root.display(),
+            spool.config.display()
+        ))
+    }
+}
+
+/// Two unprivileged users, alice and bob, made with `useradd` the first
+/// time (tests run as root in CI); `None` when not root, where a test
+/// that needs them says "skipped".
+pub fn two_users() -> Option<(TestUser, TestUser)> {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: needs root to act as two other users");
+        return None;
+    }
+    // Test binaries run in parallel: one creates, the others wait.
+    let lock = fs::File::create("/tmp/carma-test-users.lock").unwrap();
+    fs2::FileExt::lock_exclusive(&lock).unwrap();
+    let users = ["carma-alice", "carma-bob"].map(|name| {
+        if nix::unistd::User::from_name(name).unwrap().is_none() {
+            let status = Command::new("useradd")
+                .args(["--system", "--user-group", "--no-create-home"])
+                .args(["--home-dir", &format!("/tmp/{name}-home")])
+                .args(["--shell", "/bin/sh", name])
+                .status()
+                .unwrap();
+            assert!(status.success(), "useradd {name}");
+        }
+        let user = nix::unistd::User::from_name(name).unwrap().unwrap();
+        TestUser {
+            name,
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            home: user.dir,
+        }
+    });
+    let [alice, bob] = users;
+    Some((alice, bob))
+}
+
+impl Spool {
+    /// A spool that a root daemon serves and other users submit to: the
+    /// test directory can be traversed by them, and each gets a directory
+    /// of their own for job files.
+    pub fn shared(gpus: &str, extra: &str) -> Spool {
+        use std::os::unix::fs::PermissionsExt;
+        let spool = Spool::with_config(gpus, extra);
+        fs::set_permissions(spool.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&spool.config, fs::Permissions::from_mode(0o644)).unwrap();
+        spool
+    }
+
+    /// A directory `name` in the test directory owned by `user`, holding
+    /// the given files; returns its path.
+    pub fn user_dir(&self, user: &TestUser, name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = self.dir.path().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        for (file, text) in files {
+            let path = dir.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(&path, text).unwrap();
+        }
+        let status = Command::new("chown")
+            .args(["-R", &format!("{}:{}", user.uid, user.gid)])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        dir
+    }
+
+    /// The daemon's pid, while one runs.
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().expect("no daemon").id()
+    }
 }

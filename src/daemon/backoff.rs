@@ -1,0 +1,70 @@
+//! Retrying what failed for a reason that passes (a full disk, too many
+//! open files): soon at first, then less and less often, never giving up.
+//! A task whose move failed stays in the daemon's hands and in its
+//! directory; it is retried until the disk has room again.
+
+use std::time::{Duration, Instant};
+
+const FIRST: Duration = Duration::from_millis(250);
+const LONGEST: Duration = Duration::from_secs(30);
+
+/// The retry schedule of one kind of work.
+#[derive(Debug, Clone, Default)]
+pub struct Backoff {
+    /// The delay after the latest failure; zero while nothing fails.
+    delay: Duration,
+    /// When to try again; `None` while nothing fails.
+    next: Option<Instant>,
+}
+
+impl Backoff {
+    /// Notes a failure; returns the delay until the next try, and whether
+    /// this is the first failure of a run of them (worth a log line; the
+    /// rest are not).
+    pub fn failed(&mut self) -> (Duration, bool) {
+        let first = self.next.is_none();
+        self.delay = if first {
+            FIRST
+        } else {
+            (self.delay * 2).min(LONGEST)
+        };
+        self.next = Some(Instant::now() + self.delay);
+        (self.delay, first)
+    }
+
+    /// Notes a success: the next failure starts the schedule afresh.
+    pub fn succeeded(&mut self) -> bool {
+        self.delay = Duration::ZERO;
+        self.next.take().is_some()
+    }
+
+    /// A retry is waiting and its time has come.
+    pub fn due(&self) -> bool {
+        self.next.is_some_and(|t| t <= Instant::now())
+    }
+
+    /// When the waiting retry is due.
+    pub fn next(&self) -> Option<Instant> {
+        self.next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_up_to_a_ceiling_and_reset_on_success() {
+        let mut b = Backoff::default();
+        assert!(!b.due() && b.next().is_none());
+        assert_eq!(b.failed(), (FIRST, true));
+        assert_eq!(b.failed(), (FIRST * 2, false));
+        for _ in 0..20 {
+            b.failed();
+        }
+        assert_eq!(b.failed().0, LONGEST);
+        assert!(b.succeeded());
+        assert!(!b.succeeded());
+        assert_eq!(b.failed(), (FIRST, true));
+    }
+}

@@ -1,0 +1,330 @@
+//! Claims: files users dropped into `pending/` become task directories of
+//! carma's own.
+//!
+//! A dropped file is the user's: they own it and may still hold it open.
+//! So it is never used in place. Each file is renamed into a new
+//! `staging/claim-<name>/dropped/` (out of the user's reach), read once
+//! without following links or blocking, and copied into the task's `job/`;
+//! the job's user is the file's owner as the open file showed it then, and
+//! is written down in carma's record right away. A batch of claims costs
+//! one `syncfs` instead of two fsyncs per file, and only after it are the
+//! users' originals deleted, so a crash at any moment leaves every drop
+//! either still a drop or a whole task.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Component, Path};
+
+use super::record::{self, DROPPED, JOB, Outcome, RECORD, TaskRecord, unix_now};
+use super::{
+    Claimed, MAX_SUMMARY_BYTES, PRIVATE, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at,
+    make_dir, read_names, rename_new, safe, sync_dir,
+};
+
+/// What a batch of claims produced: the tasks made, and the error that
+/// stopped the batch early (a full disk, say). Drops not claimed stay in
+/// `pending/` for the next try.
+#[derive(Debug, Default)]
+pub struct ClaimBatch {
+    pub claimed: Vec<Claimed>,
+    /// Drops that were removed before they could be claimed (their owner
+    /// deleted or moved them): nothing to run, but worth saying.
+    pub vanished: Vec<String>,
+    pub error: Option<SpoolError>,
+}
+
+impl Spool {
+    /// Turns entries dropped into `pending/` into task directories (see
+    /// the module documentation). An entry that cannot be a job (not a
+    /// regular file, a name that is not UTF-8, other hard links) still
+    /// becomes a task, in `failed/`, holding the entry as it was and the
+    /// reason. An entry that vanished before it could be claimed is logged
+    /// with that reason and skipped.
+    pub fn claim(&self, drops: &[OsString]) -> ClaimBatch {
+        let mut batch = ClaimBatch::default();
+        if drops.is_empty() {
+            return batch;
+        }
+        let first = match self.allocate(drops.len() as u64) {
+            Ok(first) => first,
+            Err(e) => {
+                batch.error = Some(e);
+                return batch;
+            }
+        };
+        let now = unix_now();
+        let mut staged = Vec::new();
+        for (seq, drop) in (first..).zip(drops) {
+            let lossy = drop.to_string_lossy();
+            let stem = Path::new(lossy.as_ref())
+                .file_stem()
+                .map_or_else(|| lossy.to_string(), |s| s.to_string_lossy().into_owned());
+            let name = TaskName::new(seq, &stem);
+            let dir = self.staging().join(format!("claim-{name}"));
+            match self.claim_one(drop, &name, &dir, now) {
+                Ok(Some(claimed)) => staged.push((dir, claimed)),
+                Ok(None) => batch.vanished.push(lossy.into_owned()),
+                Err(e) => {
+                    batch.error = Some(e);
+                    break;
+                }
+            }
+        }
+        if staged.is_empty() {
+            return batch;
+        }
+        // One flush makes every copy and record of the batch durable; only
+        // then may the users' originals go.
+        if let Err(e) = syncfs(&self.staging()) {
+            for (dir, _) in staged {
+                self.undo_claim(&dir);
+            }
+            batch.error = Some(at(&self.staging())(e));
+            return batch;
+        }
+        for (dir, claimed) in staged {
+            if claimed.refused.is_none() {
+                if let Err(e) = fs::remove_dir_all(dir.join(DROPPED)) {
+                    log::warn!("{}: cannot remove the claimed original: {e}", claimed.name);
+                }
+            }
+            let to = match claimed.refused {
+                Some(_) => State::Failed,
+                None => State::Pending,
+            };
+            match rename_new(&dir, &self.task_dir(to, &claimed.name)) {
+                Ok(()) => batch.claimed.push(claimed),
+                // Left whole in staging/: the next start finishes it.
+                Err(e) => batch.error = Some(at(&dir)(e)),
+            }
+        }
+        for dir in [
+            self.dir(State::Pending),
+            self.dir(State::Failed),
+            self.staging(),
+        ] {
+            if let Err(e) = sync_dir(&dir) {
+                log::warn!("cannot sync {}: {e}", dir.display());
+            }
+        }
+        batch
+    }
+
+    /// Claims one drop into `dir`; `None` if it vanished first. On an
+    /// error nothing is left behind: the drop is back in `pending/`.
+    fn claim_one(
+        &self,
+        drop: &OsStr,
+        name: &TaskName,
+        dir: &Path,
+        now: f64,
+    ) -> Result<Option<Claimed>, SpoolError> {
+        let pending = self.dir(State::Pending);
+        let lossy = drop.to_string_lossy().into_owned();
+        make_dir(dir, TASK_DIR_MODE).map_err(at(dir))?;
+        let kept = dir.join(DROPPED).join(drop);
+        let taken = make_dir(&dir.join(DROPPED), 0o700)
+            .and_then(|()| rename_new(&pending.join(drop), &kept));
+        match taken {
+            Ok(()) => {}
+            Err(e) => {
+                let _ = fs::remove_dir_all(dir);
+                if e.kind() == io::ErrorKind::NotFound {
+                    return Ok(None);
+                }
+                return Err(at(&pending.join(drop))(e));
+            }
+        }
+        let owner = fs::symlink_metadata(&kept).map(|m| m.uid()).ok();
+        let mut record = TaskRecord {
+            owner,
+            ..TaskRecord::new(name, lossy.clone(), now)
+        };
+        let refused = match drop.to_str() {
+            None => Some(format!(
+                "its file name is not UTF-8 (`{lossy}`): rename it and submit it again"
+            )),
+            Some(file) => match read_job_file(&kept) {
+                Err(reason) => Some(reason),
+                Ok(bytes) => {
+                    if let Err(e) = fill_job(dir, file, &bytes, &pending, owner) {
+                        self.undo_claim(dir);
+                        return Err(at(dir)(e));
+                    }
+                    None
+                }
+            },
+        };
+        if let Some(reason) = &refused {
+            record.outcome = Some(Outcome::failed(reason));
+        }
+        let written = match &refused {
+            Some(reason) => record::write_reason(dir, owner, reason, false),
+            None => Ok(()),
+        }
+        .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)));
+        if let Err(e) = written {
+            self.undo_claim(dir);
+            return Err(at(dir)(e));
+        }
+        Ok(Some(Claimed {
+            name: name.clone(),
+            file: lossy,
+            record,
+            refused,
+        }))
+    }
+
+    /// Puts a half-claimed drop back into `pending/` and removes the claim.
+    fn undo_claim(&self, dir: &Path) {
+        let dropped = dir.join(DROPPED);
+        for entry in fs::read_dir(&dropped).into_iter().flatten().flatten() {
+            let back = self.dir(State::Pending).join(entry.file_name());
+            if let Err(e) = rename_new(&entry.path(), &back) {
+                log::error!(
+                    "{}: cannot put it back into pending/ ({e}); it stays in {}",
+                    entry.file_name().to_string_lossy(),
+                    dropped.display()
+                );
+                return;
+            }
+        }
+        if let Err(e) = fs::remove_dir_all(dir) {
+            log::warn!("cannot remove {}: {e}", dir.display());
+        }
+    }
+
+    /// Finishes what a crashed daemon left in `staging/`: a claim whose
+    /// record was written moves on (to `pending/`, or `failed/` if it was
+    /// refused); an earlier one gives its drop back to `pending/` to be
+    /// claimed again; a submission caught in adoption goes back to
+    /// `pending/`. Staged submissions are left to their `carma submit`.
+    pub fn finish_claims(&self) -> Result<Vec<TaskName>, SpoolError> {
+        let staging = self.staging();
+        let mut finished = Vec::new();
+        let (entries, _) = read_names(&staging)?;
+        if entries.iter().any(|e| e.starts_with("claim-")) {
+            // Copies of a claim cut short by a power loss must be on disk
+            // before their originals go.
+            syncfs(&staging).map_err(at(&staging))?;
+        }
+        for entry in entries {
+            if let Some(original) = entry.strip_prefix("incoming-") {
+                let back = self.dir(State::Pending).join(original);
+                if let Err(e) = rename_new(&staging.join(&entry), &back) {
+                    log::warn!("staging/{entry}: cannot put it back into pending/: {e}");
+                }
+                continue;
+            }
+            let Some(name) = entry.strip_prefix("claim-").and_then(TaskName::parse) else {
+                continue;
+            };
+            let dir = staging.join(&entry);
+            let Ok(record) = record::read_state::<TaskRecord>(&dir.join(RECORD)) else {
+                self.undo_claim(&dir);
+                continue;
+            };
+            let to = match record.outcome {
+                Some(_) => State::Failed,
+                None => {
+                    let _ = fs::remove_dir_all(dir.join(DROPPED));
+                    State::Pending
+                }
+            };
+            rename_new(&dir, &self.task_dir(to, &name)).map_err(at(&dir))?;
+            if to == State::Pending {
+                finished.push(name);
+            }
+        }
+        Ok(finished)
+    }
+}
+
+/// Reads a dropped entry as a job file, or says why it cannot be one.
+fn read_job_file(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = fs::symlink_metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if meta.file_type().is_symlink() {
+        return Err("is a symbolic link; carma runs only regular files".into());
+    }
+    let (bytes, meta) = safe::read_regular(path, crate::rad::MAX_FILE_BYTES).map_err(|e| {
+        let text = e.to_string();
+        // The path is carma's staging copy; the user knows the file by name.
+        text.rsplit_once(": ")
+            .map_or(text.clone(), |(_, why)| why.to_string())
+    })?;
+    if meta.nlink() > 1 {
+        return Err("has other hard links; a job file must be a file of its own".into());
+    }
+    Ok(bytes)
+}
+
+/// Writes carma's copies of a job into `dir/job/`: the `.rad` as `file`,
+/// and the model summary it names, read below `base` (where the user put
+/// both) without following links. A summary that cannot be read, or that
+/// belongs to someone other than `owner`, is not copied: the job's check
+/// then reports it missing.
+pub(super) fn fill_job(
+    dir: &Path,
+    file: &str,
+    bytes: &[u8],
+    base: &Path,
+    owner: Option<u32>,
+) -> io::Result<()> {
+    let job = dir.join(JOB);
+    make_dir(&job, 0o700)?;
+    write_new(&job.join(file), bytes)?;
+    let model = crate::rad::parse_bytes(bytes)
+        .ok()
+        .and_then(|parsed| parsed.spec.model);
+    let Some(model) = model else {
+        return Ok(());
+    };
+    let summary = match safe::read_beneath(base, &model, MAX_SUMMARY_BYTES) {
+        Ok((summary, meta)) if Some(meta.uid()) == owner || owner.is_none() => summary,
+        Ok((_, meta)) => {
+            log::warn!(
+                "{file}: the model summary {model} belongs to uid {}, not to the job's owner; \
+                 not used",
+                meta.uid()
+            );
+            return Ok(());
+        }
+        Err(_) => return Ok(()),
+    };
+    let target = job.join(&model);
+    let mut made = job.clone();
+    if let Some(parent) = Path::new(&model).parent() {
+        for part in parent.components() {
+            if let Component::Normal(part) = part {
+                made.push(part);
+                if !made.is_dir() {
+                    make_dir(&made, 0o700)?;
+                }
+            }
+        }
+    }
+    write_new(&target, &summary)
+}
+
+/// Creates a private file that must not exist yet, without syncing it (the
+/// caller syncs a whole batch).
+pub(super) fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(PRIVATE)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+/// Flushes the whole file system `dir` is on: one call for a batch of
+/// files, where fsyncing each would cost a disk flush per file.
+pub(super) fn syncfs(dir: &Path) -> io::Result<()> {
+    let file = fs::File::open(dir)?;
+    nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from)
+}

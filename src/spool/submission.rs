@@ -1,0 +1,346 @@
+//! Submissions: task directories handed in through `carma submit`.
+//!
+//! carma's own user (root on a server) stages a task whole in `staging/`
+//! and renames it into `pending/` under a number it allocated. Anyone else
+//! cannot write there: their `carma submit` builds a directory of its own
+//! inside `pending/` under a hidden name, then renames it to a visible
+//! `submit-…` name. The daemon never uses such a directory in place (its
+//! owner could change it at any moment): it moves it aside, copies the
+//! `.rad` and model summary into a task directory of its own under a
+//! number it allocates (a user never picks their place in the queue), and
+//! records the directory's owner as the job's user.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::claim::{fill_job, syncfs, write_new};
+use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
+use super::{
+    Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
+    rename_new, safe, sync_dir,
+};
+use crate::rad::TaskSpec;
+
+/// The file a user's submission describes itself in. Named apart from
+/// carma's `task.json`: what it says is a request, never state.
+pub const SUBMISSION: &str = "submission.json";
+
+/// What a user's `submission.json` may ask for.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Request {
+    /// The `.rad` file's name in the directory.
+    rad: Option<String>,
+    /// Where the job should run (it is entered as the job's user, so it can
+    /// only be a directory that user may enter).
+    workdir: Option<PathBuf>,
+}
+
+/// A `carma submit` that was handed over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submitted {
+    /// The task's name, when the submitter could give it (carma's own
+    /// user); others learn it once the daemon takes the submission in.
+    pub name: Option<TaskName>,
+    /// The submission's name in `pending/`.
+    pub entry: String,
+    /// A step after the submission that could not be taken (making the
+    /// rename durable): the job is submitted all the same.
+    pub warning: Option<String>,
+}
+
+impl Spool {
+    /// Takes in a directory that someone other than carma made in
+    /// `pending/` (see the module documentation). A submission that cannot
+    /// be used becomes a task in `failed/` holding it, with the reason
+    /// (returned as [`SpoolError::Refused`]). On an I/O error (a full disk)
+    /// the submission is put back where it was, to be taken again later.
+    pub fn adopt_submission(&self, entry: &str) -> Result<Claimed, SpoolError> {
+        let incoming = self.staging().join(format!("incoming-{entry}"));
+        let pending = self.dir(State::Pending).join(entry);
+        rename_new(&pending, &incoming).map_err(at(&pending))?;
+        let owner = fs::symlink_metadata(&incoming)
+            .map_err(at(&incoming))?
+            .uid();
+        let read = read_submission(&incoming, owner);
+        let stem = match &read {
+            Ok(s) => s.rad.trim_end_matches(".rad").to_string(),
+            Err(_) => entry.to_string(),
+        };
+        let adopted = self
+            .allocate(1)
+            .and_then(|seq| self.adopt_into(entry, &incoming, owner, read, &stem, seq));
+        if let Err(SpoolError::Io { .. }) = &adopted {
+            if let Err(e) = rename_new(&incoming, &pending) {
+                log::error!("pending/{entry}: cannot put it back ({e}); it waits in staging/");
+            }
+        }
+        adopted
+    }
+
+    fn adopt_into(
+        &self,
+        entry: &str,
+        incoming: &Path,
+        owner: u32,
+        read: Result<Submission, String>,
+        stem: &str,
+        seq: u64,
+    ) -> Result<Claimed, SpoolError> {
+        let name = TaskName::new(seq, stem);
+        let dir = self.staging().join(format!("claim-{name}"));
+        make_dir(&dir, TASK_DIR_MODE).map_err(at(&dir))?;
+        let mut record = TaskRecord {
+            owner: Some(owner),
+            submitted_as: Some(entry.to_string()),
+            ..TaskRecord::new(&name, "", unix_now())
+        };
+        let made = match &read {
+            Ok(submission) => {
+                record.rad = submission.rad.clone();
+                record.workdir = submission.workdir.clone();
+                fill_job(
+                    &dir,
+                    &submission.rad,
+                    &submission.rad_bytes,
+                    incoming,
+                    Some(owner),
+                )
+            }
+            Err(reason) => {
+                record.outcome = Some(Outcome::failed(reason));
+                record::write_reason(&dir, Some(owner), reason, false)
+            }
+        }
+        .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)))
+        .and_then(|()| syncfs(&dir));
+        if let Err(e) = made {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(at(&dir)(e));
+        }
+        let to = match &read {
+            Ok(_) => State::Pending,
+            Err(_) => {
+                // The submission is kept, as it was, beside the reason.
+                make_dir(&dir.join(DROPPED), 0o700)
+                    .and_then(|()| rename_new(incoming, &dir.join(DROPPED).join(entry)))
+                    .map_err(at(&dir))?;
+                State::Failed
+            }
+        };
+        let target = self.task_dir(to, &name);
+        rename_new(&dir, &target).map_err(at(&target))?;
+        if to == State::Pending {
+            if let Err(e) = fs::remove_dir_all(incoming) {
+                log::warn!("cannot remove {}: {e}", incoming.display());
+            }
+        }
+        match read {
+            Ok(_) => Ok(Claimed {
+                file: record.rad.clone(),
+                name,
+                record,
+                refused: None,
+            }),
+            Err(reason) => Err(SpoolError::Refused { name, reason }),
+        }
+    }
+
+    /// Submits a checked job: its `.rad` and model summary are copied into
+    /// a directory that is renamed into `pending/` whole, so the daemon
+    /// never sees half a task. Success is reported once that rename is
+    /// done: a later durability step that fails (a user cannot fsync
+    /// `pending/`, which they may not read) is a warning, never a failure
+    /// that would make the user submit the job twice.
+    pub fn submit(&self, rad: &Path, spec: &TaskSpec) -> Result<Submitted, SpoolError> {
+        let file_name = rad
+            .file_name()
+            .map_or_else(|| "job.rad".into(), |n| n.to_string_lossy().into_owned());
+        let stem = spec
+            .name
+            .clone()
+            .unwrap_or_else(|| file_name.trim_end_matches(".rad").to_string());
+        let rad_dir = rad
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let workdir = fs::canonicalize(rad_dir).map_err(at(rad_dir))?;
+        // Never through a link: root submitting a user's file must not be
+        // led to another user's.
+        if fs::symlink_metadata(rad).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(SpoolError::Io {
+                path: rad.to_owned(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "is a symbolic link; submit the file itself",
+                ),
+            });
+        }
+        let (bytes, meta) = safe::read_regular(rad, crate::rad::MAX_FILE_BYTES).map_err(at(rad))?;
+        let pending = self.dir(State::Pending);
+        let own_spool =
+            fs::metadata(self.staging()).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw());
+        let (staged, entry, name) = if own_spool {
+            let name = TaskName::new(self.allocate(1)?, &stem);
+            let staged = self.staging().join(format!("submit-{name}"));
+            (staged, name.to_string(), Some(name))
+        } else {
+            let token = format!(
+                "submit-{}-{}-{}",
+                nix::unistd::geteuid(),
+                std::process::id(),
+                unix_now().to_bits()
+            );
+            (pending.join(format!(".{token}")), token, None)
+        };
+        let made = match &name {
+            Some(name) => {
+                // carma's own record: the job runs as the file's owner.
+                let record = TaskRecord {
+                    owner: Some(meta.uid()),
+                    workdir: Some(workdir),
+                    ..TaskRecord::new(name, file_name.clone(), unix_now())
+                };
+                make_dir(&staged, TASK_DIR_MODE)
+                    .and_then(|()| fill_job(&staged, &file_name, &bytes, rad_dir, Some(meta.uid())))
+                    .and_then(|()| write_new(&staged.join(RECORD), &record::to_json(&record)))
+            }
+            None => {
+                let request = Request {
+                    rad: Some(file_name.clone()),
+                    workdir: Some(workdir),
+                };
+                make_dir(&staged, 0o700)
+                    .and_then(|()| copy_user_files(&staged, &file_name, &bytes, rad_dir, spec))
+                    .and_then(|()| write_new(&staged.join(SUBMISSION), &record::to_json(&request)))
+            }
+        }
+        .and_then(|()| syncfs(&staged));
+        if let Err(e) = made {
+            let _ = fs::remove_dir_all(&staged);
+            return Err(at(&staged)(e));
+        }
+        let target = pending.join(&entry);
+        if let Err(e) = rename_new(&staged, &target) {
+            let _ = fs::remove_dir_all(&staged);
+            return Err(at(&target)(e));
+        }
+        let warning = durable_entry(&pending, &target).err().map(|e| {
+            format!(
+                "submitted, but the submission could not be made durable ({e}); \
+                 a power loss now could lose it"
+            )
+        });
+        Ok(Submitted {
+            name,
+            entry,
+            warning,
+        })
+    }
+}
+
+/// Makes a rename into `dir` durable: fsync of `dir`, or, where this user
+/// may not open it (`pending/` is 1733), a flush of its whole file system
+/// through the entry itself.
+fn durable_entry(dir: &Path, entry: &Path) -> io::Result<()> {
+    match sync_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            let file = File::open(entry)?;
+            nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A user's own copy of their job for the daemon to take: the `.rad` and
+/// its model summary, at the path the `.rad` names.
+fn copy_user_files(
+    dir: &Path,
+    file: &str,
+    bytes: &[u8],
+    rad_dir: &Path,
+    spec: &TaskSpec,
+) -> io::Result<()> {
+    write_new(&dir.join(file), bytes)?;
+    if let Some(model) = &spec.model {
+        let (summary, _) = safe::read_beneath(rad_dir, model, super::MAX_SUMMARY_BYTES)?;
+        let target = dir.join(model);
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        write_new(&target, &summary)?;
+    }
+    Ok(())
+}
+
+/// What a submitted directory holds that carma uses.
+#[derive(Debug)]
+struct Submission {
+    rad: String,
+    rad_bytes: Vec<u8>,
+    workdir: Option<PathBuf>,
+}
+
+/// Reads a submitted directory owned by `owner`; the error is the reason
+/// it cannot be used.
+fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
+    let request: Request = safe::read_beneath(dir, SUBMISSION, 1 << 20)
+        .ok()
+        .and_then(|(bytes, _)| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let rad = match request.rad {
+        Some(rad) => rad,
+        None => {
+            let (names, _) = read_names(dir).map_err(|e| e.to_string())?;
+            let rads: Vec<String> = names.into_iter().filter(|n| n.ends_with(".rad")).collect();
+            match &rads[..] {
+                [one] => one.clone(),
+                [] => return Err("the submitted directory holds no .rad file".into()),
+                _ => {
+                    return Err(format!(
+                        "the submitted directory holds several .rad files: {}",
+                        rads.join(", ")
+                    ));
+                }
+            }
+        }
+    };
+    if rad.contains('/') || rad.starts_with('.') || !rad.ends_with(".rad") {
+        return Err(format!(
+            "`{rad}` is not the name of a .rad file in the directory"
+        ));
+    }
+    let (rad_bytes, meta) = safe::read_beneath(dir, &rad, crate::rad::MAX_FILE_BYTES)
+        .map_err(|e| format!("{rad}: {e}"))?;
+    if meta.uid() != owner {
+        return Err(format!(
+            "{rad} belongs to uid {}, the directory to uid {owner}: a job runs as the owner of both",
+            meta.uid()
+        ));
+    }
+    if meta.nlink() > 1 {
+        return Err(format!(
+            "{rad} has other hard links; submit a file of its own"
+        ));
+    }
+    let workdir = match request.workdir {
+        Some(dir) if dir.is_absolute() => Some(dir),
+        Some(dir) => {
+            return Err(format!(
+                "the working directory {} is not an absolute path",
+                dir.display()
+            ));
+        }
+        None => None,
+    };
+    Ok(Submission {
+        rad,
+        rad_bytes,
+        workdir,
+    })
+}
