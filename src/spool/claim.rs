@@ -3,8 +3,9 @@
 //!
 //! A dropped file is the user's: they own it and may still hold it open.
 //! So it is never used in place. Each file is renamed into a new
-//! `staging/claim-<name>/dropped/` (out of the user's reach), read once
-//! without following links or blocking, and copied into the task's `job/`;
+//! `staging/claim-<name>/` as `.orig-<its name>` (out of the user's reach),
+//! read once without following links or blocking, and copied into the
+//! task's `job/`;
 //! the job's user is the file's owner as the open file showed it then, and
 //! is written down in carma's record right away. A batch of claims costs
 //! one `syncfs` instead of two fsyncs per file, and only after it are the
@@ -15,6 +16,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path};
 
@@ -87,7 +89,7 @@ impl Spool {
         }
         for (dir, claimed) in staged {
             if claimed.refused.is_none() {
-                if let Err(e) = fs::remove_dir_all(dir.join(DROPPED)) {
+                if let Err(e) = fs::remove_file(original(&dir, &claimed.drop)) {
                     log::warn!("{}: cannot remove the claimed original: {e}", claimed.name);
                 }
             }
@@ -125,10 +127,8 @@ impl Spool {
         let pending = self.dir(State::Pending);
         let lossy = drop.to_string_lossy().into_owned();
         make_dir(dir, TASK_DIR_MODE).map_err(at(dir))?;
-        let kept = dir.join(DROPPED).join(drop);
-        let taken = make_dir(&dir.join(DROPPED), 0o700)
-            .and_then(|()| rename_new(&pending.join(drop), &kept));
-        match taken {
+        let kept = original(dir, drop);
+        match rename_new(&pending.join(drop), &kept) {
             Ok(()) => {}
             Err(e) => {
                 let _ = fs::remove_dir_all(dir);
@@ -162,7 +162,10 @@ impl Spool {
             record.outcome = Some(Outcome::failed(reason));
         }
         let written = match &refused {
-            Some(reason) => record::write_reason(dir, owner, reason, false),
+            // Kept as it came, beside the reason.
+            Some(reason) => make_dir(&dir.join(DROPPED), 0o700)
+                .and_then(|()| rename_new(&kept, &dir.join(DROPPED).join(drop)))
+                .and_then(|()| record::write_reason(dir, owner, reason, false)),
             None => Ok(()),
         }
         .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)));
@@ -173,6 +176,7 @@ impl Spool {
         Ok(Some(Claimed {
             name: name.clone(),
             file: lossy,
+            drop: drop.to_owned(),
             record,
             refused,
         }))
@@ -180,14 +184,35 @@ impl Spool {
 
     /// Puts a half-claimed drop back into `pending/` and removes the claim.
     fn undo_claim(&self, dir: &Path) {
-        let dropped = dir.join(DROPPED);
-        for entry in fs::read_dir(&dropped).into_iter().flatten().flatten() {
-            let back = self.dir(State::Pending).join(entry.file_name());
-            if let Err(e) = rename_new(&entry.path(), &back) {
+        let originals = fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| (e.path(), e.file_name()))
+            .chain(
+                fs::read_dir(dir.join(DROPPED))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| (e.path(), e.file_name())),
+            )
+            .filter_map(|(path, name)| {
+                let bytes = name.as_bytes();
+                let back = if path.parent() == Some(dir) {
+                    OsStr::from_bytes(bytes.strip_prefix(ORIGINAL)?)
+                } else {
+                    OsStr::from_bytes(bytes)
+                };
+                Some((path, back.to_owned()))
+            })
+            .collect::<Vec<_>>();
+        for (path, name) in originals {
+            let back = self.dir(State::Pending).join(&name);
+            if let Err(e) = rename_new(&path, &back) {
                 log::error!(
                     "{}: cannot put it back into pending/ ({e}); it stays in {}",
-                    entry.file_name().to_string_lossy(),
-                    dropped.display()
+                    name.to_string_lossy(),
+                    dir.display()
                 );
                 return;
             }
@@ -230,7 +255,12 @@ impl Spool {
             let to = match record.outcome {
                 Some(_) => State::Failed,
                 None => {
-                    let _ = fs::remove_dir_all(dir.join(DROPPED));
+                    // The copy is durable (synced above): the original goes.
+                    for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                        if entry.file_name().as_bytes().starts_with(ORIGINAL) {
+                            let _ = fs::remove_file(entry.path());
+                        }
+                    }
                     State::Pending
                 }
             };
@@ -243,13 +273,23 @@ impl Spool {
     }
 }
 
+/// The name a drop has inside its claim until its copy is durable: hidden
+/// (never taken for a task's file) and keeping the original name, so an
+/// interrupted claim can give it back.
+const ORIGINAL: &[u8] = b".orig-";
+
+fn original(dir: &Path, drop: &OsStr) -> std::path::PathBuf {
+    let mut name = OsString::from(OsStr::from_bytes(ORIGINAL));
+    name.push(drop);
+    dir.join(name)
+}
+
 /// Reads a dropped entry as a job file, or says why it cannot be one.
 fn read_job_file(path: &Path) -> Result<Vec<u8>, String> {
-    let meta = fs::symlink_metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    if meta.file_type().is_symlink() {
-        return Err("is a symbolic link; carma runs only regular files".into());
-    }
     let (bytes, meta) = safe::read_regular(path, crate::rad::MAX_FILE_BYTES).map_err(|e| {
+        if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            return "is a symbolic link; carma runs only regular files".to_string();
+        }
         let text = e.to_string();
         // The path is carma's staging copy; the user knows the file by name.
         text.rsplit_once(": ")

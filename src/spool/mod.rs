@@ -146,6 +146,8 @@ pub struct Claimed {
     pub name: TaskName,
     /// The file's name as it was dropped (lossy if it was not UTF-8).
     pub file: String,
+    /// The same, exactly.
+    pub drop: OsString,
     /// Its `task.json`, as written.
     pub record: TaskRecord,
     /// Why it could not become a job: it went straight to `failed/`.
@@ -422,10 +424,26 @@ pub fn is_locked(path: &Path) -> bool {
     }
 }
 
-/// Makes a directory of carma's with exactly `mode` (whatever the umask).
+/// Makes a directory of carma's with exactly `mode`, whatever the umask
+/// (set again only where the umask took bits away: claims make thousands
+/// of directories, and each extra call costs).
 pub fn make_dir(path: &Path, mode: u32) -> io::Result<()> {
     fs::DirBuilder::new().mode(mode).create(path)?;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+    if mode & umask() != 0 {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+/// This process's umask, read once (reading it means setting it).
+fn umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        use nix::sys::stat::{Mode, umask};
+        let old = umask(Mode::from_bits_truncate(0o077));
+        umask(old);
+        old.bits()
+    })
 }
 
 /// Mode of a task directory and a run directory: the owner reaches their

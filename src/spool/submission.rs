@@ -142,6 +142,7 @@ impl Spool {
         match read {
             Ok(_) => Ok(Claimed {
                 file: record.rad.clone(),
+                drop: entry.into(),
                 name,
                 record,
                 refused: None,

@@ -60,7 +60,14 @@ fn assert_claimed_layout(dir: &Path, file: &str) {
     assert_eq!(mode(&dir.join("job")), 0o700);
     assert_eq!(mode(&dir.join("job").join(file)), 0o600);
     assert!(!dir.join(file).exists());
-    assert!(!dir.join(record::DROPPED).exists(), "the original is gone");
+    assert!(!dir.join(record::DROPPED).exists(), "nothing was refused");
+    let hidden = fs::read_dir(dir).unwrap().flatten();
+    assert!(
+        hidden
+            .into_iter()
+            .all(|e| !e.file_name().to_string_lossy().starts_with('.')),
+        "the original is gone"
+    );
 }
 
 #[test]
@@ -145,19 +152,18 @@ fn claims_interrupted_by_a_crash_are_finished_or_given_back() {
     make_dir(&whole, TASK_DIR_MODE).unwrap();
     fs::create_dir_all(whole.join("job")).unwrap();
     fs::write(whole.join("job/x.rad"), "gpus: 1\necho\n").unwrap();
-    fs::create_dir_all(whole.join("dropped")).unwrap();
-    fs::write(whole.join("dropped/x.rad"), "gpus: 1\necho\n").unwrap();
+    fs::write(whole.join(".orig-x.rad"), "gpus: 1\necho\n").unwrap();
     record::write_json(&whole.join(RECORD), &TaskRecord::new(&name, "x.rad", 1.0)).unwrap();
     // No record yet: the drop goes back to pending/.
     let early = spool.staging().join("claim-000008-y");
-    fs::create_dir_all(early.join("dropped")).unwrap();
-    fs::write(early.join("dropped/y.rad"), "gpus: 1\necho\n").unwrap();
+    fs::create_dir_all(&early).unwrap();
+    fs::write(early.join(".orig-y.rad"), "gpus: 1\necho\n").unwrap();
     let submit = spool.staging().join("submit-000009-z");
     fs::create_dir(&submit).unwrap();
     assert_eq!(spool.finish_claims().unwrap(), std::slice::from_ref(&name));
     let dir = spool.task_dir(State::Pending, &name);
     assert!(dir.join("job/x.rad").exists());
-    assert!(!dir.join("dropped").exists(), "the original went");
+    assert!(!dir.join(".orig-x.rad").exists(), "the original went");
     assert!(!early.exists());
     assert!(spool.dir(State::Pending).join("y.rad").is_file());
     assert!(submit.exists(), "a submission in progress is left alone");
