@@ -100,6 +100,62 @@ impl Spool {
         self.wait_for("the daemon's first status", 20.0, || status.exists());
     }
 
+    /// Starts `carma daemon` on the spool's simulated GPUs without waiting
+    /// for its status: a daemon may be killed while it is still starting.
+    pub fn spawn_daemon(&mut self) {
+        self.spawn_daemon_wrapped(&[]);
+    }
+
+    /// Starts `carma daemon` on the spool's simulated GPUs through
+    /// `wrapper`, a command that execs its arguments in its own process
+    /// (e.g. `prlimit --nofile=40:4096 --`), so the child is the daemon.
+    /// Does not wait for the daemon's status ([`Spool::wait_daemon_ready`]).
+    pub fn spawn_daemon_wrapped(&mut self, wrapper: &[&str]) {
+        assert!(self.daemon.is_none(), "a daemon is already running");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(CARMA);
+                c
+            }
+            None => Command::new(CARMA),
+        };
+        let child = command
+            .env("CARMA_SPOOL", &self.root)
+            .env("CARMA_CONFIG", &self.config)
+            .env("RUST_LOG", "debug")
+            .arg("daemon")
+            .args(["--simulate-gpus", &self.gpus])
+            .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.daemon = Some(child);
+    }
+
+    /// Waits until the running daemon has written its status.
+    pub fn wait_daemon_ready(&self, seconds: f64) {
+        let status = self.root.join("status.json");
+        self.wait_for("the daemon's first status", seconds, || status.exists());
+    }
+
+    /// The running daemon's pid.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(Child::id)
+    }
+
+    /// How the daemon ended, if it has (`None` while it runs).
+    pub fn daemon_exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.daemon.as_mut()?.try_wait().unwrap()
+    }
+
     /// Sends `signal` to the daemon and waits for it to exit.
     pub fn stop_daemon(&mut self, signal: &str) -> std::process::ExitStatus {
         let mut child = self.daemon.take().expect("no daemon running");
