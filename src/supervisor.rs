@@ -96,11 +96,17 @@ pub fn is_running(run_dir: &Path) -> bool {
     crate::spool::is_locked(&run_dir.join(LOCK))
 }
 
-/// The run's supervisor, if it is alive: as its `supervisor.json` says,
-/// or, should that not be readable, the process that holds the run's lock
-/// file open (the lock is handed down to the supervisor, so nobody else
-/// holds it).
+/// The run's supervisor, if it is alive and ready for signals: as its
+/// `supervisor.json` says, or, should that not be readable, the process
+/// that holds the run's lock file open (the lock is handed down to the
+/// supervisor, so nobody else holds it). The supervisor writes
+/// `supervisor.json` only once it handles SIGTERM itself, so before that
+/// file exists nobody is named: a SIGTERM then would kill it before it
+/// could record anything.
 pub fn identity(run_dir: &Path) -> Option<ProcessId> {
+    if !run_dir.join(IDENTITY).exists() {
+        return None;
+    }
     read_state::<ProcessId>(&run_dir.join(IDENTITY))
         .ok()
         .filter(ProcessId::is_alive)
@@ -198,9 +204,31 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     exit.peak_mib = fs::read_to_string(run_dir.join(PEAK))
         .ok()
         .and_then(|s| s.trim().parse().ok());
-    write_json(&run_dir.join(EXIT), &exit)?;
+    record_exit(run_dir, &exit);
     drop(lock);
     Ok(())
+}
+
+/// Writes `exit.json`, however long it takes: while the disk is full (or
+/// fails), the supervisor keeps its lock and tries again with backoff, so
+/// the daemon sees a run that has not ended yet rather than one whose end
+/// was lost.
+fn record_exit(run_dir: &Path, exit: &RunExit) {
+    let mut delay = Duration::from_millis(100);
+    let mut reported = false;
+    while let Err(e) = write_json(&run_dir.join(EXIT), exit) {
+        if !reported {
+            // Not eprintln!: it panics when the log cannot be written,
+            // and a full disk is exactly when this runs.
+            let _ = writeln!(
+                io::stderr(),
+                "cannot record the run's end: {e}; trying again until it can be"
+            );
+            reported = true;
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
 }
 
 /// SIGTERM, SIGINT or SIGHUP: stop the job — SIGTERM to its group at once,

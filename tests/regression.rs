@@ -327,7 +327,7 @@ fn a_short_lived_lock_probe_does_not_keep_a_daemon_from_its_spool() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
-        err.contains(&format!("pid {}", spool.daemon_pid())),
+        err.contains(&format!("pid {}", spool.daemon_pid().unwrap())),
         "{err}"
     );
     assert!(!err.contains("424242"), "{err}");

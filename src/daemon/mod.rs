@@ -153,6 +153,8 @@ struct Daemon {
     cancel_due: bool,
     sample_interval_ms: Arc<AtomicU64>,
     status_written: Instant,
+    /// The last status write failed (its warning was logged).
+    status_failing: bool,
     metrics_written: Instant,
     /// Last look at adopted runs.
     polled: Instant,
@@ -220,6 +222,7 @@ pub fn run(options: Options) -> Result<()> {
         cancel_due: false,
         sample_interval_ms: Arc::clone(&interval_ms),
         status_written: Instant::now(),
+        status_failing: false,
         metrics_written: Instant::now(),
         polled: Instant::now(),
         events: Vec::new(),
@@ -604,8 +607,15 @@ impl Daemon {
         let written = serde_json::to_vec_pretty(&status)
             .map_err(std::io::Error::other)
             .and_then(|json| write_replace(&self.spool.status_file(), &json, PUBLIC));
-        if let Err(e) = written {
-            log::warn!("cannot write {}: {e}", self.spool.status_file().display());
+        match written {
+            // Once per run of failures: a full disk would repeat it every
+            // second.
+            Err(e) if !self.status_failing => {
+                log::warn!("cannot write {}: {e}", self.spool.status_file().display());
+                self.status_failing = true;
+            }
+            Err(_) => {}
+            Ok(()) => self.status_failing = false,
         }
     }
 

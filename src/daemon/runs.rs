@@ -259,6 +259,7 @@ impl Daemon {
         };
         let run_dir = self.run_dir(task);
         let name = task.name.clone();
+        let run = task.run;
         let exit = match read_state::<RunExit>(&run_dir.join(supervisor::EXIT)) {
             Ok(exit) if exit.transient => {
                 let reason = exit.error.unwrap_or_default();
@@ -266,11 +267,23 @@ impl Daemon {
             }
             Ok(exit) => self.classify(&name.to_string(), &exit, &run_dir),
             Err(_) if supervisor::is_running(&run_dir) => return,
-            Err(_) => Exit::Failed(
-                "its supervisor died without recording how the job ended \
-                 (a reboot or a SIGKILL); submit it again to re-run it"
-                    .into(),
-            ),
+            // It names itself before it starts the job: without that, the
+            // job never ran (it could not write in a full disk, say).
+            Err(_) if !run_dir.join(supervisor::IDENTITY).exists() => {
+                return self.unlaunch(seq, "its supervisor ended before it started the job");
+            }
+            Err(_) => {
+                // Whatever is left of the job goes with its supervisor.
+                let killed = super::restore::kill_leftovers(&name, run);
+                if killed > 0 {
+                    log::warn!("{name}: stopped {killed} processes its dead supervisor left");
+                }
+                Exit::Failed(
+                    "its supervisor died without recording how the job ended \
+                     (a reboot or a SIGKILL); submit it again to re-run it"
+                        .into(),
+                )
+            }
         };
         if let Some(task) = self.tasks.get_mut(&seq) {
             task.adopted = false;

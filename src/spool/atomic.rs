@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 /// returns, the new content survives a power loss.
 pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let temp = write_temp(path, bytes, true, PRIVATE)?;
-    fs::rename(&temp, path)?;
+    renamed(&temp, path)?;
     sync_dir(parent(path))
 }
 
@@ -24,7 +24,15 @@ pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// status file, a run's peak memory), where only a torn read would hurt.
 pub fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let temp = write_temp(path, bytes, false, mode)?;
-    fs::rename(&temp, path)
+    renamed(&temp, path)
+}
+
+/// Renames a temporary into place, or removes it: a failed write leaves
+/// nothing behind.
+fn renamed(temp: &Path, path: &Path) -> io::Result<()> {
+    fs::rename(temp, path).inspect_err(|_| {
+        let _ = fs::remove_file(temp);
+    })
 }
 
 /// Read and write for carma's own user only.
@@ -60,13 +68,22 @@ fn write_temp(path: &Path, bytes: &[u8], sync: bool, mode: u32) -> io::Result<Pa
         .mode(mode)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&temp)?;
-    // The umask may have taken bits away, never added them; set exactly.
-    file.set_permissions(fs::Permissions::from_mode(mode))?;
-    file.write_all(bytes)?;
-    if sync {
-        file.sync_all()?;
+    let written = (|| {
+        // The umask may have taken bits away, never added them; set exactly.
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
+        file.write_all(bytes)?;
+        if sync {
+            file.sync_all()?;
+        }
+        Ok(())
+    })();
+    match written {
+        Ok(()) => Ok(temp),
+        Err(e) => {
+            let _ = fs::remove_file(&temp);
+            Err(e)
+        }
     }
-    Ok(temp)
 }
 
 fn parent(path: &Path) -> &Path {

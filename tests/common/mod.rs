@@ -420,9 +420,4 @@ impl Spool {
         assert!(status.success());
         dir
     }
-
-    /// The daemon's pid, while one runs.
-    pub fn daemon_pid(&self) -> u32 {
-        self.daemon.as_ref().expect("no daemon").id()
-    }
 }
