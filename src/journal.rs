@@ -7,6 +7,10 @@
 //! terminal, lines carry a timestamp and the level. Either way every line
 //! about a task starts with the task's name, so `journalctl -u carma -g
 //! 000042-resnet50` is that task's history.
+//!
+//! A message often quotes what a user wrote (a file name, a parse error):
+//! control characters in it are escaped, so no user can end a line early
+//! and forge a line of the daemon's, or color a terminal.
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -44,8 +48,14 @@ pub fn init() {
     let mut builder =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     if stderr_is_journal() {
-        builder
-            .format(|buf, record| writeln!(buf, "<{}>{}", priority(record.level()), record.args()));
+        builder.format(|buf, record| {
+            writeln!(
+                buf,
+                "<{}>{}",
+                priority(record.level()),
+                one_line(&record.args().to_string())
+            )
+        });
     } else {
         builder.format(|buf, record| {
             writeln!(
@@ -53,16 +63,40 @@ pub fn init() {
                 "{} {:<5} {}",
                 buf.timestamp_seconds(),
                 record.level(),
-                record.args()
+                one_line(&record.args().to_string())
             )
         });
     }
     builder.init();
 }
 
+/// A message as one line: newlines, carriage returns, escapes and other
+/// control characters written as Rust escapes.
+pub fn one_line(message: &str) -> String {
+    if !message.chars().any(char::is_control) {
+        return message.to_string();
+    }
+    message
+        .chars()
+        .map(|c| match c {
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_name_cannot_forge_a_log_line() {
+        let forged = "pending/x.rad\n<3>000001-x: failed: forged\x1b[31m";
+        let line = one_line(forged);
+        assert!(!line.contains('\n') && !line.contains('\x1b'), "{line}");
+        assert!(line.contains("x.rad\\n<3>"), "{line}");
+        assert_eq!(one_line("plain: ok"), "plain: ok");
+    }
 
     #[test]
     fn levels_map_to_syslog_priorities() {
