@@ -298,7 +298,22 @@ fn read_job_file(path: &Path) -> Result<Vec<u8>, String> {
     if meta.nlink() > 1 {
         return Err("has other hard links; a job file must be a file of its own".into());
     }
+    refuse_shared_writes(&meta)?;
     Ok(bytes)
+}
+
+/// A job runs as its file's owner, so its content must be the owner's
+/// alone: a file others may write could have been written by them (and
+/// moved into `pending/` by them, from a directory both may write).
+pub(super) fn refuse_shared_writes(meta: &fs::Metadata) -> Result<(), String> {
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "is writable by others than its owner (mode {:o}); a job runs as its file's owner, \
+             so only the owner may write it (chmod go-w)",
+            meta.mode() & 0o777
+        ));
+    }
+    Ok(())
 }
 
 /// Writes carma's copies of a job into `dir/job/`: the `.rad` as `file`,

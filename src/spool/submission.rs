@@ -182,6 +182,12 @@ impl Spool {
             });
         }
         let (bytes, meta) = safe::read_regular(rad, crate::rad::MAX_FILE_BYTES).map_err(at(rad))?;
+        if owned_by_someone_else(&meta) {
+            super::claim::refuse_shared_writes(&meta).map_err(|why| SpoolError::Io {
+                path: rad.to_owned(),
+                source: io::Error::new(io::ErrorKind::PermissionDenied, why),
+            })?;
+        }
         let pending = self.dir(State::Pending);
         let own_spool =
             fs::metadata(self.staging()).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw());
@@ -242,6 +248,12 @@ impl Spool {
             warning,
         })
     }
+}
+
+/// Whether a file carma's own user submits belongs to someone else (root
+/// submitting a user's job): its content must then be that user's alone.
+fn owned_by_someone_else(meta: &fs::Metadata) -> bool {
+    meta.uid() != nix::unistd::geteuid().as_raw()
 }
 
 /// Makes a rename into `dir` durable: fsync of `dir`, or, where this user

@@ -144,6 +144,19 @@ fn odd_drops_are_kept_in_failed_with_their_reason() {
 }
 
 #[test]
+fn a_dropped_file_others_may_write_is_refused() {
+    // Its owner's uid proves nothing about its content: whoever could
+    // write it could have written the job that would run as the owner.
+    let (_d, spool) = spool();
+    let path = spool.dir(State::Pending).join("open.rad");
+    fs::write(&path, "gpus: 1\necho\n").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+    let batch = spool.claim(&["open.rad".into()]);
+    let reason = batch.claimed[0].refused.clone().unwrap();
+    assert!(reason.contains("writable by others"), "{reason}");
+}
+
+#[test]
 fn claims_interrupted_by_a_crash_are_finished_or_given_back() {
     let (_d, spool) = spool();
     // Record written: the claim moves on.
