@@ -246,8 +246,18 @@ fn another_user_cannot_read_or_list_a_running_jobs_files() {
         let meta = fs::metadata(dir.join(path)).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600), "{path}");
     }
-    let out = spool.carma().args(["cancel", &name]).output().unwrap();
+    // Nor can bob cancel it; alice can.
+    let out = bob.carma(&spool, &format!("cancel {name} --wait 1"));
+    assert!(!out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(spool.root.join("running").join(&name).exists());
+    assert!(
+        spool.daemon_log().contains("cancel refused"),
+        "{}",
+        spool.daemon_log()
+    );
+    let out = alice.carma(&spool, &format!("cancel {name}"));
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(spool.root.join("failed").join(&name).exists());
 }
 
 #[test]

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use carma::config::Config;
-use carma::spool::State;
+use carma::daemon::status::Status;
+use carma::spool::record::read_json;
+use carma::spool::{Spool, SpoolError, State, TaskName};
 
 use super::spool_arg::SpoolArg;
 
@@ -30,7 +32,7 @@ pub struct Args {
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config_path)?;
     let spool = args.spool.resolve(&config);
-    let (state, name) = spool.find(&args.task)?;
+    let (state, name) = find(&spool, &args.task)?;
     if matches!(state, State::Done | State::Failed) {
         eprintln!("carma: {name} already ended (it is in {state}/)");
         return Ok(ExitCode::FAILURE);
@@ -50,7 +52,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         if spool.task_dir(State::Failed, &name).exists()
             || spool.task_dir(State::Done, &name).exists()
         {
-            let (state, _) = spool.find(name.as_str())?;
+            let (state, _) = find(&spool, name.as_str())?;
             println!(
                 "{name}: {}",
                 if state == State::Failed {
@@ -67,4 +69,25 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         "carma: {name}: cancellation requested, but the task has not stopped within {wait:.0} s"
     );
     Ok(ExitCode::FAILURE)
+}
+
+/// Finds a task in the directories this user may list and, for `pending/`
+/// and `recovery/` of a shared spool (which users cannot list), among the
+/// names the daemon's status file publishes.
+fn find(spool: &Spool, query: &str) -> Result<(State, TaskName), SpoolError> {
+    let mut tasks = spool.visible_tasks()?;
+    if let Ok(status) = read_json::<Status>(&spool.status_file()) {
+        let waiting = [
+            (State::Pending, status.pending),
+            (State::Recovery, status.recovery),
+        ];
+        for (state, names) in waiting {
+            for name in names.iter().filter_map(|n| TaskName::parse(n)) {
+                if !tasks.iter().any(|(_, t)| *t == name) {
+                    tasks.push((state, name));
+                }
+            }
+        }
+    }
+    spool.find_among(query, tasks)
 }

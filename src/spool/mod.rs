@@ -354,19 +354,42 @@ impl Spool {
             .find(|&s| fs::symlink_metadata(self.task_dir(s, name)).is_ok())
     }
 
+    /// Every task in the state directories this process may list
+    /// (`pending/` is not listable by the users of a shared spool).
+    pub fn visible_tasks(&self) -> Result<Vec<(State, TaskName)>, SpoolError> {
+        let mut tasks = Vec::new();
+        for state in State::ALL {
+            match self.list(state) {
+                Ok(listing) => tasks.extend(listing.tasks.into_iter().map(|n| (state, n))),
+                Err(SpoolError::Io { source, .. })
+                    if source.kind() == io::ErrorKind::PermissionDenied => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(tasks)
+    }
+
     /// Finds a task by its full name, its number, or a unique prefix.
     pub fn find(&self, query: &str) -> Result<(State, TaskName), SpoolError> {
+        self.find_among(query, self.visible_tasks()?)
+    }
+
+    /// [`Spool::find`] among the given tasks (say, those the daemon's
+    /// status names, for a user who cannot list `pending/`).
+    pub fn find_among(
+        &self,
+        query: &str,
+        tasks: Vec<(State, TaskName)>,
+    ) -> Result<(State, TaskName), SpoolError> {
         let number = query.trim_start_matches('t').parse::<u64>().ok();
         let mut hits = Vec::new();
-        for state in State::ALL {
-            for name in self.list(state)?.tasks {
-                let exact = name.as_str() == query || Some(name.seq()) == number;
-                if exact {
-                    return Ok((state, name));
-                }
-                if name.as_str().starts_with(query) {
-                    hits.push((state, name));
-                }
+        for (state, name) in tasks {
+            let exact = name.as_str() == query || Some(name.seq()) == number;
+            if exact {
+                return Ok((state, name));
+            }
+            if name.as_str().starts_with(query) {
+                hits.push((state, name));
             }
         }
         match hits.len() {
