@@ -82,7 +82,9 @@ impl History {
         let text = match fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+            // The caller only logs the error: without the path, "stream did
+            // not contain valid UTF-8" leaves nobody a file to look at.
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         };
         let record: Record = serde_json::from_str(&text).map_err(|e| {
             io::Error::new(
@@ -172,6 +174,21 @@ mod tests {
             batch_size: None,
         };
         assert_ne!(a.key(), b.key());
+    }
+
+    /// Found by `tests/properties.rs`: a record that is not UTF-8 gave an
+    /// error without the file's name.
+    #[test]
+    fn a_record_that_is_not_utf8_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{}.json", job(8).key()));
+        fs::write(&path, b"{\x80}").unwrap();
+        let err = History::open(dir.path()).lookup(&job(8)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
     }
 
     #[test]
