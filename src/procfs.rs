@@ -74,7 +74,11 @@ impl Stat {
 }
 
 fn stat(pid: u32) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    // Field 2 is whatever name the process gave itself, in bytes that need
+    // not be UTF-8; refusing the whole line for it would make a job's
+    // process invisible (its GPU memory unattributed) by renaming itself.
+    let bytes = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&String::from_utf8_lossy(&bytes))
 }
 
 /// Reads a `/proc/<pid>/stat` line. Field 2, the command name, is in
@@ -179,6 +183,29 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!id.is_alive());
+    }
+
+    /// Found while writing the property test below: a command name that is
+    /// not UTF-8 made the whole stat line unreadable, so the process looked
+    /// absent.
+    #[test]
+    fn a_command_name_that_is_not_utf8_is_still_a_process() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .unwrap();
+        let latin1 = dir.path().join(OsStr::from_bytes(b"caf\xe9) (\xff"));
+        std::os::unix::fs::symlink(sleep, &latin1).unwrap();
+        let mut child = Command::new(&latin1).arg("5").spawn().unwrap();
+        let id = ProcessId::of(child.id());
+        let session = session_id(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(id.is_some_and(|id| id.pid == child.id()));
+        assert_eq!(session, session_id(std::process::id()));
     }
 
     fn wait_for_zombie(child: &Child) {
