@@ -208,6 +208,53 @@ mod tests {
         assert_eq!(session, session_id(std::process::id()));
     }
 
+    /// A `/proc/<pid>/stat` line as the kernel writes it, with `comm` as the
+    /// command name.
+    fn stat_line(comm: &[u8], state: char, session: u32, start: u64) -> Vec<u8> {
+        let mut line = b"4242 (".to_vec();
+        line.extend_from_slice(comm);
+        line.extend_from_slice(
+            format!(
+                ") {state} 1 4242 {session} 34816 4242 4194560 123 0 0 0 1 2 0 0 20 0 1 0 \
+                 {start} 8568832 1104 18446744073709551615 1 1 0 0 0 0 65536 3686404 \
+                 1266761467 0 0 0 17 1 0 0 0 0 0\n"
+            )
+            .as_bytes(),
+        );
+        line
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1000),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// The command name is chosen by the process (any bytes but NUL, up
+        /// to 15 of them, parentheses and spaces included): it must never
+        /// change what the other fields read as.
+        #[test]
+        fn any_command_name_reads_the_same_fields(
+            comm in proptest::collection::vec(1..=255u8, 0..16),
+            state in proptest::sample::select(&['R', 'S', 'D', 'Z', 'X', 'T', 'I']),
+            session in proptest::prelude::any::<u32>(),
+            start in proptest::prelude::any::<u64>(),
+        ) {
+            let line = stat_line(&comm, state, session, start);
+            let stat = parse_stat(&String::from_utf8_lossy(&line));
+            proptest::prop_assert_eq!(stat, Some(Stat { state, session_id: session, start_time: start }));
+        }
+
+        #[test]
+        fn any_text_reads_or_is_no_process(text in proptest::prelude::any::<String>()) {
+            let _ = parse_stat(&text);
+        }
+    }
+
     fn wait_for_zombie(child: &Child) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while stat(child.id()).is_some_and(|s| s.state != 'Z') {
