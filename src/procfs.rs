@@ -151,7 +151,11 @@ impl Stat {
 }
 
 fn stat(pid: u32) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    // Field 2 is whatever name the process gave itself, in bytes that need
+    // not be UTF-8; refusing the whole line for it would make a job's
+    // process invisible (its GPU memory unattributed) by renaming itself.
+    let bytes = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&String::from_utf8_lossy(&bytes))
 }
 
 /// Reads a `/proc/<pid>/stat` line. Field 2, the command name, is in
@@ -256,6 +260,76 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!id.is_alive());
+    }
+
+    /// Found while writing the property test below: a command name that is
+    /// not UTF-8 made the whole stat line unreadable, so the process looked
+    /// absent.
+    #[test]
+    fn a_command_name_that_is_not_utf8_is_still_a_process() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .unwrap();
+        let latin1 = dir.path().join(OsStr::from_bytes(b"caf\xe9) (\xff"));
+        std::os::unix::fs::symlink(sleep, &latin1).unwrap();
+        let mut child = Command::new(&latin1).arg("5").spawn().unwrap();
+        let id = ProcessId::of(child.id());
+        let session = session_id(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(id.is_some_and(|id| id.pid == child.id()));
+        assert_eq!(session, session_id(std::process::id()));
+    }
+
+    /// A `/proc/<pid>/stat` line as the kernel writes it, with `comm` as the
+    /// command name.
+    fn stat_line(comm: &[u8], state: char, session: u32, start: u64) -> Vec<u8> {
+        let mut line = b"4242 (".to_vec();
+        line.extend_from_slice(comm);
+        line.extend_from_slice(
+            format!(
+                ") {state} 1 4242 {session} 34816 4242 4194560 123 0 0 0 1 2 0 0 20 0 1 0 \
+                 {start} 8568832 1104 18446744073709551615 1 1 0 0 0 0 65536 3686404 \
+                 1266761467 0 0 0 17 1 0 0 0 0 0\n"
+            )
+            .as_bytes(),
+        );
+        line
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1000),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// The command name is chosen by the process (any bytes but NUL, up
+        /// to 15 of them, parentheses and spaces included): it must never
+        /// change what the other fields read as.
+        #[test]
+        fn any_command_name_reads_the_same_fields(
+            comm in proptest::collection::vec(1..=255u8, 0..16),
+            state in proptest::sample::select(&['R', 'S', 'D', 'Z', 'X', 'T', 'I']),
+            session in proptest::prelude::any::<u32>(),
+            start in proptest::prelude::any::<u64>(),
+        ) {
+            let line = stat_line(&comm, state, session, start);
+            let stat = parse_stat(&String::from_utf8_lossy(&line));
+            proptest::prop_assert_eq!(stat, Some(Stat { state, session_id: session, start_time: start }));
+        }
+
+        #[test]
+        fn any_text_reads_or_is_no_process(text in proptest::prelude::any::<String>()) {
+            let _ = parse_stat(&text);
+        }
     }
 
     fn wait_for_zombie(child: &Child) {

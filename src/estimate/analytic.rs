@@ -57,13 +57,18 @@ pub struct AnalyticAnswer {
 
 const MIB: f64 = (1u64 << 20) as f64;
 
+// The formulas run in f64 and convert with `as u64`, which saturates; the
+// constant is added saturating too, because features and batch sizes come
+// from users' files: a wrap here would turn an absurd model into a tiny
+// need and place it beside other jobs.
+
 impl Analytic {
     /// The Horus estimate, when the features have activation counts.
     pub fn horus(&self, f: &ModelFeatures, batch: u64) -> Option<u64> {
         let a = f.activations_per_sample? as f64;
         let (b, p) = (batch as f64, f.params_total as f64);
         let bytes = 4.0 * (b * a + p + b * p);
-        Some(self.context_mib + (bytes / MIB).ceil() as u64)
+        Some(self.context_mib.saturating_add((bytes / MIB).ceil() as u64))
     }
 
     /// The transformer-aware estimate.
@@ -82,7 +87,8 @@ impl Analytic {
         let trainable = f.params_trainable as f64;
         let frozen = f.params_total.saturating_sub(f.params_trainable) as f64;
         let weights = 16.0 * trainable + 4.0 * frozen;
-        self.context_mib + ((activations + logits + weights) / MIB).ceil() as u64
+        self.context_mib
+            .saturating_add(((activations + logits + weights) / MIB).ceil() as u64)
     }
 
     /// The transformer form for transformers, Horus for the rest.
@@ -123,6 +129,28 @@ mod tests {
         let f = b.finish(Totals::default());
         // 4 bytes x (2·2^18 + 2^18 + 2·2^18) = 5 MiB.
         assert_eq!(A.horus(&f, 2), Some(1005));
+    }
+
+    /// Found by `tests/properties.rs`: with a position embedding of 2^64
+    /// rows (or activations of 2^64 elements at a large batch) the formula
+    /// saturated at `u64::MAX` MiB and adding the constant overflowed: a
+    /// panic in debug builds, 999 MiB in release builds.
+    #[test]
+    fn absurd_models_need_everything_rather_than_wrapping() {
+        let mut b = FeatureBuilder::default();
+        b.add(LayerKind::Linear, Some(u64::MAX), u64::MAX);
+        let f = b.finish(Totals::default());
+        assert_eq!(A.horus(&f, u64::from(u32::MAX)), Some(u64::MAX));
+        let t = TransformerShape {
+            hidden: 64,
+            blocks: 2,
+            intermediate: None,
+            vocab: None,
+            max_positions: Some(u64::MAX),
+            head_width: 8,
+            fused_attention: false,
+        };
+        assert_eq!(A.transformer(&f, &t, 1), u64::MAX);
     }
 
     #[test]

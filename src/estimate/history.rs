@@ -84,7 +84,10 @@ impl History {
         let record: Record = match read_state(&path) {
             Ok(record) => record,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+            // The caller only logs the error: without the path, "stream did
+            // not contain valid UTF-8" leaves nobody a file to look at.
+            Err(e) if e.to_string().contains(&path.display().to_string()) => return Err(e),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         };
         // A different fingerprint under the same key would be a SHA-256
         // collision or a hand-edited file: not this job.
@@ -196,6 +199,21 @@ mod tests {
             batch_size: None,
         };
         assert_ne!(a.key(), b.key());
+    }
+
+    /// Found by `tests/properties.rs`: a record that is not UTF-8 gave an
+    /// error without the file's name.
+    #[test]
+    fn a_record_that_is_not_utf8_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{}.json", job(8).key()));
+        fs::write(&path, b"{\x80}").unwrap();
+        let err = History::open(dir.path()).lookup(&job(8)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
     }
 
     #[test]

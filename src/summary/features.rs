@@ -214,9 +214,18 @@ pub struct ActivationsByKind {
 }
 
 impl ActivationsByKind {
-    /// All of them.
+    /// All of them (saturating: the parts may already be saturated).
     pub fn total(&self) -> u64 {
-        self.conv + self.linear + self.batch_norm + self.activation + self.dropout + self.other
+        [
+            self.conv,
+            self.linear,
+            self.batch_norm,
+            self.activation,
+            self.dropout,
+            self.other,
+        ]
+        .into_iter()
+        .fold(0, u64::saturating_add)
     }
 }
 
@@ -285,50 +294,69 @@ impl FeatureBuilder {
     /// known, and its parameters. Containers should not be passed (their
     /// outputs repeat a child's); they are ignored if they are.
     pub fn add(&mut self, kind: LayerKind, outputs: Option<u64>, params: u64) {
-        self.params_in_layers += params;
-        let out = outputs.unwrap_or(0);
+        self.add_times(kind, outputs, params, 1);
+    }
+
+    /// [`FeatureBuilder::add`] for `times` identical layers at once. A
+    /// module print's `12 x BertLayer(` repeats everything inside it, and
+    /// the count comes from the user's file: adding layer by layer would
+    /// let `(0): 18446744073709551615 x Layer(` keep the daemon busy
+    /// forever. Sums saturate for the same reason, so an absurd summary
+    /// gives huge features (which estimators decline as out of range)
+    /// instead of a panic, or a wrap to a small need in a release build.
+    pub fn add_times(&mut self, kind: LayerKind, outputs: Option<u64>, params: u64, times: u64) {
+        if times == 0 {
+            return;
+        }
+        let layers = u32::try_from(times).unwrap_or(u32::MAX);
+        self.params_in_layers = self
+            .params_in_layers
+            .saturating_add(params.saturating_mul(times));
+        let out = outputs.unwrap_or(0).saturating_mul(times);
         if outputs.is_some() && !matches!(kind, LayerKind::View | LayerKind::Container) {
             self.shapes_seen = true;
         }
+        let count = |n: &mut u32| *n = n.saturating_add(layers);
+        let sum = |total: &mut u64| *total = total.saturating_add(out);
         let a = &mut self.activations;
         match kind {
             LayerKind::Linear => {
-                self.layers.linear += 1;
-                a.linear += out;
+                count(&mut self.layers.linear);
+                sum(&mut a.linear);
             }
             LayerKind::Conv => {
-                self.layers.conv += 1;
-                a.conv += out;
+                count(&mut self.layers.conv);
+                sum(&mut a.conv);
             }
             LayerKind::BatchNorm => {
-                self.layers.batch_norm += 1;
-                a.batch_norm += out;
+                count(&mut self.layers.batch_norm);
+                sum(&mut a.batch_norm);
             }
             LayerKind::LayerNorm => {
-                self.layers.layer_norm += 1;
-                a.other += out;
+                count(&mut self.layers.layer_norm);
+                sum(&mut a.other);
             }
             LayerKind::Dropout => {
-                self.layers.dropout += 1;
-                a.dropout += out;
+                count(&mut self.layers.dropout);
+                sum(&mut a.dropout);
             }
             LayerKind::Embedding => {
-                self.layers.embedding += 1;
-                a.other += out;
+                count(&mut self.layers.embedding);
+                sum(&mut a.other);
             }
             LayerKind::Activation(f) => {
-                self.layers.activation += 1;
-                a.activation += out;
+                count(&mut self.layers.activation);
+                sum(&mut a.activation);
                 match self.act_votes.iter_mut().find(|(g, _)| *g == f) {
-                    Some((_, n)) => *n += 1,
-                    None => self.act_votes.push((f, 1)),
+                    Some((_, n)) => count(n),
+                    None => self.act_votes.push((f, layers)),
                 }
             }
             LayerKind::Softmax => {
-                self.layers.activation += 1;
-                a.activation += out;
+                count(&mut self.layers.activation);
+                sum(&mut a.activation);
             }
-            LayerKind::Pooling | LayerKind::Other => a.other += out,
+            LayerKind::Pooling | LayerKind::Other => sum(&mut a.other),
             LayerKind::View | LayerKind::Container => {}
         }
     }
@@ -370,7 +398,7 @@ impl FeatureBuilder {
             Family::Other
         };
         ModelFeatures {
-            depth: l.linear + l.conv,
+            depth: l.linear.saturating_add(l.conv),
             layers: self.layers,
             params_total,
             params_trainable,

@@ -201,11 +201,11 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
             };
             SummaryError::at(number, text_line, stopped_at(&e, text_line), expected)
         })?;
-        let repeat: u64 = stack.iter().map(|f| f.times).product();
+        let repeat = stack.iter().map(|f| f.times).fold(1, u64::saturating_mul);
         match parsed {
             Line::Open { name, times, .. } => {
                 if let Some(parent) = stack.last_mut() {
-                    parent.children += times;
+                    parent.children = parent.children.saturating_add(times);
                 }
                 note_names(&mut builder, &mut evidence, name);
                 stack.push(Frame {
@@ -223,15 +223,18 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                 params,
             } => {
                 if let Some(parent) = stack.last_mut() {
-                    parent.children += times;
+                    parent.children = parent.children.saturating_add(times);
                 }
                 note_names(&mut builder, &mut evidence, name);
                 let in_block = stack.iter().any(|f| f.name == "ModuleList");
                 let kind = LayerKind::classify(name);
                 note_shape(&mut evidence, kind, key, args, in_block);
-                for _ in 0..repeat.saturating_mul(times) {
-                    builder.add(kind, None, params.unwrap_or(0));
-                }
+                builder.add_times(
+                    kind,
+                    None,
+                    params.unwrap_or(0),
+                    repeat.saturating_mul(times),
+                );
             }
             Line::Close { params } => {
                 let Some(frame) = stack.pop() else {

@@ -231,3 +231,42 @@ fn no_input_panics() {
         }
     }
 }
+
+/// Found by `tests/properties.rs`: a repeat count is the user's number, and
+/// each copy used to be added one by one, so this took longer than the
+/// age of the universe (and nested repeats overflowed their product).
+#[test]
+fn huge_repeat_counts_are_counted_at_once() {
+    let text = "Net(\n  (a): 18446744073709551615 x Block(\n    (b): 3 x Inner(\n      \
+                (fc): 2 x Linear(in_features=8, out_features=8, bias=True), 72 params\n    \
+                ), 0 params\n  ), 0 params\n)\n";
+    let start = std::time::Instant::now();
+    let f = Summary::parse(text).unwrap().features;
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    assert_eq!(f.layers.linear, u32::MAX);
+    assert_eq!(f.params_total, u64::MAX);
+    // A repeat of zero adds nothing.
+    let text = "Net(\n  (a): 0 x Linear(in_features=8, out_features=8, bias=True), 72 params\n)\n";
+    let f = Summary::parse(text).unwrap().features;
+    assert_eq!((f.layers.linear, f.params_total), (0, 0));
+}
+
+/// Found by `tests/properties.rs`: parameter and activation sums overflowed
+/// (a panic in debug builds, a wrap to a small, under-estimating number in
+/// release builds) when rows held counts near `u64::MAX`.
+#[test]
+fn huge_counts_saturate_instead_of_overflowing() {
+    let text = "Layer (type)   Output Shape   Param #\n====\n\
+                Linear-1   [-1, 4294967296, 4294967296]   18,446,744,073,709,551,615\n\
+                Linear-2   [-1, 4294967296, 4294967296]   18,446,744,073,709,551,615\n====\n";
+    let f = Summary::parse(text).unwrap().features;
+    assert_eq!(f.params_total, u64::MAX);
+    assert_eq!(f.activations_per_sample, Some(u64::MAX));
+    let text = "Layer (type:depth-idx)   Output Shape   Param #\n====\n\
+                Net   [1, 4294967296, 4294967296]   --\n\
+                Conv2d: 1-1   [1, 4294967296, 4294967296]   18446744073709551615\n\
+                ReLU: 1-2   [1, 4294967296, 4294967296]   1\n====\n";
+    let f = Summary::parse(text).unwrap().features;
+    assert_eq!(f.params_total, u64::MAX);
+    assert_eq!(f.activations_per_sample, Some(u64::MAX));
+}
