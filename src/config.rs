@@ -157,6 +157,9 @@ mod tests {
         assert!(Config::from_override("t", "[placement]\npolicy = \"fastest\"\n").is_err());
         assert!(Config::from_override("t", "[placement]\nsmact_cap = 1.5\n").is_err());
         assert!(Config::from_override("t", "[placement]\nsmact_window_s = 0\n").is_err());
+        // Too long for the clock: refused, never a panic later.
+        assert!(Config::from_override("t", "[daemon]\ncancel_grace_s = 1e300\n").is_err());
+        assert!(Config::from_override("t", "[placement]\nreservation_ramp_s = 1e300\n").is_err());
         assert!(Config::from_override("t", "[simulate]\nramp_s = -1\n").is_err());
         assert!(Config::from_override("t", "placement = [").is_err());
         assert!(Config::from_override("t", "[estimate]\nquantile = 0\n").is_err());

@@ -146,7 +146,7 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     // `carma cancel` can find it, a SIGTERM must stop the job, not the
     // supervisor, which still has the run's end to record.
     let grace = launch.as_ref().map_or(Duration::ZERO, |l| {
-        Duration::from_secs_f64(l.grace_s.max(0.0))
+        Duration::try_from_secs_f64(l.grace_s.max(0.0)).unwrap_or(Duration::MAX)
     });
     watch_signals(Arc::clone(&stop), Arc::clone(&job_group), grace)?;
     let me = ProcessId::current()

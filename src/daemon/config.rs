@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::sched::MAX_SECONDS;
+
 /// See the commented default configuration for meanings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,13 +24,15 @@ impl DaemonConfig {
             ("sample_interval_s", self.sample_interval_s),
             ("metrics_interval_s", self.metrics_interval_s),
         ] {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(format!("daemon.{key} = {value}: expected seconds > 0"));
+            if !(value > 0.0 && value <= MAX_SECONDS) {
+                return Err(format!(
+                    "daemon.{key} = {value}: expected seconds > 0 (at most a year)"
+                ));
             }
         }
-        if !(self.cancel_grace_s.is_finite() && self.cancel_grace_s >= 0.0) {
+        if !(self.cancel_grace_s >= 0.0 && self.cancel_grace_s <= MAX_SECONDS) {
             return Err(format!(
-                "daemon.cancel_grace_s = {}: expected seconds >= 0",
+                "daemon.cancel_grace_s = {}: expected seconds >= 0 (at most a year)",
                 self.cancel_grace_s
             ));
         }

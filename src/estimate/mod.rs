@@ -372,7 +372,7 @@ impl Chain {
                         let peak = record.max_peak_mib;
                         let margin = ((peak as f64 * self.settings.history_margin).ceil() as u64)
                             .max(self.settings.history_min_margin_mib);
-                        Ok(Answer::plain(Need::Mib(peak + margin)))
+                        Ok(Answer::plain(Need::Mib(peak.saturating_add(margin))))
                     }
                     Ok(None) => Err("this job has not run here before".into()),
                     Err(e) => Err(format!("history unreadable: {e}")),

@@ -35,7 +35,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 pub use policy::Policy;
-pub use rules::{PlacementRules, RecoveryMode, RecoveryRules, Rules};
+pub use rules::{MAX_SECONDS, PlacementRules, RecoveryMode, RecoveryRules, Rules};
 pub use task::{Demand, Exit, FailReason, Need, TaskId};
 
 use ledger::Ledger;

@@ -54,21 +54,25 @@ impl Rules {
                 p.smact_cap
             ));
         }
-        if !(p.smact_window_s.is_finite() && p.smact_window_s > 0.0) {
+        if !(p.smact_window_s > 0.0 && p.smact_window_s <= MAX_SECONDS) {
             return Err(format!(
-                "placement.smact_window_s = {}: expected seconds > 0",
+                "placement.smact_window_s = {}: expected seconds > 0 (at most a year)",
                 p.smact_window_s
             ));
         }
-        if !(p.reservation_ramp_s.is_finite() && p.reservation_ramp_s >= 0.0) {
+        if !(p.reservation_ramp_s >= 0.0 && p.reservation_ramp_s <= MAX_SECONDS) {
             return Err(format!(
-                "placement.reservation_ramp_s = {}: expected seconds >= 0",
+                "placement.reservation_ramp_s = {}: expected seconds >= 0 (at most a year)",
                 p.reservation_ramp_s
             ));
         }
         Ok(())
     }
 }
+
+/// The longest duration a setting may give: a year. Longer ones are typos,
+/// and a duration too large for the clock would stop the daemon.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 #[cfg(test)]
 impl Rules {
