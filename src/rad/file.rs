@@ -21,8 +21,9 @@ use super::suggest::closest;
 use super::{Parsed, parse_bytes};
 
 /// Largest `.rad` read. Real ones are a few hundred bytes; the bound keeps
-/// a stray multi-gigabyte file from being loaded into memory at all.
-pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// a stray multi-gigabyte file from being loaded into memory at all, and
+/// limits what carma's (root-owned, quota-free) copy of a job can cost.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// A `.rad` file that is not a usable job, with its path.
 #[derive(Debug, Error)]

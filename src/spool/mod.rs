@@ -415,8 +415,9 @@ impl Spool {
 }
 
 /// Largest model summary copied into a task: real ones are tens of
-/// kilobytes.
-pub const MAX_SUMMARY_BYTES: u64 = 64 << 20;
+/// kilobytes, the largest torchsummary tables a few hundred. carma's copy
+/// is root's and counts against no user's disk quota, so it is bounded.
+pub const MAX_SUMMARY_BYTES: u64 = 8 << 20;
 
 /// Opens (creating it if needed, never truncating) a file that is
 /// `flock`ed: its content may matter to whoever holds the lock. Made
