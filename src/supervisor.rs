@@ -46,7 +46,7 @@ use nix::unistd::{
 };
 
 use crate::procfs::ProcessId;
-use crate::spool::record::{Launch, RunExit, give_to_owner, read_state, unix_now, write_json};
+use crate::spool::record::{Launch, RunExit, read_state, unix_now, write_json};
 
 /// File names inside a run directory.
 pub const LAUNCH: &str = "launch.json";
@@ -296,16 +296,15 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(path)
     };
-    private(&script)?.write_all(text.as_bytes())?;
+    let mut job_sh = private(&script)?;
+    job_sh.write_all(text.as_bytes())?;
     let stdout = private(&run_dir.join(STDOUT))?;
     let stderr = private(&run_dir.join(STDERR))?;
     let run_as = launch.run_as.clone();
-    let owner = run_as.as_ref().map(|u| u.uid);
-    give_to_owner(&script, owner)?;
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o400))?;
     if let Some(user) = &run_as {
-        // The job's output is its user's, and nobody else's, to read.
-        for file in [&stdout, &stderr] {
+        // The script and the job's output are its user's, and nobody
+        // else's, to read: handed over on the open files.
+        for file in [&job_sh, &stdout, &stderr] {
             fchown(
                 file,
                 Some(Uid::from_raw(user.uid)),
@@ -313,6 +312,7 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
             )?;
         }
     }
+    job_sh.set_permissions(fs::Permissions::from_mode(0o400))?;
     let mut command = Command::new("bash");
     command
         .arg("--noprofile")

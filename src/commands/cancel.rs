@@ -4,6 +4,7 @@
 //! whether the task waits or runs and may signal supervisors that run as
 //! root; this command waits until the task reaches `failed/`.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -38,7 +39,14 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     let request = spool.cancel_dir().join(name.as_str());
-    std::fs::write(&request, b"")
+    // Never through a link someone planted under the request's name.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&request)
         .with_context(|| format!("cannot write the request {}", request.display()))?;
     if !spool.daemon_running() {
         println!(

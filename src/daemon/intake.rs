@@ -380,6 +380,7 @@ impl Daemon {
         self.close(Closing {
             name: name.clone(),
             record,
+            from: state,
             to: State::Failed,
             owner,
             run: last_run(&self.spool.task_dir(state, name)),
@@ -462,7 +463,19 @@ impl Daemon {
                 continue;
             }
             let path = entry.path();
-            let requester = fs::symlink_metadata(&path).map(|m| m.uid()).ok();
+            let meta = fs::symlink_metadata(&path).ok();
+            if meta.as_ref().is_some_and(|m| !m.is_file()) {
+                // A request is an empty regular file; anything else (a
+                // directory squatting a task's request name, a link) only
+                // stands in the way of the real one.
+                log::warn!("cancel/{request}: not a regular file; removed");
+                let _ = match meta.is_some_and(|m| m.is_dir()) {
+                    true => fs::remove_dir_all(&path),
+                    false => fs::remove_file(&path),
+                };
+                continue;
+            }
+            let requester = meta.map(|m| m.uid());
             if self.cancel(&request, requester) {
                 let _ = fs::remove_file(&path);
             } else {

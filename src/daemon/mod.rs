@@ -116,6 +116,9 @@ struct Closing {
     name: TaskName,
     /// Its record, outcome included, to write before the move.
     record: TaskRecord,
+    /// Where its directory is: known, never looked up by name (a user may
+    /// put anything under a task's name in `pending/`).
+    from: State,
     to: State,
     /// The user, for the `reason` file.
     owner: Option<u32>,

@@ -135,12 +135,10 @@ impl Daemon {
             self.collect(name.seq());
         } else {
             // The supervisor died without recording the end (a reboot, a
-            // SIGKILL): what the job did is unknown. Stop whatever is left
-            // of it, and let the user decide whether to run it again.
-            let killed = kill_leftovers(&name, run);
-            log::warn!(
-                "{name}: run {run} lost its supervisor; stopped {killed} leftover processes"
-            );
+            // SIGKILL): what the job did is unknown. Collecting stops
+            // whatever is left of it, and the user decides whether to run
+            // it again.
+            log::warn!("{name}: run {run} lost its supervisor");
             self.collect(name.seq());
         }
     }
@@ -229,10 +227,12 @@ impl Daemon {
     }
 }
 
-/// Sends SIGKILL to every process whose environment names this task's run
-/// (`CARMA_TASK_ID`, `CARMA_RUN`): the job's processes carry both, and
-/// nothing else does, whatever became of their pids' sessions.
-pub(super) fn kill_leftovers(name: &TaskName, run: u32) -> usize {
+/// Sends SIGKILL to every process of the job's user whose environment
+/// names this task's run (`CARMA_TASK_ID`, `CARMA_RUN`): the job's
+/// processes carry both, whatever became of their pids' sessions. Anyone
+/// may set those variables, so a process that is not wholly the job's
+/// user's (another user's, a set-user-ID program) is never touched.
+pub(super) fn kill_leftovers(name: &TaskName, run: u32, user: u32) -> usize {
     let task_var = format!("CARMA_TASK_ID={name}");
     let run_var = format!("CARMA_RUN={run}");
     let mut killed = 0;
@@ -247,13 +247,29 @@ pub(super) fn kill_leftovers(name: &TaskName, run: u32) -> usize {
         else {
             continue;
         };
-        if environ_has(&entry.path(), &task_var, &run_var)
+        if runs_only_as(&entry.path(), user)
+            && environ_has(&entry.path(), &task_var, &run_var)
             && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
         {
             killed += 1;
         }
     }
     killed
+}
+
+/// Whether every uid of the process (real, effective, saved, file system)
+/// is `user`.
+fn runs_only_as(proc_dir: &Path, user: u32) -> bool {
+    let Ok(status) = fs::read_to_string(proc_dir.join("status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .is_some_and(|uids| {
+            let uids: Vec<&str> = uids.split_whitespace().collect();
+            !uids.is_empty() && uids.iter().all(|u| u.parse() == Ok(user))
+        })
 }
 
 fn environ_has(proc_dir: &Path, a: &str, b: &str) -> bool {

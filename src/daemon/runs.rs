@@ -17,7 +17,7 @@ use super::{Closing, Daemon};
 use crate::procfs::ProcessId;
 use crate::sched::{Event, Exit, TaskId};
 use crate::spool::record::{
-    Launch, Outcome, RunAs, RunExit, WORK, give_to_owner, read_state, unix_now, write_json,
+    Launch, Outcome, RunAs, RunExit, WORK, give_dir_to_owner, read_state, unix_now, write_json,
     write_reason,
 };
 use crate::spool::{State, TASK_DIR_MODE, make_dir, sync_dir};
@@ -29,7 +29,7 @@ fn make_work_dir(path: &Path, owner: Option<u32>) -> std::io::Result<()> {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
         _ => {}
     }
-    give_to_owner(path, owner)
+    give_dir_to_owner(path, owner)
 }
 
 /// The user this process runs as, for jobs of a daemon that is not root.
@@ -260,6 +260,10 @@ impl Daemon {
         let run_dir = self.run_dir(task);
         let name = task.name.clone();
         let run = task.run;
+        let user = task
+            .run_as
+            .as_ref()
+            .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
         let exit = match read_state::<RunExit>(&run_dir.join(supervisor::EXIT)) {
             Ok(exit) if exit.transient => {
                 let reason = exit.error.unwrap_or_default();
@@ -274,7 +278,7 @@ impl Daemon {
             }
             Err(_) => {
                 // Whatever is left of the job goes with its supervisor.
-                let killed = super::restore::kill_leftovers(&name, run);
+                let killed = super::restore::kill_leftovers(&name, run, user);
                 if killed > 0 {
                     log::warn!("{name}: stopped {killed} processes its dead supervisor left");
                 }
@@ -354,6 +358,7 @@ impl Daemon {
             name: task.name,
             owner: record.owner,
             record,
+            from: task.state,
             to,
             run: task.run,
             retry: super::Backoff::default(),
@@ -393,17 +398,23 @@ impl Daemon {
         let Some(c) = self.closing.get(&seq) else {
             return;
         };
-        let (name, to) = (c.name.clone(), c.to);
-        let Some(at) = self.spool.locate(&name) else {
-            log::error!("{name}: its directory is gone; it cannot be moved to {to}/");
-            self.closing.remove(&seq);
-            return;
+        let (name, from, to) = (c.name.clone(), c.from, c.to);
+        // A move that renamed but failed after (a directory sync) left the
+        // task in `to`: carma's own directory there, not a user's entry.
+        let at = match self.spool.is_task_dir(from, &name) {
+            true => from,
+            false if self.spool.is_task_dir(to, &name) => to,
+            false => {
+                log::error!("{name}: its directory left {from}/; it cannot be moved to {to}/");
+                self.closing.remove(&seq);
+                return;
+            }
         };
         let dir = self.spool.task_dir(at, &name);
         let reason = c.record.outcome.as_ref().and_then(|o| o.reason.clone());
         let written = write_json(&dir.join(crate::spool::record::RECORD), &c.record)
             .and_then(|()| match &reason {
-                Some(reason) => write_reason(&dir, c.owner, reason, true),
+                Some(reason) => write_reason(&dir, c.owner, reason),
                 None => Ok(()),
             })
             .and_then(|()| match at {

@@ -14,7 +14,19 @@ use std::path::{Path, PathBuf};
 /// directory, fsync, rename over `path`, fsync of the directory. After it
 /// returns, the new content survives a power loss.
 pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let temp = write_temp(path, bytes, true, PRIVATE)?;
+    write_durable_as(path, bytes, PRIVATE, None)
+}
+
+/// [`write_durable`] of a file that belongs to `owner` (uid, gid) with
+/// `mode`: handed over on the open file before it gets its name, so no
+/// path is ever followed to change an owner.
+pub fn write_durable_as(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> io::Result<()> {
+    let temp = write_temp(path, bytes, true, mode, owner)?;
     renamed(&temp, path)?;
     sync_dir(parent(path))
 }
@@ -23,7 +35,7 @@ pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// the given permission bits: for files that are caches of other state (the
 /// status file, a run's peak memory), where only a torn read would hurt.
 pub fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let temp = write_temp(path, bytes, false, mode)?;
+    let temp = write_temp(path, bytes, false, mode, None)?;
     renamed(&temp, path)
 }
 
@@ -46,7 +58,13 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-fn write_temp(path: &Path, bytes: &[u8], sync: bool, mode: u32) -> io::Result<PathBuf> {
+fn write_temp(
+    path: &Path,
+    bytes: &[u8],
+    sync: bool,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> io::Result<PathBuf> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
@@ -69,6 +87,13 @@ fn write_temp(path: &Path, bytes: &[u8], sync: bool, mode: u32) -> io::Result<Pa
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&temp)?;
     let written = (|| {
+        if let Some((uid, gid)) = owner {
+            nix::unistd::fchown(
+                &file,
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+            )?;
+        }
         // The umask may have taken bits away, never added them; set exactly.
         file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;

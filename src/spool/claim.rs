@@ -69,10 +69,9 @@ impl Spool {
             match self.claim_one(drop, &name, &dir, now) {
                 Ok(Some(claimed)) => staged.push((dir, claimed)),
                 Ok(None) => batch.vanished.push(lossy.into_owned()),
-                Err(e) => {
-                    batch.error = Some(e);
-                    break;
-                }
+                // One drop's trouble does not hold up the others; it stays
+                // in pending/ for the next try.
+                Err(e) => batch.error = Some(e),
             }
         }
         if staged.is_empty() {
@@ -87,20 +86,27 @@ impl Spool {
             batch.error = Some(at(&self.staging())(e));
             return batch;
         }
-        for (dir, claimed) in staged {
-            if claimed.refused.is_none() {
-                if let Err(e) = fs::remove_file(original(&dir, &claimed.drop)) {
-                    log::warn!("{}: cannot remove the claimed original: {e}", claimed.name);
-                }
-            }
+        for (dir, mut claimed) in staged {
             let to = match claimed.refused {
                 Some(_) => State::Failed,
                 None => State::Pending,
             };
-            match rename_new(&dir, &self.task_dir(to, &claimed.name)) {
-                Ok(()) => batch.claimed.push(claimed),
-                // Left whole in staging/: the next start finishes it.
-                Err(e) => batch.error = Some(at(&dir)(e)),
+            match self.place(&dir, to, &claimed.name, Some(&mut claimed.record)) {
+                Ok(name) => {
+                    claimed.name = name;
+                    // The copy is durable and in place: the original goes.
+                    if claimed.refused.is_none() {
+                        let task = self.task_dir(to, &claimed.name);
+                        if let Err(e) = fs::remove_file(original(&task, &claimed.drop)) {
+                            log::warn!("{}: cannot remove the claimed original: {e}", claimed.name);
+                        }
+                    }
+                    batch.claimed.push(claimed);
+                }
+                Err(e) => {
+                    self.undo_claim(&dir);
+                    batch.error = Some(e);
+                }
             }
         }
         for dir in [
@@ -127,8 +133,17 @@ impl Spool {
         let pending = self.dir(State::Pending);
         let lossy = drop.to_string_lossy().into_owned();
         make_dir(dir, TASK_DIR_MODE).map_err(at(dir))?;
-        let kept = original(dir, drop);
-        match rename_new(&pending.join(drop), &kept) {
+        // A name too long to take a prefix is kept as it is, and refused.
+        let too_long = drop.len() + ORIGINAL.len() > NAME_MAX;
+        let kept = match too_long {
+            true => dir.join(DROPPED).join(drop),
+            false => original(dir, drop),
+        };
+        let made = match too_long {
+            true => make_dir(&dir.join(DROPPED), 0o700),
+            false => Ok(()),
+        };
+        match made.and_then(|()| rename_new(&pending.join(drop), &kept)) {
             Ok(()) => {}
             Err(e) => {
                 let _ = fs::remove_dir_all(dir);
@@ -144,6 +159,11 @@ impl Spool {
             ..TaskRecord::new(name, lossy.clone(), now)
         };
         let refused = match drop.to_str() {
+            _ if too_long => Some(format!(
+                "its file name is {} bytes long; carma takes names of at most {} bytes",
+                drop.len(),
+                NAME_MAX - ORIGINAL.len()
+            )),
             None => Some(format!(
                 "its file name is not UTF-8 (`{lossy}`): rename it and submit it again"
             )),
@@ -162,10 +182,11 @@ impl Spool {
             record.outcome = Some(Outcome::failed(reason));
         }
         let written = match &refused {
+            Some(reason) if too_long => record::write_reason(dir, owner, reason),
             // Kept as it came, beside the reason.
             Some(reason) => make_dir(&dir.join(DROPPED), 0o700)
                 .and_then(|()| rename_new(&kept, &dir.join(DROPPED).join(drop)))
-                .and_then(|()| record::write_reason(dir, owner, reason, false)),
+                .and_then(|()| record::write_reason(dir, owner, reason)),
             None => Ok(()),
         }
         .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)));
@@ -248,7 +269,7 @@ impl Spool {
                 continue;
             };
             let dir = staging.join(&entry);
-            let Ok(record) = record::read_state::<TaskRecord>(&dir.join(RECORD)) else {
+            let Ok(mut record) = record::read_state::<TaskRecord>(&dir.join(RECORD)) else {
                 self.undo_claim(&dir);
                 continue;
             };
@@ -264,9 +285,12 @@ impl Spool {
                     State::Pending
                 }
             };
-            rename_new(&dir, &self.task_dir(to, &name)).map_err(at(&dir))?;
-            if to == State::Pending {
-                finished.push(name);
+            // Never stops a start: what cannot be placed now stays, whole,
+            // for the next one.
+            match self.place(&dir, to, &name, Some(&mut record)) {
+                Ok(name) if to == State::Pending => finished.push(name),
+                Ok(_) => {}
+                Err(e) => log::error!("staging/{entry}: cannot finish the claim: {e}"),
             }
         }
         Ok(finished)
@@ -277,6 +301,9 @@ impl Spool {
 /// (never taken for a task's file) and keeping the original name, so an
 /// interrupted claim can give it back.
 const ORIGINAL: &[u8] = b".orig-";
+
+/// Longest file name Linux takes.
+const NAME_MAX: usize = 255;
 
 fn original(dir: &Path, drop: &OsStr) -> std::path::PathBuf {
     let mut name = OsString::from(OsStr::from_bytes(ORIGINAL));

@@ -285,7 +285,7 @@ impl Spool {
         file.read_to_string(&mut text).map_err(at(&path))?;
         let next = match text.trim().parse::<u64>() {
             Ok(next) if next.checked_add(count).is_some() => next,
-            _ => self.highest_seq()? + 1,
+            _ => self.highest_seq()?.saturating_add(1),
         };
         file.seek(io::SeekFrom::Start(0)).map_err(at(&path))?;
         file.set_len(0).map_err(at(&path))?;
@@ -294,8 +294,12 @@ impl Spool {
         Ok(next)
     }
 
-    /// The highest task number anywhere in the tree (0 if none).
+    /// The highest number of carma's own task directories anywhere in the
+    /// tree (0 if none): entries users made under task names in
+    /// `pending/` do not count, or one named `18446744073709551615-x`
+    /// would use up every number.
     fn highest_seq(&self) -> Result<u64, SpoolError> {
+        let me = nix::unistd::geteuid().as_raw();
         let mut highest = 0;
         for dir in State::ALL
             .iter()
@@ -307,7 +311,10 @@ impl Spool {
                     .strip_prefix("claim-")
                     .or_else(|| entry.strip_prefix("submit-"))
                     .unwrap_or(&entry);
-                if let Some(name) = TaskName::parse(bare) {
+                let Some(name) = TaskName::parse(bare) else {
+                    continue;
+                };
+                if fs::symlink_metadata(dir.join(&entry)).is_ok_and(|m| m.uid() == me) {
                     highest = highest.max(name.seq());
                 }
             }
@@ -347,11 +354,12 @@ impl Spool {
         rename_new(&self.task_dir(from, name), &self.task_dir(to, name))
     }
 
-    /// Where a task's directory is now, if anywhere.
-    pub fn locate(&self, name: &TaskName) -> Option<State> {
-        State::ALL
-            .into_iter()
-            .find(|&s| fs::symlink_metadata(self.task_dir(s, name)).is_ok())
+    /// Whether `state/name` is a task directory of carma's: a directory
+    /// (not a link to one) owned by carma's user. Anyone may put an entry
+    /// under a task's name in `pending/` while the task is elsewhere.
+    pub fn is_task_dir(&self, state: State, name: &TaskName) -> bool {
+        fs::symlink_metadata(self.task_dir(state, name))
+            .is_ok_and(|m| m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw())
     }
 
     /// Every task in the state directories this process may list
@@ -474,6 +482,46 @@ fn umask() -> u32 {
 /// files by name (logs, work directory), nobody can list them, and each
 /// file inside says by its own mode who may read it.
 pub const TASK_DIR_MODE: u32 = 0o711;
+
+impl Spool {
+    /// Renames a task directory made in `staging/` into `to` under `name`,
+    /// or, when that name is taken (anyone may put an entry under a task's
+    /// name in `pending/`), under a fresh number; the record inside, when
+    /// given, is rewritten to match. Returns the name the task got. A name
+    /// taken by someone else can delay a task, never lose or duplicate it.
+    fn place(
+        &self,
+        staged: &Path,
+        to: State,
+        name: &TaskName,
+        mut record: Option<&mut TaskRecord>,
+    ) -> Result<TaskName, SpoolError> {
+        let mut name = name.clone();
+        for _ in 0..PLACE_TRIES {
+            match rename_new(staged, &self.task_dir(to, &name)) {
+                Ok(()) => return Ok(name),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    log::warn!(
+                        "{to}/{name} is taken by something that is not this task; renumbered"
+                    );
+                    name = TaskName::new(self.allocate(1)?, name.stem());
+                    if let Some(record) = record.as_deref_mut() {
+                        record.name = name.to_string();
+                        record::write_json(&staged.join(RECORD), record).map_err(at(staged))?;
+                    }
+                }
+                Err(e) => return Err(at(staged)(e)),
+            }
+        }
+        Err(at(staged)(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{PLACE_TRIES} task names in a row are taken in {to}/"),
+        )))
+    }
+}
+
+/// Fresh numbers tried when a task's name is taken.
+const PLACE_TRIES: usize = 8;
 
 /// `rename` that fails instead of replacing an existing target.
 fn rename_new(from: &Path, to: &Path) -> io::Result<()> {

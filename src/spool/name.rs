@@ -54,6 +54,11 @@ impl TaskName {
         })
     }
 
+    /// The part after the number: the job's stem.
+    pub fn stem(&self) -> &str {
+        self.name.split_once('-').map_or("job", |(_, stem)| stem)
+    }
+
     /// The sequence number, which is also the core's task id.
     pub fn seq(&self) -> u64 {
         self.seq

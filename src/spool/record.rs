@@ -310,33 +310,36 @@ pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
 /// Writes a task's `reason` file: one line, for its owner to read (mode
 /// 0400, owned by the job's user when carma is root). carma itself never
 /// reads it back; the reason it acts on is in the record.
-pub fn write_reason(dir: &Path, owner: Option<u32>, reason: &str, durable: bool) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(REASON);
+pub fn write_reason(dir: &Path, owner: Option<u32>, reason: &str) -> io::Result<()> {
     let text = format!("{reason}\n");
-    if durable {
-        write_durable(&path, text.as_bytes())?;
-    } else {
-        super::atomic::write_replace(&path, text.as_bytes(), super::atomic::PRIVATE)?;
-    }
-    give_to_owner(&path, owner)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400))
+    super::atomic::write_durable_as(&dir.join(REASON), text.as_bytes(), 0o400, owner_ids(owner))
 }
 
-/// Hands a file carma made to the job's user (a root daemon only; anyone
-/// else owns what it makes already).
-pub fn give_to_owner(path: &Path, owner: Option<u32>) -> io::Result<()> {
-    match owner {
-        Some(uid) if nix::unistd::geteuid().is_root() => {
-            let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                .ok()
-                .flatten()
-                .map(|u| u.gid);
-            nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(uid)), gid)
-                .map_err(io::Error::from)
-        }
-        _ => Ok(()),
-    }
+/// The uid and primary gid a file carma makes for a job's user gets: only
+/// when carma is root (anyone else owns what it makes already).
+pub fn owner_ids(owner: Option<u32>) -> Option<(u32, u32)> {
+    let uid = owner.filter(|_| nix::unistd::geteuid().is_root())?;
+    let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or(uid, |u| u.gid.as_raw());
+    Some((uid, gid))
+}
+
+/// Hands a directory carma just made to the job's user, without following
+/// a link at its name (`fchownat(AT_SYMLINK_NOFOLLOW)`).
+pub fn give_dir_to_owner(path: &Path, owner: Option<u32>) -> io::Result<()> {
+    let Some((uid, gid)) = owner_ids(owner) else {
+        return Ok(());
+    };
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(io::Error::from)
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ impl Spool {
             }
             Err(reason) => {
                 record.outcome = Some(Outcome::failed(reason));
-                record::write_reason(&dir, Some(owner), reason, false)
+                record::write_reason(&dir, Some(owner), reason)
             }
         }
         .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)))
@@ -132,8 +132,18 @@ impl Spool {
                 State::Failed
             }
         };
-        let target = self.task_dir(to, &name);
-        rename_new(&dir, &target).map_err(at(&target))?;
+        let name = match self.place(&dir, to, &name, Some(&mut record)) {
+            Ok(name) => name,
+            Err(e) => {
+                // Nothing half-made stays behind to be finished (and run)
+                // a second time by the next start.
+                if to == State::Failed {
+                    let _ = rename_new(&dir.join(DROPPED).join(entry), incoming);
+                }
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         if to == State::Pending {
             if let Err(e) = fs::remove_dir_all(incoming) {
                 log::warn!("cannot remove {}: {e}", incoming.display());
@@ -231,11 +241,21 @@ impl Spool {
             let _ = fs::remove_dir_all(&staged);
             return Err(at(&staged)(e));
         }
+        let placed = match &name {
+            Some(name) => self.place(&staged, State::Pending, name, None).map(Some),
+            None => rename_new(&staged, &pending.join(&entry))
+                .map(|()| None)
+                .map_err(at(&staged)),
+        };
+        let name = match placed {
+            Ok(placed) => placed,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&staged);
+                return Err(e);
+            }
+        };
+        let entry = name.as_ref().map_or(entry, ToString::to_string);
         let target = pending.join(&entry);
-        if let Err(e) = rename_new(&staged, &target) {
-            let _ = fs::remove_dir_all(&staged);
-            return Err(at(&target)(e));
-        }
         let warning = durable_entry(&pending, &target).err().map(|e| {
             format!(
                 "submitted, but the submission could not be made durable ({e}); \
@@ -302,10 +322,25 @@ struct Submission {
 /// Reads a submitted directory owned by `owner`; the error is the reason
 /// it cannot be used.
 fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
-    let request: Request = safe::read_beneath(dir, SUBMISSION, 1 << 20)
-        .ok()
-        .and_then(|(bytes, _)| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default();
+    // Whoever else could write in it could have written the job: a job
+    // runs as the directory's owner, so everything in it must be theirs.
+    let meta = fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    super::claim::refuse_shared_writes(&meta)
+        .map_err(|why| format!("the submitted directory {why}"))?;
+    let request: Request = match safe::read_beneath(dir, SUBMISSION, 1 << 20) {
+        Ok((bytes, meta)) => {
+            if meta.uid() != owner {
+                return Err(format!(
+                    "{SUBMISSION} belongs to uid {}, the directory to uid {owner}",
+                    meta.uid()
+                ));
+            }
+            super::claim::refuse_shared_writes(&meta)
+                .map_err(|why| format!("{SUBMISSION} {why}"))?;
+            serde_json::from_slice(&bytes).unwrap_or_default()
+        }
+        Err(_) => Request::default(),
+    };
     let rad = match request.rad {
         Some(rad) => rad,
         None => {
@@ -341,6 +376,7 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
             "{rad} has other hard links; submit a file of its own"
         ));
     }
+    super::claim::refuse_shared_writes(&meta).map_err(|why| format!("{rad} {why}"))?;
     let workdir = match request.workdir {
         Some(dir) if dir.is_absolute() => Some(dir),
         Some(dir) => {

@@ -227,11 +227,16 @@ fn moves_never_replace_and_find_accepts_numbers_and_prefixes() {
         Err(SpoolError::Ambiguous { .. })
     ));
     assert_eq!(spool.find("000013").unwrap(), (State::Failed, b));
-    assert_eq!(
-        spool.locate(&TaskName::new(13, "beta")),
-        Some(State::Failed)
-    );
-    assert_eq!(spool.locate(&TaskName::new(14, "gamma")), None);
+    assert!(spool.is_task_dir(State::Failed, &TaskName::new(13, "beta")));
+    assert!(!spool.is_task_dir(State::Pending, &TaskName::new(13, "beta")));
+    // A link under a task's name is no task directory.
+    let squat = TaskName::new(14, "gamma");
+    std::os::unix::fs::symlink(
+        spool.task_dir(State::Failed, &TaskName::new(13, "beta")),
+        spool.task_dir(State::Pending, &squat),
+    )
+    .unwrap();
+    assert!(!spool.is_task_dir(State::Pending, &squat));
 }
 
 #[test]

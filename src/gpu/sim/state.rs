@@ -189,9 +189,11 @@ impl StateDir {
         };
         fs::create_dir_all(dir).map_err(io)?;
         let dir = dir.canonicalize().map_err(io)?;
+        // Sticky, like /tmp: every job writes its claims here, nobody
+        // removes or replaces another's.
         let mode = fs::metadata(&dir).map_err(io)?.permissions().mode();
-        if mode & 0o777 != 0o777 {
-            fs::set_permissions(&dir, Permissions::from_mode(0o777)).map_err(io)?;
+        if mode & 0o1777 != 0o1777 {
+            fs::set_permissions(&dir, Permissions::from_mode(0o1777)).map_err(io)?;
         }
         let lock = dir.join(LOCK_FILE);
         OpenOptions::new()
