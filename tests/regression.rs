@@ -7,7 +7,7 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
 use common::{Spool, fake_job, stderr, stdout, two_users};
@@ -483,4 +483,179 @@ fn a_dropped_job_of_another_user_can_write_in_its_working_directory() {
     );
     let meta = fs::metadata(&work).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o777), (alice.uid, 0o700));
+}
+
+#[test]
+fn a_name_squatted_in_pending_cannot_redirect_a_tasks_records_or_a_chown() {
+    // Review finding: bob made pending/<his running task's name> with
+    // `reason` a link to a root file; when the task failed, the daemon
+    // wrote its records there and chowned the link's target to bob.
+    let Some((_, bob)) = two_users() else { return };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let victim = spool.dir.path().join("victim");
+    fs::write(&victim, "SECRET\n").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    let name = submit_as(
+        &spool,
+        &bob,
+        "bob-squat",
+        &[("sq.rad", "memory: 1G\nsleep 1.5\nexit 1\n")],
+    );
+    spool.wait_for("the job to run", 10.0, || {
+        !spool.tasks("running").is_empty()
+    });
+    let squat = spool.root.join("pending").join(&name);
+    let out = bob.run(&format!(
+        "mkdir {0} && ln -s {1} {0}/reason && ln -s {1} {0}/task.json",
+        squat.display(),
+        victim.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("the task to fail", 15.0, || {
+        spool.root.join("failed").join(&name).is_dir()
+    });
+    let meta = fs::metadata(&victim).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "SECRET\n");
+    let failed = spool.root.join("failed").join(&name);
+    assert_eq!(
+        fs::symlink_metadata(&failed).unwrap().uid(),
+        0,
+        "carma's own directory"
+    );
+    assert!(
+        record(&failed)["outcome"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("exit status 1")
+    );
+}
+
+#[test]
+fn files_squatting_task_names_neither_lose_nor_double_a_task() {
+    // Review finding: user files named like the next task numbers made
+    // claims fail after the original was deleted, and left half-made
+    // tasks that a restart ran a second time.
+    let Some((alice, bob)) = two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let ledger = spool.dir.path().join("ledger");
+    fs::write(&ledger, "").unwrap();
+    fs::set_permissions(&ledger, fs::Permissions::from_mode(0o666)).unwrap();
+    let pending = spool.root.join("pending");
+    let out = bob.run(&format!(
+        "for i in $(seq 1 12); do n=$(printf %06d $i); : > {0}/$n-sq; : > {0}/$n-dbl; done",
+        pending.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = |tag: &str| format!("memory: 1G\necho {tag} >> {}\n", ledger.display());
+    let home = spool.user_dir(
+        &alice,
+        "alice-sq",
+        &[("sq.rad", &job("sq")), ("dbl.rad", &job("dbl"))],
+    );
+    let out = alice.run(&format!(
+        "cp {} {}/",
+        home.join("sq.rad").display(),
+        pending.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = alice.carma(
+        &spool,
+        &format!("submit {}", home.join("dbl.rad").display()),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_count("done", 2, 15.0);
+    spool.stop_daemon("KILL");
+    spool.start_daemon();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut lines: Vec<String> = fs::read_to_string(&ledger)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, ["dbl", "sq"], "each ran exactly once");
+    assert_eq!(spool.tasks("done").len(), 2);
+    assert!(
+        fs::read_dir(spool.root.join("staging"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+}
+
+#[test]
+fn a_drop_with_an_overlong_name_is_refused_without_holding_up_others() {
+    // Review finding: a 250-byte name failed its claim and stopped the
+    // whole batch, over and over.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.stop_daemon("TERM");
+    let long = format!("{}.rad", "0".repeat(246));
+    fs::write(spool.root.join("pending").join(&long), "memory: 1G\necho\n").unwrap();
+    fs::write(spool.root.join("pending/b.rad"), "memory: 1G\necho b\n").unwrap();
+    spool.start_daemon();
+    spool.wait_count("done", 1, 10.0);
+    spool.wait_count("failed", 1, 10.0);
+    let failed = spool.root.join("failed").join(&spool.tasks("failed")[0]);
+    let reason = fs::read_to_string(failed.join("reason")).unwrap();
+    assert!(reason.contains("bytes long"), "{reason}");
+}
+
+#[test]
+fn a_submitted_directory_others_may_write_is_refused() {
+    // Review finding: bob rewrote the job in alice's world-writable
+    // directory and moved the directory into pending/: it ran as alice.
+    let Some((alice, bob)) = two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let proj = spool.user_dir(&alice, "shared/proj", &[("job.rad", "memory: 1G\nid -u\n")]);
+    fs::set_permissions(&proj, fs::Permissions::from_mode(0o777)).unwrap();
+    // A directory both may write, without the sticky bit.
+    fs::set_permissions(proj.parent().unwrap(), fs::Permissions::from_mode(0o777)).unwrap();
+    let out = bob.run(&format!(
+        "mv {} {}/pending/proj",
+        proj.display(),
+        spool.root.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_count("failed", 1, 10.0);
+    let failed = spool.root.join("failed").join(&spool.tasks("failed")[0]);
+    let reason = fs::read_to_string(failed.join("reason")).unwrap();
+    assert!(reason.contains("writable by others"), "{reason}");
+    assert!(spool.tasks("done").is_empty());
+}
+
+#[test]
+fn a_directory_squatting_a_cancel_request_does_not_block_the_owners_cancel() {
+    // Review finding: bob's cancel/<alice's task> directory stayed, and
+    // alice's request could not be written.
+    let Some((alice, bob)) = two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let name = submit_as(
+        &spool,
+        &alice,
+        "alice-c",
+        &[("c.rad", "memory: 1G\nsleep 30\n")],
+    );
+    spool.wait_for("the job to run", 10.0, || {
+        !spool.tasks("running").is_empty()
+    });
+    let out = bob.run(&format!("mkdir {}/cancel/{name}", spool.root.display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("the squat to go", 10.0, || {
+        !spool.root.join("cancel").join(&name).exists()
+    });
+    assert!(spool.root.join("running").join(&name).exists());
+    let out = alice.carma(&spool, &format!("cancel {name}"));
+    assert!(out.status.success(), "{}", stderr(&out));
 }
