@@ -58,20 +58,37 @@ impl Spool {
             }
         };
         let now = unix_now();
+        let jobs: Vec<(u64, &OsString)> = (first..).zip(drops).collect();
+        let claim_all = |chunk: &[(u64, &OsString)]| -> Vec<ClaimOutcome> {
+            chunk
+                .iter()
+                .map(|&(seq, drop)| self.claim_numbered(seq, drop, now))
+                .collect()
+        };
+        // Each claim waits on the disk (directories and files made one
+        // after another); a large batch overlaps those waits on threads.
+        let threads = CLAIM_THREADS.min(jobs.len() / CLAIMS_PER_THREAD).max(1);
+        let outcomes: Vec<ClaimOutcome> = match threads {
+            1 => claim_all(&jobs),
+            _ => std::thread::scope(|scope| {
+                let workers: Vec<_> = jobs
+                    .chunks(jobs.len().div_ceil(threads))
+                    .map(|chunk| scope.spawn(move || claim_all(chunk)))
+                    .collect();
+                workers
+                    .into_iter()
+                    .flat_map(|w| w.join().unwrap_or_default())
+                    .collect()
+            }),
+        };
         let mut staged = Vec::new();
-        for (seq, drop) in (first..).zip(drops) {
-            let lossy = drop.to_string_lossy();
-            let stem = Path::new(lossy.as_ref())
-                .file_stem()
-                .map_or_else(|| lossy.to_string(), |s| s.to_string_lossy().into_owned());
-            let name = TaskName::new(seq, &stem);
-            let dir = self.staging().join(format!("claim-{name}"));
-            match self.claim_one(drop, &name, &dir, now) {
-                Ok(Some(claimed)) => staged.push((dir, claimed)),
-                Ok(None) => batch.vanished.push(lossy.into_owned()),
+        for outcome in outcomes {
+            match outcome {
+                (_, Ok(Some((dir, claimed)))) => staged.push((dir, claimed)),
+                (lossy, Ok(None)) => batch.vanished.push(lossy),
                 // One drop's trouble does not hold up the others; it stays
                 // in pending/ for the next try.
-                Err(e) => batch.error = Some(e),
+                (_, Err(e)) => batch.error = Some(e),
             }
         }
         if staged.is_empty() {
@@ -119,6 +136,19 @@ impl Spool {
             }
         }
         batch
+    }
+
+    /// Claims one drop as task number `seq` (see [`Spool::claim_one`]),
+    /// with the drop's name for people.
+    fn claim_numbered(&self, seq: u64, drop: &OsStr, now: f64) -> ClaimOutcome {
+        let lossy = drop.to_string_lossy().into_owned();
+        let stem = Path::new(&lossy)
+            .file_stem()
+            .map_or_else(|| lossy.clone(), |s| s.to_string_lossy().into_owned());
+        let name = TaskName::new(seq, &stem);
+        let dir = self.staging().join(format!("claim-{name}"));
+        let claimed = self.claim_one(drop, &name, &dir, now);
+        (lossy, claimed.map(|c| c.map(|c| (dir, c))))
     }
 
     /// Claims one drop into `dir`; `None` if it vanished first. On an
@@ -301,6 +331,18 @@ impl Spool {
 /// (never taken for a task's file) and keeping the original name, so an
 /// interrupted claim can give it back.
 const ORIGINAL: &[u8] = b".orig-";
+
+/// One drop's claim: its name for people, and the task made in its
+/// `staging/` directory (`None`: it vanished first).
+type ClaimOutcome = (
+    String,
+    Result<Option<(std::path::PathBuf, Claimed)>, SpoolError>,
+);
+
+/// Threads that claim a batch at once, and the fewest claims worth a
+/// thread of their own.
+const CLAIM_THREADS: usize = 4;
+const CLAIMS_PER_THREAD: usize = 64;
 
 /// Longest file name Linux takes.
 const NAME_MAX: usize = 255;

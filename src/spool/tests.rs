@@ -316,3 +316,26 @@ fn a_submission_caught_mid_adoption_goes_back_to_pending() {
     spool.finish_claims().unwrap();
     assert!(spool.dir(State::Pending).join("000009-z").is_dir());
 }
+
+#[test]
+fn a_large_batch_is_claimed_on_several_threads_each_drop_once() {
+    let (_d, spool) = spool();
+    let pending = spool.dir(State::Pending);
+    let drops: Vec<OsString> = (0..300)
+        .map(|i| {
+            fs::write(
+                pending.join(format!("j{i}.rad")),
+                format!("gpus: 1\necho {i}\n"),
+            )
+            .unwrap();
+            OsString::from(format!("j{i}.rad"))
+        })
+        .collect();
+    let batch = spool.claim(&drops);
+    assert!(batch.error.is_none());
+    let names: Vec<String> = batch.claimed.iter().map(|c| c.name.to_string()).collect();
+    let expected: Vec<String> = (0..300).map(|i| format!("{:06}-j{i}", i + 1)).collect();
+    assert_eq!(names, expected, "numbered in the order given");
+    assert_eq!(spool.list(State::Pending).unwrap().tasks.len(), 300);
+    assert!(spool.list(State::Pending).unwrap().drops.is_empty());
+}
