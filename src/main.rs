@@ -88,10 +88,25 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("carma: {e:#}");
+            eprintln!("carma: {}", describe(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each said once: many errors
+/// already quote their cause (`spool X: Permission denied`), and repeating
+/// it only confuses.
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// The system-wide configuration, used when none is named.

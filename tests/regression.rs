@@ -659,3 +659,17 @@ fn a_directory_squatting_a_cancel_request_does_not_block_the_owners_cancel() {
     let out = alice.carma(&spool, &format!("cancel {name}"));
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+#[test]
+fn status_of_a_missing_spool_fails_and_os_errors_are_said_once() {
+    let spool = Spool::new("1x40GiB");
+    let out = spool.carma().arg("status").output().unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no spool at"), "{}", stderr(&out));
+    // An OS error quoted by its context is not repeated after it.
+    fs::create_dir_all(&spool.root).unwrap();
+    let out = spool.carma().args(["cancel", "1"]).output().unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+}

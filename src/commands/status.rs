@@ -39,6 +39,13 @@ struct Output {
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config_path)?;
     let spool = args.spool.resolve(&config);
+    if !spool.root().is_dir() {
+        anyhow::bail!(
+            "no spool at {} (is it the daemon's? see daemon.spool in the configuration, \
+             --spool or CARMA_SPOOL)",
+            spool.root().display()
+        );
+    }
     let status: Option<Status> = read_json(&spool.status_file()).ok();
     let out = Output {
         spool: spool.root().display().to_string(),
