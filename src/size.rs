@@ -106,6 +106,18 @@ pub fn parse_gpu_set(text: &str) -> Result<Vec<u64>, SizeError> {
             column: e.column + offset,
             message: e.message,
         };
+        // A GPU's memory without a unit would be MiB, as everywhere else,
+        // but `2x40` surely means GiB: better say so than run on 40 MiB.
+        if part.trim_end().ends_with(|c: char| c.is_ascii_digit()) {
+            return Err(SizeError {
+                column: offset + part.trim_end().chars().count(),
+                message: format!(
+                    "`{}` has no unit: write it with one, e.g. {}GiB",
+                    part.trim(),
+                    part.trim()
+                ),
+            });
+        }
         let (count, size) = match part.split_once(['x', 'X']) {
             Some((count, size)) => {
                 let n: usize = count.trim().parse().map_err(|_| SizeError {
@@ -207,6 +219,10 @@ mod tests {
         let err = parse_gpu_set("4x40GiB,2x8Q").unwrap_err();
         assert_eq!(err.column, 12, "{err:?}");
         assert!(parse_gpu_set("0x40G").is_err());
+        // No unit: refused with a hint, never 40 MiB.
+        let err = parse_gpu_set("2x40").unwrap_err();
+        assert!(err.message.contains("40GiB"), "{}", err.message);
+        assert!(parse_gpu_set("1x40GiB,2x80").is_err());
         assert!(parse_gpu_set("fourx40G").is_err());
     }
 
