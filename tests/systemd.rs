@@ -21,6 +21,10 @@ fn the_unit_file_verifies() {
         "jobs must survive daemon restarts"
     );
     assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
+    // One source of truth for the spool: the configuration file, which
+    // `carma status`, `submit` and `cancel` read too.
+    let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+    assert!(!exec.contains("--spool"), "{exec}");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("carma.service");
     fs::write(
