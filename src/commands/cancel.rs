@@ -22,7 +22,8 @@ use super::spool_arg::SpoolArg;
 pub struct Args {
     #[command(flatten)]
     spool: SpoolArg,
-    /// The task: its full name, its number, or a unique prefix.
+    /// The task: its full name, its number, a unique prefix, or its job
+    /// name when exactly one waiting or running task has it.
     task: String,
     /// Seconds to wait for the task to stop [default: the cancel grace
     /// period + 10].

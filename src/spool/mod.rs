@@ -377,7 +377,9 @@ impl Spool {
         Ok(tasks)
     }
 
-    /// Finds a task by its full name, its number, or a unique prefix.
+    /// Finds a task by its full name, its number, a unique prefix, or the
+    /// job's name (`resnet50` for `000042-resnet50`) when exactly one task
+    /// of that name has not ended.
     pub fn find(&self, query: &str) -> Result<(State, TaskName), SpoolError> {
         self.find_among(query, self.visible_tasks()?)
     }
@@ -391,14 +393,23 @@ impl Spool {
     ) -> Result<(State, TaskName), SpoolError> {
         let number = query.trim_start_matches('t').parse::<u64>().ok();
         let mut hits = Vec::new();
+        let mut named = Vec::new();
         for (state, name) in tasks {
             let exact = name.as_str() == query || Some(name.seq()) == number;
             if exact {
                 return Ok((state, name));
             }
             if name.as_str().starts_with(query) {
-                hits.push((state, name));
+                hits.push((state, name.clone()));
             }
+            // By the job's name: the task that has not ended, when one does.
+            let live = matches!(state, State::Pending | State::Running | State::Recovery);
+            if live && name.stem() == query {
+                named.push((state, name));
+            }
+        }
+        if hits.is_empty() || named.len() == 1 {
+            hits = named;
         }
         match hits.len() {
             0 => Err(SpoolError::NotFound {

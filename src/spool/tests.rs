@@ -227,6 +227,16 @@ fn moves_never_replace_and_find_accepts_numbers_and_prefixes() {
         Err(SpoolError::Ambiguous { .. })
     ));
     assert_eq!(spool.find("000013").unwrap(), (State::Failed, b));
+    // By job name: the one that has not ended; several are named.
+    let c = TaskName::new(15, "beta");
+    fs::create_dir(spool.task_dir(State::Running, &c)).unwrap();
+    assert_eq!(spool.find("beta").unwrap(), (State::Running, c));
+    fs::create_dir(spool.task_dir(State::Pending, &TaskName::new(16, "beta"))).unwrap();
+    let err = spool.find("beta").unwrap_err().to_string();
+    assert!(
+        err.contains("000015-beta") && err.contains("000016-beta"),
+        "{err}"
+    );
     assert!(spool.is_task_dir(State::Failed, &TaskName::new(13, "beta")));
     assert!(!spool.is_task_dir(State::Pending, &TaskName::new(13, "beta")));
     // A link under a task's name is no task directory.
