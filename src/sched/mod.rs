@@ -406,20 +406,28 @@ impl Scheduler {
         );
     }
 
-    fn exited(&mut self, task: TaskId, exit: Exit, actions: &mut Vec<Action>) {
-        let Some(t) = self.tasks.get_mut(&task) else {
-            return;
+    /// Takes a running task off its GPUs and out of the ledger; false
+    /// when it is not running (a stale or duplicate report).
+    fn stop_running(&mut self, task: TaskId) -> bool {
+        let Some(t) = self.tasks.get_mut(&task).filter(|t| t.running) else {
+            return false;
         };
-        if !t.running {
-            // Not running: a stale or duplicate report.
-            return;
-        }
         t.running = false;
         for &g in &t.gpus {
             self.gpus[g].occupants.retain(|o| o.task != task);
         }
         self.ledger.release(task, &t.gpus);
         t.gpus.clear();
+        true
+    }
+
+    fn exited(&mut self, task: TaskId, exit: Exit, actions: &mut Vec<Action>) {
+        if !self.stop_running(task) {
+            return;
+        }
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
         let max_retries = t
             .demand
             .max_retries
@@ -460,19 +468,11 @@ impl Scheduler {
     }
 
     fn not_started(&mut self, task: TaskId, retry_at: Time) {
-        let Some(t) = self.tasks.get_mut(&task) else {
-            return;
-        };
-        if !t.running {
+        if !self.stop_running(task) {
             return;
         }
-        t.running = false;
-        for &g in &t.gpus {
-            self.gpus[g].occupants.retain(|o| o.task != task);
-        }
-        self.ledger.release(task, &t.gpus);
-        t.gpus.clear();
-        if t.crashes > 0 {
+        let crashed = self.tasks.get(&task).is_some_and(|t| t.crashes > 0);
+        if crashed {
             self.recovery.push_front(task);
         } else {
             self.main.push_front(task);
