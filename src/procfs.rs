@@ -107,30 +107,29 @@ pub fn openers(path: &Path) -> Vec<u32> {
     let Ok(target) = fs::metadata(path) else {
         return Vec::new();
     };
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids = Vec::new();
-    for entry in procs.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(fds) = fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        let holds = fds.flatten().any(|fd| {
-            fs::metadata(fd.path())
-                .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
-        });
-        if holds {
-            pids.push(pid);
-        }
-    }
-    pids
+    processes()
+        .filter(|(_, dir)| {
+            fs::read_dir(dir.join("fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    fs::metadata(fd.path())
+                        .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
+                })
+            })
+        })
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Every process now: its pid and its `/proc/<pid>` directory.
+pub fn processes() -> impl Iterator<Item = (u32, std::path::PathBuf)> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((pid, entry.path()))
+        })
 }
 
 /// The fields of `/proc/<pid>/stat` that carma uses.

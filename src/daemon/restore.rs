@@ -235,26 +235,10 @@ impl Daemon {
 pub(super) fn kill_leftovers(name: &TaskName, run: u32, user: u32) -> usize {
     let task_var = format!("CARMA_TASK_ID={name}");
     let run_var = format!("CARMA_RUN={run}");
-    let mut killed = 0;
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return 0;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if runs_only_as(&entry.path(), user)
-            && environ_has(&entry.path(), &task_var, &run_var)
-            && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
-        {
-            killed += 1;
-        }
-    }
-    killed
+    crate::procfs::processes()
+        .filter(|(_, dir)| runs_only_as(dir, user) && environ_has(dir, &task_var, &run_var))
+        .filter(|&(pid, _)| kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok())
+        .count()
 }
 
 /// Whether every uid of the process (real, effective, saved, file system)
