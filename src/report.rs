@@ -26,6 +26,11 @@ pub struct Report {
     pub metrics: Metrics,
     /// Runs beyond each task's first.
     pub reruns: u32,
+    /// Tasks that never ran (refused input, an unplaceable demand), and
+    /// tasks cancelled by a user: listed in the rows, kept out of the
+    /// figures above, whose waits and completion times they would distort.
+    pub refused: u32,
+    pub cancelled: u32,
 }
 
 /// One task in the per-task CSV.
@@ -62,6 +67,7 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
     let mut records = Vec::new();
     let mut rows = Vec::new();
     let mut reruns = 0;
+    let (mut refused, mut cancelled) = (0, 0);
     for state in [State::Done, State::Failed] {
         for name in spool.list(state)?.tasks {
             let record = spool.load_record(state, &name)?;
@@ -98,7 +104,14 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
                 (_, Some(at)) => metrics.failed(at),
                 (_, None) => {}
             }
-            records.push(metrics);
+            let reason = record.outcome.as_ref().and_then(|o| o.reason.as_deref());
+            if reason == Some(crate::sched::FailReason::Cancelled.to_string().as_str()) {
+                cancelled += 1;
+            } else if runs.is_empty() {
+                refused += 1;
+            } else {
+                records.push(metrics);
+            }
             let jct = end.map(|e| e - record.submitted_at);
             rows.push(TaskRow {
                 task: name.to_string(),
@@ -127,7 +140,15 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
         .fold(f64::NEG_INFINITY, f64::max);
     let gpus = gpu_integrals(&spool.root().join(GPU_SAMPLES), start, end);
     let metrics = Metrics::new(&records, &gpus, None);
-    Ok((Report { metrics, reruns }, rows))
+    Ok((
+        Report {
+            metrics,
+            reruns,
+            refused,
+            cancelled,
+        },
+        rows,
+    ))
 }
 
 /// Each run's launch and, when it ended normally, its exit, in order.
@@ -140,8 +161,12 @@ fn runs_of(dir: &Path) -> Vec<(Launch, Option<RunExit>)> {
             let n: u32 = e.file_name().to_str()?.strip_prefix("run-")?.parse().ok()?;
             let launch = read_json::<Launch>(&e.path().join(supervisor::LAUNCH)).ok()?;
             let exit = read_json::<RunExit>(&e.path().join(supervisor::EXIT)).ok();
-            // A launch whose supervisor never started did not run.
-            let started = exit.is_some() || e.path().join(supervisor::IDENTITY).exists();
+            // A launch whose supervisor never started, or whose job could
+            // not start for a reason that passed, did not run.
+            let started = match &exit {
+                Some(exit) => !exit.transient,
+                None => e.path().join(supervisor::IDENTITY).exists(),
+            };
             started.then_some((n, launch, exit))
         })
         .collect();

@@ -673,3 +673,25 @@ fn status_of_a_missing_spool_fails_and_os_errors_are_said_once() {
     assert!(!out.status.success());
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
+
+#[test]
+fn report_keeps_refused_and_cancelled_tasks_out_of_its_averages() {
+    // Issue 12 item 10.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.drop_file("broken.rad", "gpus: 1\nbatchsize: 1\necho\n");
+    let long = spool.submit("long.rad", "name: long\nmemory: whole\nsleep 30\n");
+    let waiting = spool.submit("waits.rad", "name: waits\nmemory: whole\necho never\n");
+    spool.wait_for("the long job", 10.0, || !spool.tasks("running").is_empty());
+    let out = spool.carma().args(["cancel", &waiting]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = spool.carma().args(["cancel", &long]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.submit("ok.rad", &fake_job("ok", "memory: 1G\n", "1G", 0.1));
+    spool.wait_count("done", 1, 10.0);
+    let report = spool.carma().args(["report", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["tasks"], 1, "{report}");
+    assert_eq!(report["refused"], 1, "{report}");
+    assert_eq!(report["cancelled"], 2, "{report}");
+}

@@ -44,10 +44,14 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     println!(
         "spool {}: {} tasks ({done} done, {} failed)",
         spool.root().display(),
-        m.tasks,
-        m.tasks - done
+        rows.len(),
+        rows.len() - done
     );
     println!("{m}");
     println!("  re-runs           {}", r.reruns);
+    println!(
+        "  not counted above: {} never ran (refused or unplaceable), {} cancelled",
+        r.refused, r.cancelled
+    );
     Ok(ExitCode::SUCCESS)
 }
