@@ -162,6 +162,16 @@ fn ten_thousand_drops() {
         queued.as_secs_f64(),
         hwm.trim_start_matches("VmHWM:").trim()
     );
+    // Jobs outlive their daemon by design: the two holding jobs are
+    // cancelled, not left running after the benchmark.
+    for hold in ["hold0", "hold1"] {
+        let _ = Command::new(CARMA)
+            .env("CARMA_CONFIG", dir.path().join("carma.toml"))
+            .args(["cancel", "--spool"])
+            .arg(&spool)
+            .args([hold, "--wait", "5"])
+            .output();
+    }
 }
 
 fn main() {

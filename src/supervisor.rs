@@ -212,11 +212,16 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
 /// Writes `exit.json`, however long it takes: while the disk is full (or
 /// fails), the supervisor keeps its lock and tries again with backoff, so
 /// the daemon sees a run that has not ended yet rather than one whose end
-/// was lost.
+/// was lost. An error that does not pass (the run directory was removed)
+/// ends the wait: there is nowhere left to record anything.
 fn record_exit(run_dir: &Path, exit: &RunExit) {
     let mut delay = Duration::from_millis(100);
     let mut reported = false;
     while let Err(e) = write_json(&run_dir.join(EXIT), exit) {
+        if !is_transient(&e) {
+            let _ = writeln!(io::stderr(), "cannot record the run's end: {e}; giving up");
+            return;
+        }
         if !reported {
             // Not eprintln!: it panics when the log cannot be written,
             // and a full disk is exactly when this runs.
