@@ -5,12 +5,11 @@
 //! So it is never used in place. Each file is renamed into a new
 //! `staging/claim-<name>/` as `.orig-<its name>` (out of the user's reach),
 //! read once without following links or blocking, and copied into the
-//! task's `job/`;
-//! the job's user is the file's owner as the open file showed it then, and
-//! is written down in carma's record right away. A batch of claims costs
-//! one `syncfs` instead of two fsyncs per file, and only after it are the
-//! users' originals deleted, so a crash at any moment leaves every drop
-//! either still a drop or a whole task.
+//! task's `job/`; the job's user is the file's owner as the open file
+//! showed it then, and is written down in carma's record right away. Only
+//! once the claim is on disk ([`make_durable`]) is the user's original
+//! deleted, so a crash at any moment leaves every drop either still a drop
+//! or a whole task.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -94,9 +93,10 @@ impl Spool {
         if staged.is_empty() {
             return batch;
         }
-        // One flush makes every copy and record of the batch durable; only
-        // then may the users' originals go.
-        if let Err(e) = syncfs(&self.staging()) {
+        // Every copy and record of the batch on disk; only then may the
+        // users' originals go.
+        let dirs: Vec<&Path> = staged.iter().map(|(dir, _)| dir.as_path()).collect();
+        if let Err(e) = make_durable(&self.staging(), &dirs) {
             for (dir, _) in staged {
                 self.undo_claim(&dir);
             }
@@ -282,11 +282,15 @@ impl Spool {
         let staging = self.staging();
         let mut finished = Vec::new();
         let (entries, _) = read_names(&staging)?;
-        if entries.iter().any(|e| e.starts_with("claim-")) {
-            // Copies of a claim cut short by a power loss must be on disk
-            // before their originals go.
-            syncfs(&staging).map_err(at(&staging))?;
-        }
+        let claims: Vec<std::path::PathBuf> = entries
+            .iter()
+            .filter(|e| e.starts_with("claim-"))
+            .map(|e| staging.join(e))
+            .collect();
+        // Copies of a claim cut short by a power loss must be on disk
+        // before their originals go.
+        let claims: Vec<&Path> = claims.iter().map(|p| p.as_path()).collect();
+        make_durable(&staging, &claims).map_err(at(&staging))?;
         for entry in entries {
             if let Some(original) = entry.strip_prefix("incoming-") {
                 let back = self.dir(State::Pending).join(original);
@@ -446,9 +450,40 @@ pub(super) fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     file.write_all(bytes)
 }
 
-/// Flushes the whole file system `dir` is on: one call for a batch of
-/// files, where fsyncing each would cost a disk flush per file.
-pub(super) fn syncfs(dir: &Path) -> io::Result<()> {
-    let file = fs::File::open(dir)?;
-    nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from)
+/// Claims made in fewer directories than this are flushed file by file;
+/// more at once, by one flush of the file system.
+const SYNCFS_FROM: usize = 16;
+
+/// Puts the trees `dirs` (made in `parent`) on disk. A few are fsynced
+/// file by file and directory by directory: a flush of the whole file
+/// system would also wait for whatever else is being written there (jobs'
+/// checkpoints, on a busy server). A burst of many is flushed with one
+/// `syncfs`, which costs less than thousands of fsyncs.
+pub(super) fn make_durable(parent: &Path, dirs: &[&Path]) -> io::Result<()> {
+    if dirs.is_empty() {
+        return Ok(());
+    }
+    if dirs.len() >= SYNCFS_FROM {
+        let file = fs::File::open(parent)?;
+        return nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from);
+    }
+    for dir in dirs {
+        sync_tree(dir)?;
+    }
+    sync_dir(parent)
+}
+
+/// fsync of every file and directory below `dir`, then of `dir` itself;
+/// links and other entries are left alone (they are not carma's writes).
+fn sync_tree(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            sync_tree(&entry.path())?;
+        } else if kind.is_file() && !entry.file_name().as_bytes().starts_with(ORIGINAL) {
+            fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    sync_dir(dir)
 }

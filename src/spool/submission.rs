@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::claim::{fill_job, syncfs, write_new};
+use super::claim::{fill_job, make_durable, write_new};
 use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
 use super::{
     Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
@@ -117,7 +117,7 @@ impl Spool {
             }
         }
         .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)))
-        .and_then(|()| syncfs(&dir));
+        .and_then(|()| make_durable(&self.staging(), &[&dir]));
         if let Err(e) = made {
             let _ = fs::remove_dir_all(&dir);
             return Err(at(&dir)(e));
@@ -236,7 +236,7 @@ impl Spool {
                     .and_then(|()| write_new(&staged.join(SUBMISSION), &record::to_json(&request)))
             }
         }
-        .and_then(|()| syncfs(&staged));
+        .and_then(|()| sync_tree_only(&staged));
         if let Err(e) = made {
             let _ = fs::remove_dir_all(&staged);
             return Err(at(&staged)(e));
@@ -274,6 +274,18 @@ impl Spool {
 /// submitting a user's job): its content must then be that user's alone.
 fn owned_by_someone_else(meta: &fs::Metadata) -> bool {
     meta.uid() != nix::unistd::geteuid().as_raw()
+}
+
+/// A staged submission on disk before it is renamed into `pending/` (whose
+/// own fsync comes after the rename).
+fn sync_tree_only(staged: &Path) -> io::Result<()> {
+    let parent = staged.parent().unwrap_or(staged);
+    match make_durable(parent, &[staged]) {
+        // A user may not open pending/ to fsync it: the rename's own
+        // durability step reports that, after the submission is made.
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(()),
+        other => other,
+    }
 }
 
 /// Makes a rename into `dir` durable: fsync of `dir`, or, where this user
