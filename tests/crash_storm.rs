@@ -365,20 +365,6 @@ struct Run {
     end: Option<Line>,
 }
 
-/// Task names in a directory of the spool, hidden entries skipped.
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .map(|e| {
-            e.flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| !n.starts_with('.'))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
 fn log_lines_about(log: &str, task: &str, max: usize) -> String {
     let lines: Vec<&str> = log.lines().filter(|l| l.contains(task)).collect();
     let skip = lines.len().saturating_sub(max);
@@ -504,7 +490,7 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
         let ended: usize = ["done", "failed"]
             .iter()
             .map(|s| {
-                entries(&spool.root.join(s))
+                common::visible_entries(&spool.root.join(s))
                     .iter()
                     .filter(|n| accepted.contains(token_of(n)))
                     .count()
@@ -512,7 +498,7 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
             .sum();
         let busy: usize = ["pending", "running", "recovery"]
             .iter()
-            .map(|s| entries(&spool.root.join(s)).len())
+            .map(|s| common::visible_entries(&spool.root.join(s)).len())
             .sum();
         if ended >= accepted.len() && busy == 0 {
             drained = true;
@@ -560,13 +546,13 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
     let states = ["pending", "running", "recovery", "done", "failed"];
     let mut dirs: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for state in states {
-        for name in entries(&spool.root.join(state)) {
+        for name in common::visible_entries(&spool.root.join(state)) {
             dirs.entry(token_of(&name).to_owned())
                 .or_default()
                 .push((state.to_owned(), name));
         }
     }
-    let staging = entries(&spool.root.join("staging"));
+    let staging = common::visible_entries(&spool.root.join("staging"));
     if !staging.is_empty() {
         problems.push(format!("staging/ is not empty: {staging:?}"));
     }

@@ -56,19 +56,6 @@ fn try_submit(spool: &Spool, token: &str, text: &str) -> Result<String, String> 
     }
 }
 
-fn visible_entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .map(|e| {
-            e.flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| !n.starts_with('.'))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
 fn token_of(task: &str) -> &str {
     task.split_once('-').map_or(task, |(_, stem)| stem)
 }
@@ -80,12 +67,12 @@ fn wait_all_ended(spool: &Spool, accepted: &BTreeSet<String>, limit: Duration) -
     while began.elapsed() < limit {
         let ended = ["done", "failed"]
             .iter()
-            .flat_map(|s| visible_entries(&spool.root.join(s)))
+            .flat_map(|s| common::visible_entries(&spool.root.join(s)))
             .filter(|n| accepted.contains(token_of(n)))
             .count();
         let busy: usize = ["pending", "running", "recovery"]
             .iter()
-            .map(|s| visible_entries(&spool.root.join(s)).len())
+            .map(|s| common::visible_entries(&spool.root.join(s)).len())
             .sum();
         if ended >= accepted.len() && busy == 0 {
             return true;
@@ -102,7 +89,7 @@ fn check_all_done_once(spool: &Spool, accepted: &BTreeSet<String>, ledger: &Path
     let mut problems = Vec::new();
     let mut places: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for state in ["pending", "running", "recovery", "done", "failed"] {
-        for name in visible_entries(&spool.root.join(state)) {
+        for name in common::visible_entries(&spool.root.join(state)) {
             places
                 .entry(token_of(&name).to_owned())
                 .or_default()
@@ -129,7 +116,7 @@ fn check_all_done_once(spool: &Spool, accepted: &BTreeSet<String>, ledger: &Path
             ));
         }
     }
-    let staging = visible_entries(&spool.root.join("staging"));
+    let staging = common::visible_entries(&spool.root.join("staging"));
     if !staging.is_empty() {
         problems.push(format!("staging/ is not empty: {staging:?}"));
     }
@@ -434,8 +421,8 @@ fn a_full_disk_loses_no_task_and_everything_finishes_when_space_returns() {
     println!(
         "enospc: {} tasks accepted, {} in done/, {} in failed/; {} warning/error lines about the disk",
         accepted.len(),
-        visible_entries(&spool.root.join("done")).len(),
-        visible_entries(&spool.root.join("failed")).len(),
+        common::visible_entries(&spool.root.join("done")).len(),
+        common::visible_entries(&spool.root.join("failed")).len(),
         disk_lines.len()
     );
     for l in disk_lines.iter().take(5) {
@@ -572,8 +559,8 @@ fn running_out_of_file_descriptors_fails_no_launch_and_everything_runs_once_the_
     println!(
         "emfile: {} tasks, {} in done/, {} in failed/; {} log lines about EMFILE, {} of them about a retry",
         accepted.len(),
-        visible_entries(&spool.root.join("done")).len(),
-        visible_entries(&spool.root.join("failed")).len(),
+        common::visible_entries(&spool.root.join("done")).len(),
+        common::visible_entries(&spool.root.join("failed")).len(),
         emfile.len(),
         retried.len()
     );

@@ -78,26 +78,8 @@ impl Spool {
     /// Starts `carma daemon` with `args` and extra environment (e.g. a fake
     /// NVML) and waits until it has written its status.
     pub fn start_daemon_with(&mut self, args: &[&str], env: &[(&str, &Path)]) {
-        assert!(self.daemon.is_none(), "a daemon is already running");
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .unwrap();
-        let child = self
-            .carma()
-            .arg("daemon")
-            .args(args)
-            .envs(env.iter().copied())
-            .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.daemon = Some(child);
-        let status = self.root.join("status.json");
-        self.wait_for("the daemon's first status", 20.0, || status.exists());
+        self.spawn(&[], args, env);
+        self.wait_daemon_ready(20.0);
     }
 
     /// Starts `carma daemon` on the spool's simulated GPUs without waiting
@@ -111,6 +93,13 @@ impl Spool {
     /// (e.g. `prlimit --nofile=40:4096 --`), so the child is the daemon.
     /// Does not wait for the daemon's status ([`Spool::wait_daemon_ready`]).
     pub fn spawn_daemon_wrapped(&mut self, wrapper: &[&str]) {
+        let gpus = self.gpus.clone();
+        self.spawn(wrapper, &["--simulate-gpus", &gpus], &[]);
+    }
+
+    /// `[wrapper...] carma daemon ARGS` with the spool's environment and
+    /// its log appended to [`Spool::log_path`].
+    fn spawn(&mut self, wrapper: &[&str], args: &[&str], env: &[(&str, &Path)]) {
         assert!(self.daemon.is_none(), "a daemon is already running");
         let log = fs::OpenOptions::new()
             .create(true)
@@ -118,9 +107,9 @@ impl Spool {
             .open(self.log_path())
             .unwrap();
         let mut command = match wrapper.split_first() {
-            Some((program, args)) => {
+            Some((program, rest)) => {
                 let mut c = Command::new(program);
-                c.args(args).arg(CARMA);
+                c.args(rest).arg(CARMA);
                 c
             }
             None => Command::new(CARMA),
@@ -130,7 +119,8 @@ impl Spool {
             .env("CARMA_CONFIG", &self.config)
             .env("RUST_LOG", "debug")
             .arg("daemon")
-            .args(["--simulate-gpus", &self.gpus])
+            .args(args)
+            .envs(env.iter().copied())
             .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -309,6 +299,20 @@ fn merge_config(base: &str, extra: &str) -> String {
         }
     }
     toml::to_string(&table).unwrap()
+}
+
+/// The visible entries of a directory, sorted (none if it is missing).
+pub fn visible_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|e| {
+            e.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 pub fn stderr(out: &Output) -> String {
