@@ -80,6 +80,15 @@ fn a_cancel_in_the_same_instant_as_the_submit_still_cancels() {
     }
 }
 
+/// Two users and a root daemon on one simulated GPU that both may submit
+/// to; `None` where the users cannot be made (not root).
+fn shared_daemon() -> Option<(common::TestUser, common::TestUser, Spool)> {
+    let (alice, bob) = two_users()?;
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    Some((alice, bob, spool))
+}
+
 /// Submits `files` (the first is the `.rad`) as `user` with `carma submit`
 /// from a directory of theirs; returns the task's name.
 fn submit_as(spool: &Spool, user: &common::TestUser, dir: &str, files: &[(&str, &str)]) -> String {
@@ -107,11 +116,9 @@ fn a_user_file_named_like_carmas_record_cannot_forge_the_owner() {
     // run-1/launch.json), each claiming bob as the job's owner; the daemon
     // is killed while her job runs and restarted. The job runs as alice,
     // before and after, and carma's record is carma's.
-    let Some((alice, bob)) = two_users() else {
+    let Some((alice, bob, mut spool)) = shared_daemon() else {
         return;
     };
-    let mut spool = Spool::shared("1x40GiB", "");
-    spool.start_daemon();
     let forged = format!(
         r#"{{"name":"000001-x","rad":"x.rad","submitted_at":0,"owner":{}}}"#,
         bob.uid
@@ -209,11 +216,9 @@ fn another_user_cannot_read_or_list_a_running_jobs_files() {
     // Hole 3: while alice's job runs, bob can neither list its task
     // directory nor read its job file, script, launch record (the job's
     // environment) or output; alice reads her output.
-    let Some((alice, bob)) = two_users() else {
+    let Some((alice, bob, spool)) = shared_daemon() else {
         return;
     };
-    let mut spool = Spool::shared("1x40GiB", "");
-    spool.start_daemon();
     let name = submit_as(
         &spool,
         &alice,
@@ -265,11 +270,9 @@ fn a_user_submit_to_a_sticky_pending_reports_success_exactly_once() {
     // Hole 4: pending/ is 1733 (users may add entries, not list them), so
     // a user cannot fsync it. The submission succeeds once its rename is
     // done, and exactly one task comes of it.
-    let Some((alice, _)) = two_users() else {
+    let Some((alice, _, mut spool)) = shared_daemon() else {
         return;
     };
-    let mut spool = Spool::shared("1x40GiB", "");
-    spool.start_daemon();
     spool.stop_daemon("TERM");
     let mode = fs::metadata(spool.root.join("pending")).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o1733, "the daemon made pending/ shared");
@@ -451,11 +454,9 @@ fn a_root_owned_job_is_refused_at_submit_unless_root_jobs_are_allowed() {
 
 #[test]
 fn a_dropped_job_of_another_user_can_write_in_its_working_directory() {
-    let Some((alice, _)) = two_users() else {
+    let Some((alice, _, spool)) = shared_daemon() else {
         return;
     };
-    let mut spool = Spool::shared("1x40GiB", "");
-    spool.start_daemon();
     let home = spool.user_dir(
         &alice,
         "alice-w",
@@ -537,11 +538,9 @@ fn files_squatting_task_names_neither_lose_nor_double_a_task() {
     // Review finding: user files named like the next task numbers made
     // claims fail after the original was deleted, and left half-made
     // tasks that a restart ran a second time.
-    let Some((alice, bob)) = two_users() else {
+    let Some((alice, bob, mut spool)) = shared_daemon() else {
         return;
     };
-    let mut spool = Spool::shared("1x40GiB", "");
-    spool.start_daemon();
     let ledger = spool.dir.path().join("ledger");
     fs::write(&ledger, "").unwrap();
     fs::set_permissions(&ledger, fs::Permissions::from_mode(0o666)).unwrap();
@@ -610,11 +609,9 @@ fn a_drop_with_an_overlong_name_is_refused_without_holding_up_others() {
 fn a_submitted_directory_others_may_write_is_refused() {
     // Review finding: bob rewrote the job in alice's world-writable
     // directory and moved the directory into pending/: it ran as alice.
-    let Some((alice, bob)) = two_users() else {
+    let Some((alice, bob, spool)) = shared_daemon() else {
         return;
     };
-    let mut spool = Spool::shared("1x40GiB", "");
-    spool.start_daemon();
     let proj = spool.user_dir(&alice, "shared/proj", &[("job.rad", "memory: 1G\nid -u\n")]);
     fs::set_permissions(&proj, fs::Permissions::from_mode(0o777)).unwrap();
     // A directory both may write, without the sticky bit.
@@ -636,11 +633,9 @@ fn a_submitted_directory_others_may_write_is_refused() {
 fn a_directory_squatting_a_cancel_request_does_not_block_the_owners_cancel() {
     // Review finding: bob's cancel/<alice's task> directory stayed, and
     // alice's request could not be written.
-    let Some((alice, bob)) = two_users() else {
+    let Some((alice, bob, spool)) = shared_daemon() else {
         return;
     };
-    let mut spool = Spool::shared("1x40GiB", "");
-    spool.start_daemon();
     let name = submit_as(
         &spool,
         &alice,
