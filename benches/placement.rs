@@ -27,6 +27,8 @@ fn main() {
                 gpu: g,
                 used_mib: (g as u64 % 7) * 4 * GIB,
                 smact: 0.1 + (g % 5) as f64 * 0.1,
+                occupancy: None,
+                dram: None,
                 healthy: true,
                 tasks: Vec::new(),
             })

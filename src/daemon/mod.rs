@@ -422,6 +422,8 @@ impl Daemon {
                 gpu: reading.index,
                 used_mib: reading.used_mib,
                 smact: reading.smact,
+                occupancy: reading.occupancy,
+                dram: reading.dram,
                 healthy: reading.error.is_none(),
                 tasks: per_task
                     .into_iter()

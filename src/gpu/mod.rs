@@ -47,6 +47,12 @@ pub struct GpuReading {
     pub used_mib: u64,
     /// SM activity since the previous reading, 0..1.
     pub smact: f64,
+    /// SM occupancy (resident warps over the maximum), 0..1, where the
+    /// metric source measures it (DCGM field 1003, GPM).
+    pub occupancy: Option<f64>,
+    /// DRAM activity (fraction of cycles the memory interface is busy),
+    /// 0..1, where the metric source measures it (DCGM field 1005, GPM).
+    pub dram: Option<f64>,
     /// Board power, watts, where known.
     pub power_w: Option<f64>,
     /// Energy counter since an arbitrary origin, joules, where known; the
@@ -67,6 +73,8 @@ impl GpuReading {
             index,
             used_mib: 0,
             smact: 0.0,
+            occupancy: None,
+            dram: None,
             power_w: None,
             energy_j: None,
             processes: Vec::new(),

@@ -94,6 +94,12 @@ pub struct GpuSample {
     pub used_mib: u64,
     /// SM activity over the last sampling interval, 0..1.
     pub smact: f64,
+    /// SM occupancy over the interval, 0..1; `None` where the metric
+    /// source cannot measure it (the interference gate then assumes the
+    /// worst).
+    pub occupancy: Option<f64>,
+    /// DRAM activity over the interval, 0..1; `None` where unknown.
+    pub dram: Option<f64>,
     /// False when the GPU cannot be read or reports an error: it is skipped.
     pub healthy: bool,
     /// Memory attributed to running tasks, where the driver can tell.

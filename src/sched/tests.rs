@@ -20,6 +20,8 @@ fn sample(gpu: usize, used_mib: u64, smact: f64) -> GpuSample {
         gpu,
         used_mib,
         smact,
+        occupancy: None,
+        dram: None,
         healthy: true,
         tasks: Vec::new(),
     }

@@ -379,6 +379,8 @@ impl Sim<'_> {
                     gpu: g,
                     used_mib: gpu.used_mib,
                     smact: gpu.smact,
+                    occupancy: None,
+                    dram: None,
                     healthy: true,
                     tasks: gpu
                         .tasks

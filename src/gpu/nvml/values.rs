@@ -66,6 +66,8 @@ pub fn reading(index: usize, raw: &Raw) -> GpuReading {
         index,
         used_mib: mib_up(raw.total_bytes.saturating_sub(raw.free_bytes)),
         smact: fraction(raw.busy_percent),
+        occupancy: None,
+        dram: None,
         power_w: raw.power_mw.map(|mw| f64::from(mw) / 1000.0),
         energy_j: raw.energy_mj.map(|mj| mj as f64 / 1000.0),
         processes,

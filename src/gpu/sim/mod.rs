@@ -166,6 +166,8 @@ impl SimGpus {
                     index,
                     used_mib: gpu.used_mib(),
                     smact,
+                    occupancy: None,
+                    dram: None,
                     power_w: Some(power_w),
                     energy_j: Some(energy_j),
                     processes: gpu
