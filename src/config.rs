@@ -16,6 +16,7 @@ use crate::estimate;
 use crate::gpu::GpuConfig;
 use crate::mps::MpsConfig;
 use crate::oom::OomRules;
+use crate::rad::LegacyRules;
 use crate::sched::{PlacementRules, RecoveryRules, Rules};
 use crate::simulate::Model;
 
@@ -42,6 +43,8 @@ pub struct Config {
     pub mps: MpsConfig,
     /// The memory estimator chain.
     pub estimate: estimate::Settings,
+    /// How the research prototype's job files are read.
+    pub legacy: LegacyRules,
 }
 
 /// A configuration that cannot be used, with the file it came from.

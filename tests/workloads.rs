@@ -152,8 +152,9 @@ fn the_six_published_workloads_parse_field_by_field() {
     let files = rad_files(&dir);
     assert_eq!(files.len(), expected.len(), "{files:?}");
     for (file, expected) in files.iter().zip(expected) {
-        let spec = check_file(file).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(spec, expected, "{}", file.display());
+        let job = check_file(file).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(job.spec, expected, "{}", file.display());
+        assert_eq!(job.warnings, Vec::<String>::new(), "{}", file.display());
     }
 }
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde::Serialize;
 
-use carma::rad::{self, TaskSpec};
+use carma::rad::{self, JobFile, TaskSpec};
 
 /// One valid file in `carma check --json` output.
 #[derive(Serialize)]
@@ -16,6 +16,8 @@ struct Checked<'a> {
     file: String,
     #[serde(flatten)]
     spec: &'a TaskSpec,
+    /// What the file gets away with, `FILE:LINE:COL: warning: ...`.
+    warnings: &'a [String],
 }
 
 /// Checks every file, reporting each bad one and going on: a user fixing a
@@ -27,14 +29,20 @@ pub fn run(files: &[PathBuf], json: bool) -> Result<ExitCode> {
     let mut all_valid = true;
     for file in files {
         match rad::check_file(file) {
-            Ok(spec) if json => {
+            Ok(JobFile { spec, warnings }) if json => {
                 let checked = Checked {
                     file: file.display().to_string(),
                     spec: &spec,
+                    warnings: &warnings,
                 };
                 writeln!(out, "{}", serde_json::to_string(&checked)?)?;
             }
-            Ok(spec) => writeln!(out, "{}: ok\n{spec}", file.display())?,
+            Ok(JobFile { spec, warnings }) => {
+                for warning in &warnings {
+                    eprintln!("{warning}");
+                }
+                writeln!(out, "{}: ok\n{spec}", file.display())?;
+            }
             Err(e) => {
                 eprintln!("{e}");
                 all_valid = false;

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use carma::config::Config;
 use carma::estimate::{Chain, Estimate, EstimateInput, EstimatorKind};
-use carma::rad;
+use carma::rad::{self, LegacyRules};
 use carma::sched::Need;
 use carma::summary::Summary;
 
@@ -42,7 +42,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         .for_spool(args.spool.resolve(&config).root());
     let is_rad = args.input.extension().is_some_and(|e| e == "rad");
     let mut input = if is_rad {
-        job_from_rad(&args.input)?
+        job_from_rad(&args.input, &config.legacy)?
     } else {
         EstimateInput {
             summary: Some(read_summary(&args.input)?),
@@ -126,9 +126,18 @@ fn print_text(input: &EstimateInput, e: &Estimate) {
 }
 
 /// The estimator's inputs from a job file (either syntax): its declared
-/// memory, command, batch size and model summary.
-fn job_from_rad(path: &Path) -> Result<EstimateInput> {
-    let spec = rad::check_file(path)?;
+/// memory (as `legacy` reads legacy files), command, batch size and model
+/// summary. What the file gets away with is printed as warnings, as the
+/// daemon logs it.
+fn job_from_rad(path: &Path, legacy: &LegacyRules) -> Result<EstimateInput> {
+    let job = rad::check_file(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    EstimateInput::from_spec(&spec, dir).map_err(anyhow::Error::msg)
+    let (input, summary_warning) = EstimateInput::from_spec(&job.spec, dir, legacy);
+    for warning in &job.warnings {
+        eprintln!("{warning}");
+    }
+    if let Some(warning) = summary_warning {
+        eprintln!("{}: warning: {warning}", path.display());
+    }
+    Ok(input)
 }

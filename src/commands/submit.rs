@@ -38,7 +38,12 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     let mut bad = 0;
     for file in &args.files {
         match rad::check_file(file) {
-            Ok(spec) => specs.push((file, spec)),
+            Ok(job) => {
+                for warning in &job.warnings {
+                    eprintln!("{warning}");
+                }
+                specs.push((file, job.spec));
+            }
             Err(e) => {
                 eprintln!("{e}");
                 bad += 1;

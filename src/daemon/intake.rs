@@ -17,7 +17,7 @@ use nix::unistd::{Uid, User};
 use super::watch::Change;
 use super::{Closing, Daemon, Task};
 use crate::estimate::EstimateInput;
-use crate::rad::{self, PolicyHint, TaskSpec};
+use crate::rad::{self, JobFile};
 use crate::sched::{Demand, Event, Need};
 use crate::spool::record::{EstimateNote, JOB, Outcome, RunAs, TaskRecord, unix_now};
 use crate::spool::{SpoolError, State, TaskName};
@@ -292,34 +292,27 @@ impl Daemon {
                 record.rad
             ));
         }
-        let spec = rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &job))?;
+        let JobFile { spec, warnings } =
+            rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &job))?;
         let (run_as, user) = self.run_as(owner)?;
-        let input = EstimateInput::from_spec(&spec, &job).unwrap_or_else(|e| {
-            log::warn!(
-                "{name}: estimating without the model summary: {}",
-                relative(&e, &job)
-            );
-            EstimateInput::from_spec(
-                &TaskSpec {
-                    model: None,
-                    ..spec.clone()
-                },
-                &job,
-            )
-            .unwrap_or_default()
-        });
+        let (input, summary_warning) = EstimateInput::from_spec(&spec, &job, &self.config.legacy);
         if record.estimate.is_none() {
+            // Said once, when the job is first estimated; a restart that
+            // reloads the task does not repeat it.
+            for warning in warnings.iter().chain(&summary_warning) {
+                log::warn!("{name}: {}", relative(warning, &job));
+            }
             let estimate = self.chain.estimate(&input);
             log::info!("{name}: estimate {}", estimate.describe());
             record.estimate = Some(EstimateNote {
                 need: estimate.need,
-                source: estimate.source.map_or("none", |s| s.name()).to_string(),
+                source: estimate.source_text(),
             });
         }
         let demand = Demand {
             gpus: spec.gpus,
             need: record.estimate.as_ref().map_or(Need::Unknown, |e| e.need),
-            exclusive: spec.policy == Some(PolicyHint::Exclusive),
+            exclusive: self.config.legacy.exclusive(&spec),
             user: Some(owner),
             max_retries: spec.retries,
         };

@@ -33,7 +33,7 @@ pub use analytic::{Analytic, AnalyticAnswer, Formula};
 pub use ensemble::{BucketAnswer, Buckets, Ensemble, FamilyEnsemble, TrainParams};
 pub use history::{Fingerprint, History, Record};
 
-use crate::rad::TaskSpec;
+use crate::rad::{LegacyRules, TaskSpec};
 use crate::sched::Need;
 use crate::summary::Summary;
 
@@ -165,8 +165,12 @@ impl Settings {
 /// What the chain knows about a job. The job-file parser fills it in.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EstimateInput {
-    /// The job's own declaration (`memory:`, or legacy line 9).
+    /// The job's own declaration (`memory:`, or the legacy line the
+    /// operator chose).
     pub declared: Option<Need>,
+    /// Where the declaration was read, for people ("legacy line 10,
+    /// horus"); empty when the caller knows none.
+    pub declared_by: String,
     /// The job's command, for history.
     pub command: String,
     /// Batch size, when the job file states it.
@@ -176,27 +180,37 @@ pub struct EstimateInput {
 }
 
 impl EstimateInput {
-    /// What a parsed job file tells the chain: its declaration, its script
-    /// (the command, for history), batch size and model summary, read from
-    /// `dir` (the job file's directory). A summary that does not parse is
-    /// an error: the job named it, and silently estimating without it
-    /// would hide a mistake.
-    pub fn from_spec(spec: &TaskSpec, dir: &Path) -> Result<EstimateInput, String> {
-        let summary = match &spec.model {
-            Some(model) => {
-                let path = dir.join(model);
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("cannot read model summary {}: {e}", path.display()))?;
-                Some(Summary::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?)
-            }
-            None => None,
+    /// What a parsed job file tells the chain: its declaration (as
+    /// `legacy` reads legacy files), its script (the command, for history),
+    /// batch size and model summary, read from `dir` (the job file's
+    /// directory). A summary that cannot be read or does not parse comes
+    /// back as a warning and the chain goes on without it: no estimator
+    /// problem may fail a job.
+    pub fn from_spec(
+        spec: &TaskSpec,
+        dir: &Path,
+        legacy: &LegacyRules,
+    ) -> (EstimateInput, Option<String>) {
+        let read = |model: &String| {
+            let path = dir.join(model);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read model summary {model}: {e}"))?;
+            Summary::parse(&text).map_err(|e| format!("model summary {model}: {e}"))
         };
-        Ok(EstimateInput {
-            declared: spec.memory,
+        let (summary, warning) = match spec.model.as_ref().map(read) {
+            Some(Ok(summary)) => (Some(summary), None),
+            Some(Err(e)) => (None, Some(format!("{e}; estimating without it"))),
+            None => (None, None),
+        };
+        let declared = legacy.declared(spec);
+        let input = EstimateInput {
+            declared: declared.need,
+            declared_by: declared.by,
             command: spec.script.join("\n"),
             batch_size: spec.batch_size.map(u64::from),
             summary,
-        })
+        };
+        (input, warning)
     }
 
     /// The batch size: the job's, else the one the summary was made with.
@@ -227,9 +241,21 @@ pub struct Estimate {
     pub formula: Option<Formula>,
     /// Estimators asked before the answer, and why each declined.
     pub declined: Vec<(EstimatorKind, String)>,
+    /// Where the declaration was read, when `declared` answered.
+    pub declared_by: Option<String>,
 }
 
 impl Estimate {
+    /// The answering estimator for records and the placement log:
+    /// `history`, `declared: legacy line 10, horus`, `none`.
+    pub fn source_text(&self) -> String {
+        match (self.source, &self.declared_by) {
+            (Some(source), Some(by)) if !by.is_empty() => format!("{source}: {by}"),
+            (Some(source), _) => source.name().to_string(),
+            (None, _) => "none".to_string(),
+        }
+    }
+
     /// One line for logs: what, from where.
     pub fn describe(&self) -> String {
         // Exact MiB: bucket edges and history peaks are MiB figures.
@@ -246,6 +272,9 @@ impl Estimate {
         }
         if let Some(f) = self.formula {
             text.push_str(&format!(" ({f:?} formula)"));
+        }
+        if let Some(by) = self.declared_by.as_ref().filter(|by| !by.is_empty()) {
+            text.push_str(&format!(" ({by})"));
         }
         text
     }
@@ -336,6 +365,8 @@ impl Chain {
                         bucket: answer.bucket,
                         formula: answer.formula,
                         declined,
+                        declared_by: (kind == EstimatorKind::Declared)
+                            .then(|| input.declared_by.clone()),
                     };
                 }
                 Err(why) => declined.push((kind, why)),
@@ -347,6 +378,7 @@ impl Chain {
             bucket: None,
             formula: None,
             declined,
+            declared_by: None,
         }
     }
 
@@ -359,10 +391,13 @@ impl Chain {
         };
         let batch = || input.batch().ok_or("the job states no batch size");
         match kind {
-            EstimatorKind::Declared => input
-                .declared
-                .map(Answer::plain)
-                .ok_or_else(|| "the job declares no memory".into()),
+            EstimatorKind::Declared => input.declared.map(Answer::plain).ok_or_else(|| match input
+                .declared_by
+                .as_str()
+            {
+                "" => "the job declares no memory".into(),
+                by => format!("the job declares no memory ({by})"),
+            }),
             EstimatorKind::History => {
                 if input.command.trim().is_empty() {
                     return Err("the job has no command to recognise it by".into());

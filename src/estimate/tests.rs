@@ -27,6 +27,7 @@ fn settings(history: &Path) -> Settings {
 fn job(model: &str, batch: u64) -> EstimateInput {
     EstimateInput {
         declared: None,
+        declared_by: String::new(),
         command: format!("python train_{model}.py"),
         batch_size: Some(batch),
         summary: Some(workload(model)),

@@ -39,25 +39,98 @@ pub enum FileError {
     Invalid { path: PathBuf, error: RadError },
 }
 
+/// A `.rad` that carma can run, and what it had to overlook to run it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobFile {
+    /// The job, its model summary resolved against the directory.
+    pub spec: TaskSpec,
+    /// `FILE:LINE:COL: warning: message` for each thing the user should fix: a
+    /// summary found only under another case, or not at all, a malformed
+    /// line the job does not depend on.
+    pub warnings: Vec<String>,
+}
+
 /// Reads, parses and checks the `.rad` at `path`: the job's name defaults to
-/// the file's stem, and the model summary it names must exist inside the
-/// file's directory.
-pub fn check_file(path: &Path) -> Result<TaskSpec, FileError> {
+/// the file's stem, and the model summary it names is looked for inside the
+/// file's directory. A summary that is not there is a warning, never an
+/// error: the estimators do without it, as the research prototype did. One
+/// whose name differs from a file on disk only in case (published
+/// workloads name `efficientNet_32.model` for `efficientnet_32.model`) is
+/// that file, when no other file matches as well.
+pub fn check_file(path: &Path) -> Result<JobFile, FileError> {
     let bytes = read(path)?;
-    let invalid = |error| FileError::Invalid {
+    let Parsed {
+        mut spec,
+        model_at,
+        warnings: overlooked,
+    } = parse_bytes(&bytes).map_err(|error| FileError::Invalid {
         path: path.to_owned(),
         error,
+    })?;
+    let warning = |w: RadError| {
+        format!(
+            "{}:{}:{}: warning: {}",
+            path.display(),
+            w.line,
+            w.column,
+            w.message
+        )
     };
-    let Parsed { mut spec, model_at } = parse_bytes(&bytes).map_err(invalid)?;
+    let mut warnings: Vec<String> = overlooked.into_iter().map(warning).collect();
     if spec.name.is_none() {
         spec.name = path
             .file_stem()
             .map(|stem| stem.to_string_lossy().into_owned());
     }
-    if let (Some(model), Some(at)) = (&spec.model, model_at) {
-        find_model(job_dir(path), model).map_err(|message| invalid(RadError::new(at, message)))?;
+    if let (Some(model), Some(at)) = (spec.model.clone(), model_at) {
+        let mut warn = |message: String| warnings.push(warning(RadError::new(at, message)));
+        let dir = job_dir(path);
+        match find_model(dir, &model) {
+            Ok(()) => {}
+            Err(missing) => match case_match(dir, &model).filter(|m| find_model(dir, m).is_ok()) {
+                Some(found) => {
+                    warn(format!(
+                        "model summary `{}` not found; using `{}`, which differs only in case",
+                        clip(&model),
+                        clip(&found)
+                    ));
+                    spec.model = Some(found);
+                }
+                None => {
+                    warn(format!("{missing}; estimating without it"));
+                    spec.model = None;
+                }
+            },
+        }
     }
-    Ok(spec)
+    Ok(JobFile { spec, warnings })
+}
+
+/// The one file in `relative`'s directory below `dir` whose name equals
+/// `relative`'s file name ignoring case, as a path relative to `dir`; `None`
+/// when no file or more than one does (then carma cannot know which was
+/// meant). Names are only listed, never followed: callers still open the
+/// result safely.
+pub fn case_match(dir: &Path, relative: &str) -> Option<String> {
+    let (subdir, file_name) = match relative.rsplit_once('/') {
+        Some((subdir, file_name)) => (Some(subdir), file_name),
+        None => (None, relative),
+    };
+    let search = subdir.map_or_else(|| dir.to_owned(), |subdir| dir.join(subdir));
+    let wanted = file_name.to_lowercase();
+    let mut matches = fs::read_dir(search)
+        .ok()?
+        .flatten()
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.to_lowercase() == wanted);
+    let name = matches.next()?;
+    if matches.next().is_some() {
+        return None;
+    }
+    Some(match subdir {
+        Some(subdir) => format!("{subdir}/{name}"),
+        None => name,
+    })
 }
 
 /// The file's bytes, refusing directories, FIFOs, devices (reading those

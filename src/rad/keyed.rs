@@ -173,7 +173,11 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
             "expected at least one command line (e.g. `python train.py`), found end of file",
         ));
     }
-    Ok(Parsed { spec, model_at })
+    Ok(Parsed {
+        spec,
+        model_at,
+        warnings: Vec::new(),
+    })
 }
 
 fn known_key(line: &Line<'_>, key: &str) -> Result<Key, RadError> {

@@ -4,7 +4,10 @@
 //! where real files are sloppy (trailing whitespace, no final newline,
 //! trailing blank lines, `collocate` for `collocation`) and strict where a
 //! mistake would mislead the scheduler (a GPU count that is not a positive
-//! integer, a thirteenth line). Every error says that the legacy syntax was
+//! integer, a thirteenth line). Lines the prototype never relied on to run
+//! a job (line 7, which it ignored, and the memory figures 9-12, of which
+//! the operator picks one or none) only warn when malformed: a job the
+//! prototype ran is never refused over them. Every error says that the legacy syntax was
 //! assumed, because a keyed file whose directives are all malformed lands
 //! here too, and "expected a comment on line 1" would be baffling without
 //! that note.
@@ -81,11 +84,15 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
     let model_path = value::model_path(&model)?;
     let dataset = field(5)?.non_empty(FIELDS[4])?;
     let batch_size = value::positive(&field(6)?, FIELDS[5])?;
-    let policy = value::policy(&field(7)?)?;
+    let mut warnings = Vec::new();
+    let policy = lenient(value::policy(&field(7)?).map(Some), &mut warnings);
     let gpus = value::positive(&field(8)?, FIELDS[7])?;
-    let memory = |number: usize| match lines.get(number - 1) {
-        Some(line) => mib(&Value::of_line(line), FIELDS[number - 1]),
-        None => Ok(None),
+    let mut memory = |number: usize| match lines.get(number - 1) {
+        Some(line) => lenient(
+            mib(&Value::of_line(line), FIELDS[number - 1]),
+            &mut warnings,
+        ),
+        None => None,
     };
     let spec = TaskSpec {
         syntax: Syntax::Legacy,
@@ -95,18 +102,28 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
         dataset: Some(dataset),
         batch_size: Some(batch_size),
         gpus,
-        policy: Some(policy),
-        memory: memory(9)?,
+        policy,
+        memory: memory(9),
         published: PublishedEstimates {
-            horus: memory(10)?,
-            faketensor: memory(11)?,
-            gpumemnet: memory(12)?,
+            horus: memory(10),
+            faketensor: memory(11),
+            gpumemnet: memory(12),
         },
         retries: None,
     };
     Ok(Parsed {
         spec,
         model_at: Some(model.at),
+        warnings,
+    })
+}
+
+/// The value of a line the job does not depend on; a malformed one becomes
+/// a warning and reads as absent.
+fn lenient<T>(read: Result<Option<T>, RadError>, warnings: &mut Vec<RadError>) -> Option<T> {
+    read.unwrap_or_else(|e| {
+        warnings.push(e.with_note("the line is ignored"));
+        None
     })
 }
 

@@ -20,6 +20,7 @@ mod error;
 mod file;
 mod keyed;
 mod legacy;
+mod legacy_rules;
 mod spec;
 mod suggest;
 mod text;
@@ -29,8 +30,9 @@ mod value;
 mod tests;
 
 pub use error::{Position, RadError};
-pub use file::{FileError, MAX_FILE_BYTES, check_file};
+pub use file::{FileError, JobFile, MAX_FILE_BYTES, case_match, check_file};
 pub use legacy::LEGACY_WHOLE_GPU_MIB;
+pub use legacy_rules::{Declared, LegacyRules, MemoryLine};
 pub use spec::{DEFAULT_GPUS, PolicyHint, PublishedEstimates, Syntax, TaskSpec};
 pub use text::{MAX_LINE_BYTES, MAX_LINES};
 
@@ -42,6 +44,9 @@ pub struct Parsed {
     pub spec: TaskSpec,
     /// Where the model summary's path starts, when the file names one.
     pub model_at: Option<Position>,
+    /// What the reader passed over without refusing the file (a malformed
+    /// line the job does not depend on), for the user to fix.
+    pub warnings: Vec<RadError>,
 }
 
 /// Parses a `.rad` from text (a leading byte-order mark is ignored).

@@ -61,6 +61,21 @@ fn refused_bytes(bytes: &[u8], line: usize, column: usize, words: &[&str]) {
     }
 }
 
+/// Asserts that `text` is accepted with one warning, at `line`:`column`,
+/// holding every one of `words`; returns the job.
+#[track_caller]
+fn warned(text: &str, line: usize, column: usize, words: &[&str]) -> TaskSpec {
+    let parsed = parse(text).unwrap_or_else(|e| panic!("{e} in:\n{text}"));
+    let [warning] = &parsed.warnings[..] else {
+        panic!("expected one warning, got {:?}", parsed.warnings);
+    };
+    assert_eq!((warning.line, warning.column), (line, column), "{warning}");
+    for word in words {
+        assert!(warning.message.contains(word), "{word:?} not in: {warning}");
+    }
+    parsed.spec
+}
+
 /// LEGACY with 1-based line `number` replaced.
 fn legacy_with(number: usize, replacement: &str) -> String {
     let mut lines: Vec<&str> = LEGACY.lines().collect();
@@ -408,18 +423,23 @@ fn legacy_batch_size_zero_and_fractions_are_refused() {
 }
 
 #[test]
-fn legacy_negative_and_unit_memory_is_refused() {
-    refused(
+fn legacy_negative_and_unit_memory_is_ignored_with_a_warning() {
+    let spec = warned(
         &legacy_with(10, "-5"),
         10,
         1,
         &[
             "Horus estimate in MiB (a positive number; 40000 means",
             "\"-5\"",
+            "the line is ignored",
         ],
     );
-    refused(&legacy_with(9, "16G"), 9, 1, &["measured peak", "\"16G\""]);
-    refused(&legacy_with(12, "0"), 12, 1, &["GPUMemNet", "\"0\""]);
+    assert_eq!(spec.published.horus, None);
+    assert_eq!(spec.memory, Some(Need::Mib(19828)));
+    let spec = warned(&legacy_with(9, "16G"), 9, 1, &["measured peak", "\"16G\""]);
+    assert_eq!(spec.memory, None);
+    let spec = warned(&legacy_with(12, "0"), 12, 1, &["GPUMemNet", "\"0\""]);
+    assert_eq!(spec.published.gpumemnet, None);
 }
 
 #[test]
@@ -453,14 +473,16 @@ fn legacy_with_thirteen_lines_is_refused() {
 }
 
 #[test]
-fn legacy_misspelt_policy_suggests() {
-    refused(
+fn legacy_misspelt_policy_is_ignored_with_a_suggestion() {
+    // The prototype never read line 7: a typo there must not cost the job.
+    let spec = warned(
         &legacy_with(7, "exclusiv"),
         7,
         1,
-        &["did you mean `exclusive`?", LEGACY_NOTE],
+        &["did you mean `exclusive`?", "the line is ignored"],
     );
-    refused(
+    assert_eq!(spec.policy, None);
+    warned(
         &legacy_with(7, "colocation"),
         7,
         1,

@@ -391,9 +391,11 @@ pub(super) fn refuse_shared_writes(meta: &fs::Metadata) -> Result<(), String> {
 
 /// Writes carma's copies of a job into `dir/job/`: the `.rad` as `file`,
 /// and the model summary it names, read below `base` (where the user put
-/// both) without following links. A summary that cannot be read, or that
-/// belongs to someone other than `owner`, is not copied: the job's check
-/// then reports it missing.
+/// both) without following links. A summary found only under a name that
+/// differs in case is copied under its own name, where the job's check
+/// finds it and says so. A summary that cannot be read, or that belongs to
+/// someone other than `owner`, is not copied: the job's check then reports
+/// it missing.
 pub(super) fn fill_job(
     dir: &Path,
     file: &str,
@@ -407,10 +409,20 @@ pub(super) fn fill_job(
     let model = crate::rad::parse_bytes(bytes)
         .ok()
         .and_then(|parsed| parsed.spec.model);
-    let Some(model) = model else {
+    let Some(mut model) = model else {
         return Ok(());
     };
-    let summary = match safe::read_beneath(base, &model, MAX_SUMMARY_BYTES) {
+    let mut read = safe::read_beneath(base, &model, MAX_SUMMARY_BYTES);
+    if read
+        .as_ref()
+        .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+    {
+        if let Some(found) = crate::rad::case_match(base, &model) {
+            read = safe::read_beneath(base, &found, MAX_SUMMARY_BYTES);
+            model = found;
+        }
+    }
+    let summary = match read {
         Ok((summary, meta)) if Some(meta.uid()) == owner || owner.is_none() => summary,
         Ok((_, meta)) => {
             log::warn!(

@@ -129,7 +129,8 @@ impl TaskRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EstimateNote {
     pub need: Need,
-    /// Which estimator answered (`declared`, `history`, ...).
+    /// Which estimator answered (`history`, `declared: legacy line 9,
+    /// oracle`, ...).
     pub source: String,
 }
 

@@ -190,7 +190,7 @@ fn submit_copies_the_job_and_its_summary() {
     fs::write(jobs.join("models/m.model"), "summary").unwrap();
     let rad = jobs.join("train.rad");
     fs::write(&rad, "model: models/m.model\ngpus: 1\npython train.py\n").unwrap();
-    let spec = crate::rad::check_file(&rad).unwrap();
+    let spec = crate::rad::check_file(&rad).unwrap().spec;
     let submitted = spool.submit(&rad, &spec).unwrap();
     let name = submitted.name.unwrap();
     assert_eq!(name.as_str(), "000001-train");
