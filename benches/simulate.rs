@@ -8,8 +8,9 @@
 use std::time::Instant;
 
 use carma::config::Config;
+use carma::rad::MemoryLine;
 use carma::sched::Policy;
-use carma::simulate::{self, Setup, trace::EstimateColumn, trace::TraceTask};
+use carma::simulate::{self, Setup, trace::TraceTask};
 
 const TASKS: usize = 100_000;
 const GPUS: usize = 64;
@@ -59,9 +60,9 @@ fn main() {
     let trace = synthetic_trace();
     let config = Config::load(None).expect("built-in config");
     for (policy, estimator) in [
-        (Policy::Exclusive, EstimateColumn::Oracle),
-        (Policy::Magm, EstimateColumn::Oracle),
-        (Policy::BestFit, EstimateColumn::Horus),
+        (Policy::Exclusive, MemoryLine::Oracle),
+        (Policy::Magm, MemoryLine::Oracle),
+        (Policy::BestFit, MemoryLine::Horus),
     ] {
         let mut rules = config.rules();
         rules.placement.policy = policy;

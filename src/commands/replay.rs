@@ -14,8 +14,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
+use carma::rad::MemoryLine;
 use carma::sched::Need;
-use carma::simulate::trace::{self, EstimateColumn};
+use carma::simulate::trace;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,7 +29,7 @@ pub struct Args {
     time_scale: f64,
     /// Which trace column each job declares as its `memory:`.
     #[arg(long, value_enum, default_value = "oracle")]
-    estimator: EstimateColumn,
+    estimator: MemoryLine,
     /// Directory for the generated `.rad` files [default: replay-<trace>].
     #[arg(long)]
     jobs: Option<PathBuf>,

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use carma::config::Config;
+use carma::rad::MemoryLine;
 use carma::sched::Policy;
-use carma::simulate::{self, Sharing, trace::EstimateColumn};
+use carma::simulate::{self, Sharing};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,7 +24,7 @@ pub struct Args {
     policy: Option<Policy>,
     /// Which trace column the scheduler sees as each task's estimate.
     #[arg(long, value_enum, default_value = "oracle")]
-    estimator: EstimateColumn,
+    estimator: MemoryLine,
     /// How collocated tasks share a GPU [default: simulate.sharing].
     #[arg(long, value_enum)]
     sharing: Option<SharingArg>,

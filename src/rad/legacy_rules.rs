@@ -22,15 +22,18 @@ use crate::sched::Need;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum MemoryLine {
-    /// Line 9, the measured peak: a perfect estimator.
+    /// The measured peak (legacy line 9, trace `memory_mib`): a perfect
+    /// estimator.
     Oracle,
-    /// Line 10, the Horus formula's answer.
+    /// The Horus formula's answer (line 10, `est_horus_mib`).
     Horus,
-    /// Line 11, PyTorch FakeTensor's answer.
+    /// PyTorch FakeTensor's answer (line 11, `est_faketensor_mib`).
     Faketensor,
-    /// Line 12, GPUMemNet's answer (an upper bucket edge).
+    /// GPUMemNet's answer, an upper bucket edge (line 12,
+    /// `est_gpumemnet_mib`).
     Gpumemnet,
-    /// No line: carma's own estimator chain decides.
+    /// None of them: a legacy job is estimated by carma's own chain, a
+    /// trace task has no estimate.
     None,
 }
 

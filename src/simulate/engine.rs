@@ -24,8 +24,9 @@ use std::collections::BinaryHeap;
 use crate::sched::{Action, Demand, Event, Exit, GpuSample, Rules, Scheduler, TaskId, Time};
 
 use super::metrics::{Metrics, TaskRecord};
-use super::trace::{EstimateColumn, TraceTask};
+use super::trace::TraceTask;
 use super::{Model, Sharing};
+use crate::rad::MemoryLine;
 
 /// Everything one simulation run needs besides the trace.
 #[derive(Debug, Clone)]
@@ -33,7 +34,7 @@ pub struct Setup {
     /// Memory of each GPU, MiB.
     pub gpus: Vec<u64>,
     /// Which trace column the core sees as the estimate.
-    pub estimator: EstimateColumn,
+    pub estimator: MemoryLine,
     pub rules: Rules,
     pub model: Model,
 }

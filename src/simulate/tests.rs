@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 
-use super::trace::{self, EstimateColumn, TraceTask};
+use super::trace::{self, TraceTask};
 use super::*;
+use crate::rad::MemoryLine;
 use crate::sched::{Policy, RecoveryMode, Rules};
 
 const GIB: u64 = 1024;
@@ -26,7 +27,7 @@ fn task(submit_s: f64, gpus: u32, duration_s: f64, memory_mib: f64, smact: f64) 
     }
 }
 
-fn setup(gpus: usize, policy: Policy, estimator: EstimateColumn, sharing: Sharing) -> Setup {
+fn setup(gpus: usize, policy: Policy, estimator: MemoryLine, sharing: Sharing) -> Setup {
     let config = crate::config::Config::load(None).unwrap();
     let mut rules: Rules = config.rules();
     rules.placement.policy = policy;
@@ -60,7 +61,7 @@ fn exclusive_is_first_in_first_out_with_head_of_line_blocking() {
     ];
     let m = run(
         &trace,
-        &setup(2, Policy::Exclusive, EstimateColumn::Oracle, Sharing::Mps),
+        &setup(2, Policy::Exclusive, MemoryLine::Oracle, Sharing::Mps),
     );
     assert_eq!(m.tasks, 4);
     assert!(close(m.total_time_s, 180.0), "{m:?}");
@@ -119,7 +120,7 @@ fn exclusive_matches_the_fifo_reference_on_the_real_traces() {
         let trace = shared_trace(name);
         let m = run(
             &trace,
-            &setup(4, Policy::Exclusive, EstimateColumn::Oracle, Sharing::Mps),
+            &setup(4, Policy::Exclusive, MemoryLine::Oracle, Sharing::Mps),
         );
         let (total, wait, jct) = fifo_reference(&trace, 4);
         assert!(
@@ -148,7 +149,7 @@ fn mps_slows_collocated_tasks_by_their_summed_smact() {
     ];
     let m = run(
         &trace,
-        &setup(1, Policy::Magm, EstimateColumn::Oracle, Sharing::Mps),
+        &setup(1, Policy::Magm, MemoryLine::Oracle, Sharing::Mps),
     );
     assert!(close(m.total_time_s, 140.0), "{m:?}");
     assert!(close(m.avg_wait_s, 0.0), "{m:?}");
@@ -165,7 +166,7 @@ fn streams_time_slice_collocated_tasks() {
     ];
     let m = run(
         &trace,
-        &setup(1, Policy::Magm, EstimateColumn::Oracle, Sharing::Streams),
+        &setup(1, Policy::Magm, MemoryLine::Oracle, Sharing::Streams),
     );
     assert!(close(m.total_time_s, 200.0), "{m:?}");
 }
@@ -179,7 +180,7 @@ fn rates_change_when_a_neighbour_leaves() {
         task(0.0, 1, 100.0, 1000.0, 0.6),
         task(0.0, 1, 30.0, 1000.0, 0.6),
     ];
-    let mut s = setup(1, Policy::Magm, EstimateColumn::Oracle, Sharing::Mps);
+    let mut s = setup(1, Policy::Magm, MemoryLine::Oracle, Sharing::Mps);
     s.rules.placement.smact_cap = 1.0;
     let m = run(&trace, &s);
     assert!(close(m.total_time_s, 106.0), "{m:?}");
@@ -200,7 +201,7 @@ fn an_underestimated_task_crashes_and_recovers_on_an_idle_gpu() {
     ];
     let m = run(
         &trace,
-        &setup(1, Policy::Magm, EstimateColumn::None, Sharing::Mps),
+        &setup(1, Policy::Magm, MemoryLine::None, Sharing::Mps),
     );
     assert_eq!(m.oom_crashes, 1);
     assert!(close(m.total_time_s, 200.0), "{m:?}");
@@ -219,7 +220,7 @@ fn oracle_estimates_prevent_the_crash() {
     ];
     let m = run(
         &trace,
-        &setup(1, Policy::Magm, EstimateColumn::Oracle, Sharing::Mps),
+        &setup(1, Policy::Magm, MemoryLine::Oracle, Sharing::Mps),
     );
     assert_eq!(m.oom_crashes, 0);
     assert!(close(m.total_time_s, 200.0), "{m:?}");
@@ -230,7 +231,7 @@ fn a_task_larger_than_any_gpu_fails_after_its_retries() {
     // 50 GiB on a 40 GiB GPU: it OOMs on every run (1 + 2 retries) and
     // ends in failed; the run still terminates.
     let trace = [task(0.0, 1, 100.0, 51200.0, 0.3)];
-    let mut s = setup(1, Policy::Magm, EstimateColumn::None, Sharing::Mps);
+    let mut s = setup(1, Policy::Magm, MemoryLine::None, Sharing::Mps);
     s.rules.recovery.mode = RecoveryMode::Looser;
     let m = run(&trace, &s);
     assert_eq!(m.oom_crashes, 3);
@@ -258,11 +259,7 @@ fn no_policy_beats_the_lower_bound_on_the_real_traces() {
     for name in ["philly_mix_90.csv", "philly_t1_60.csv"] {
         let trace = shared_trace(name);
         for policy in Policy::ALL {
-            for estimator in [
-                EstimateColumn::Oracle,
-                EstimateColumn::Horus,
-                EstimateColumn::None,
-            ] {
+            for estimator in [MemoryLine::Oracle, MemoryLine::Horus, MemoryLine::None] {
                 let m = run(&trace, &setup(4, policy, estimator, Sharing::Mps));
                 assert_eq!(m.tasks, trace.len());
                 assert!(
@@ -277,6 +274,6 @@ fn no_policy_beats_the_lower_bound_on_the_real_traces() {
 #[test]
 fn runs_are_reproducible() {
     let trace = shared_trace("philly_mix_90.csv");
-    let s = setup(4, Policy::Lug, EstimateColumn::Faketensor, Sharing::Mps);
+    let s = setup(4, Policy::Lug, MemoryLine::Faketensor, Sharing::Mps);
     assert_eq!(run(&trace, &s), run(&trace, &s));
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::rad::MemoryLine;
 use crate::sched::Need;
 
 /// `40000` in an estimate column means "the whole 40 GB GPU", as in the
@@ -38,42 +39,18 @@ pub struct TraceTask {
     pub est_gpumemnet_mib: f64,
 }
 
-/// Which number the scheduling core is told as a task's estimate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum EstimateColumn {
-    /// The measured peak (`memory_mib`): a perfect estimator.
-    Oracle,
-    /// The Horus formula's answer (`est_horus_mib`).
-    Horus,
-    /// FakeTensor's answer (`est_faketensor_mib`).
-    Faketensor,
-    /// GPUMemNet's answer (`est_gpumemnet_mib`).
-    Gpumemnet,
-    /// No estimate at all.
-    None,
-}
-
-impl std::fmt::Display for EstimateColumn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use clap::ValueEnum;
-        match self.to_possible_value() {
-            Some(v) => f.write_str(v.get_name()),
-            None => write!(f, "{self:?}"),
-        }
-    }
-}
-
 impl TraceTask {
-    /// The estimate the core sees under `column`.
-    pub fn need(&self, column: EstimateColumn) -> Need {
+    /// The estimate the core sees when the operator picks `column` (the
+    /// trace's columns are the legacy file's memory lines).
+    pub fn need(&self, column: MemoryLine) -> Need {
         let mib = match column {
-            EstimateColumn::Oracle => self.memory_mib,
-            EstimateColumn::Horus => self.est_horus_mib,
-            EstimateColumn::Faketensor => self.est_faketensor_mib,
-            EstimateColumn::Gpumemnet => self.est_gpumemnet_mib,
-            EstimateColumn::None => return Need::Unknown,
+            MemoryLine::Oracle => self.memory_mib,
+            MemoryLine::Horus => self.est_horus_mib,
+            MemoryLine::Faketensor => self.est_faketensor_mib,
+            MemoryLine::Gpumemnet => self.est_gpumemnet_mib,
+            MemoryLine::None => return Need::Unknown,
         };
-        if mib == WHOLE_GPU_MARKER_MIB && column != EstimateColumn::Oracle {
+        if mib == WHOLE_GPU_MARKER_MIB && column != MemoryLine::Oracle {
             Need::WholeGpu
         } else {
             Need::Mib(mib.ceil() as u64)
@@ -203,9 +180,9 @@ mod tests {
         );
         let tasks = parse("t.csv", &text).unwrap();
         assert_eq!(tasks[0].task, "a.rad");
-        assert_eq!(tasks[0].need(EstimateColumn::Oracle), Need::Mib(201));
-        assert_eq!(tasks[1].need(EstimateColumn::Gpumemnet), Need::WholeGpu);
-        assert_eq!(tasks[1].need(EstimateColumn::None), Need::Unknown);
+        assert_eq!(tasks[0].need(MemoryLine::Oracle), Need::Mib(201));
+        assert_eq!(tasks[1].need(MemoryLine::Gpumemnet), Need::WholeGpu);
+        assert_eq!(tasks[1].need(MemoryLine::None), Need::Unknown);
     }
 
     #[test]
