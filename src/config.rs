@@ -96,7 +96,10 @@ impl Config {
     /// The scheduling core's share of the configuration.
     pub fn rules(&self) -> Rules {
         Rules {
-            placement: self.placement.clone(),
+            placement: PlacementRules {
+                one_user_per_gpu: self.mps.enabled,
+                ..self.placement.clone()
+            },
             recovery: self.recovery.clone(),
         }
     }

@@ -347,35 +347,54 @@ fn under_journald_log_lines_carry_syslog_priorities() {
 #[test]
 fn under_mps_the_daemon_runs_the_control_daemon_and_caps_each_job() {
     // A fake nvidia-cuda-mps-control records how it is called; jobs print
-    // the MPS variables they got.
+    // the MPS variables they got. A fake nvidia-smi keeps the GPUs'
+    // compute modes in a file: EXCLUSIVE_PROCESS while MPS runs, the
+    // original mode back after.
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("mps-calls");
     let control = dir.path().join("nvidia-cuda-mps-control");
-    fs::write(
+    let script = |path: &std::path::Path, text: String| {
+        fs::write(path, text).unwrap();
+        fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    };
+    script(
         &control,
         format!(
             "#!/bin/sh\necho \"args=$* pipe=$CUDA_MPS_PIPE_DIRECTORY\" >> {0}\n\
              if [ \"$1\" != -d ]; then cat >> {0}; fi\n",
             record.display()
         ),
-    )
-    .unwrap();
-    fs::set_permissions(
-        &control,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    );
+    let modes = dir.path().join("modes");
+    fs::write(&modes, "SIM-0, Default\n").unwrap();
+    let smi = dir.path().join("nvidia-smi");
+    script(
+        &smi,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n\
+             --query-gpu=*) cat {0} ;;\n\
+             -i) echo \"$2, $4\" > {0}; echo \"$*\" >> {0}.calls ;;\n\
+             *) exit 2 ;;\nesac\n",
+            modes.display()
+        ),
+    );
     let pipes = dir.path().join("pipes");
     let mut spool = Spool::with_config(
         "1x40GiB",
         &format!(
-            "[mps]\nenabled = true\ncontrol = \"{}\"\npipe_dir = \"{}\"\nlog_dir = \"{}\"\n",
+            "[mps]\nenabled = true\ncontrol = \"{}\"\npipe_dir = \"{}\"\nlog_dir = \"{}\"\nsmi = \"{}\"\n",
             control.display(),
             pipes.display(),
-            dir.path().join("logs").display()
+            dir.path().join("logs").display(),
+            smi.display()
         ),
     );
     spool.start_daemon();
+    assert_eq!(
+        fs::read_to_string(&modes).unwrap(),
+        "SIM-0, EXCLUSIVE_PROCESS\n"
+    );
+    assert!(spool.root.join("mps-compute-modes.json").is_file());
     spool.submit(
         "capped.rad",
         "name: capped\nmemory: 6G\necho limit=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT pipe=$CUDA_MPS_PIPE_DIRECTORY\n",
@@ -394,6 +413,52 @@ fn under_mps_the_daemon_runs_the_control_daemon_and_caps_each_job() {
         calls,
         format!("args=-d pipe={0}\nargs= pipe={0}\nquit\n", pipes.display())
     );
+    assert_eq!(fs::read_to_string(&modes).unwrap(), "SIM-0, DEFAULT\n");
+    assert!(!spool.root.join("mps-compute-modes.json").exists());
+}
+
+#[test]
+fn compute_modes_saved_by_a_crashed_daemon_are_the_ones_restored() {
+    // The first daemon switched GPU 0 to EXCLUSIVE_PROCESS and was killed
+    // before restoring it. Its saved file says the GPU was PROHIBITED: the
+    // second daemon must restore that, not the EXCLUSIVE_PROCESS it finds.
+    let dir = tempfile::tempdir().unwrap();
+    let modes = dir.path().join("modes");
+    fs::write(&modes, "SIM-0, Exclusive_Process\n").unwrap();
+    let smi = dir.path().join("nvidia-smi");
+    fs::write(
+        &smi,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n--query-gpu=*) cat {0} ;;\n-i) echo \"$2, $4\" > {0} ;;\nesac\n",
+            modes.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let control = dir.path().join("control");
+    fs::write(&control, "#!/bin/sh\ncat >/dev/null\n").unwrap();
+    fs::set_permissions(
+        &control,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut spool = Spool::with_config(
+        "1x40GiB",
+        &format!(
+            "[mps]\nenabled = true\ncontrol = \"{}\"\npipe_dir = \"{1}/p\"\nlog_dir = \"{1}/l\"\nsmi = \"{2}\"\n",
+            control.display(),
+            dir.path().display(),
+            smi.display()
+        ),
+    );
+    fs::create_dir_all(&spool.root).unwrap();
+    let saved = spool.root.join("mps-compute-modes.json");
+    fs::write(&saved, r#"{"SIM-0":"PROHIBITED"}"#).unwrap();
+    fs::set_permissions(&saved, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    spool.start_daemon();
+    assert!(spool.stop_daemon("TERM").success());
+    assert_eq!(fs::read_to_string(&modes).unwrap(), "SIM-0, PROHIBITED\n");
+    assert!(!saved.exists());
 }
 
 #[test]

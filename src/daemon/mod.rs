@@ -198,7 +198,11 @@ pub fn run(options: Options) -> Result<()> {
     let sizes: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
     let chain = Chain::new(&config.estimate.for_spool(spool.root()));
     let mps = match config.mps.enabled {
-        true => Some(Mps::start(&config.mps).context("cannot start NVIDIA MPS")?),
+        true => {
+            let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+            let saved = spool.root().join(crate::mps::SAVED_MODES);
+            Some(Mps::start(&config.mps, &saved, &uuids).context("cannot start NVIDIA MPS")?)
+        }
         false => None,
     };
     let mut core = Scheduler::new(config.rules(), &sizes);

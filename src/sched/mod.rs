@@ -25,6 +25,7 @@
 //! running task is listed on each of its GPUs; the ledger holds bookings
 //! only for running tasks.
 
+mod gate;
 mod ledger;
 mod policy;
 mod rules;
@@ -34,13 +35,14 @@ mod window;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+pub use gate::Gate;
 pub use policy::Policy;
 pub use rules::{MAX_SECONDS, PlacementRules, RecoveryMode, RecoveryRules, Rules};
 pub use task::{Demand, Exit, FailReason, Need, TaskId};
 
+use gate::{Activity, Load};
 use ledger::Ledger;
 use policy::Candidate;
-use window::SmactWindow;
 
 use crate::size::format_mib;
 
@@ -136,7 +138,7 @@ struct Gpu {
     total_mib: u64,
     used_mib: u64,
     healthy: bool,
-    window: SmactWindow,
+    activity: Activity,
     /// carma tasks running here.
     occupants: Vec<Occupant>,
     /// Takes only tasks that hold it alone (e.g. a MIG-enabled GPU, whose
@@ -184,9 +186,9 @@ pub struct Scheduler {
     ledger: Ledger,
     /// Round-robin position: the GPU index the cycle continues from.
     cursor: usize,
-    /// Each GPU's windowed SM activity at `now`, refreshed before every
+    /// Each GPU's windowed activity at `now`, refreshed before every
     /// dispatch (samples only arrive between dispatches).
-    smact: Vec<f64>,
+    load: Vec<Load>,
     /// Time of the latest step; time never runs backwards inside the core.
     now: Time,
     /// No launch before this time (see [`Event::NotStarted`]).
@@ -202,7 +204,7 @@ impl Scheduler {
                 total_mib,
                 used_mib: 0,
                 healthy: true,
-                window: SmactWindow::new(rules.placement.smact_window_s),
+                activity: Activity::new(rules.placement.smact_window_s),
                 occupants: Vec::new(),
                 exclusive_only: false,
             })
@@ -215,7 +217,7 @@ impl Scheduler {
             main: VecDeque::new(),
             ledger: Ledger::new(gpu_total_mib.len()),
             cursor: 0,
-            smact: vec![0.0; gpu_total_mib.len()],
+            load: vec![Load::default(); gpu_total_mib.len()],
             now: Time::ZERO,
             hold_until: None,
         }
@@ -264,7 +266,7 @@ impl Scheduler {
         if self.recovery.is_empty() && self.main.is_empty() {
             return None;
         }
-        let cap = self.rules.placement.smact_cap;
+        let p = &self.rules.placement;
         if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
             return Some(hold);
         }
@@ -272,10 +274,9 @@ impl Scheduler {
         let cooling = self
             .gpus
             .iter()
-            .zip(&self.smact)
-            // A GPU still busier than the cap never cools without a sample.
-            .filter(|&(g, &smact)| g.healthy && smact > cap && g.window.last() <= cap)
-            .filter_map(|(g, _)| g.window.falls_to(self.now, cap))
+            .zip(&self.load)
+            .filter(|&(g, load)| g.healthy && p.refuses(load).is_some())
+            .filter_map(|(g, _)| g.activity.opens_at(self.now, p))
             // A hair later than the exact crossing, so the average is
             // below the cap even after rounding.
             .map(|t| t + Duration::from_millis(1));
@@ -303,7 +304,7 @@ impl Scheduler {
     /// where they are; the next dispatch uses the new rules.
     pub fn set_rules(&mut self, rules: Rules) {
         for gpu in &mut self.gpus {
-            gpu.window.set_width(rules.placement.smact_window_s);
+            gpu.activity.set_width(rules.placement.smact_window_s);
         }
         self.rules = rules;
     }
@@ -333,13 +334,15 @@ impl Scheduler {
                         .total_mib
                         .saturating_sub(gpu.used_mib)
                         .saturating_sub(self.ledger.outstanding(g, self.now));
-                    if self.smact[g] > p.smact_cap {
-                        format!("SMACT {:.2} > {:.2}", self.smact[g], p.smact_cap)
+                    if let Some(busy) = p.refuses(&self.load[g]) {
+                        busy
                     } else if free < need {
                         format!("{} free < {}", format_mib(free), format_mib(need))
                     } else if gpu.occupants.iter().any(|o| o.sole) {
                         "held by an exclusive task".to_string()
-                    } else if gpu.occupants.iter().any(|o| o.user != t.demand.user) {
+                    } else if p.one_user_per_gpu
+                        && gpu.occupants.iter().any(|o| o.user != t.demand.user)
+                    {
                         "runs another user's task (MPS)".to_string()
                     } else {
                         "fits".to_string()
@@ -506,7 +509,7 @@ impl Scheduler {
             };
             gpu.used_mib = s.used_mib;
             gpu.healthy = s.healthy;
-            gpu.window.record(self.now, s.smact);
+            gpu.activity.record(self.now, &s);
             for (task, mib) in s.tasks {
                 self.ledger.observe(task, s.gpu, mib);
             }
@@ -524,8 +527,8 @@ impl Scheduler {
             Some(_) => self.hold_until = None,
             None => {}
         }
-        for (avg, gpu) in self.smact.iter_mut().zip(&self.gpus) {
-            *avg = gpu.window.average(self.now);
+        for (load, gpu) in self.load.iter_mut().zip(&self.gpus) {
+            *load = gpu.activity.load(self.now);
         }
         loop {
             let (queue_is_recovery, task) = match (self.recovery.front(), self.main.front()) {
@@ -563,6 +566,11 @@ impl Scheduler {
             self.rules.placement.policy
         };
         policy.rank(&mut candidates, self.cursor, self.gpus.len());
+        let idle_first = self.rules.placement.idle_first && !want.is_sole();
+        if idle_first {
+            // Stable: idle GPUs first, each group still in policy order.
+            candidates.sort_by_key(|c| !c.idle);
+        }
         candidates.truncate(n);
         if policy == Policy::RoundRobin {
             self.cursor = candidates.last().map_or(0, |c| c.gpu + 1) % self.gpus.len();
@@ -579,7 +587,7 @@ impl Scheduler {
         }
         Some(Action::Launch {
             task,
-            why: explain(policy, want, &candidates),
+            why: explain(policy, idle_first, want, &candidates),
             limit_mib: match want {
                 Want::Free { free_mib, .. } if candidates.iter().all(|c| c.alone.is_none()) => {
                     Some(free_mib)
@@ -653,6 +661,13 @@ impl Scheduler {
         }
     }
 
+    /// Whether GPU `index` holds nothing: no carma task and almost no
+    /// memory in use.
+    fn is_idle(&self, index: usize) -> bool {
+        let gpu = &self.gpus[index];
+        gpu.occupants.is_empty() && gpu.used_mib <= self.rules.placement.idle_used_mib
+    }
+
     /// Whether GPU `index` can take the task now; the ranking data if so.
     fn passes(&self, index: usize, demand: &Demand, want: Want) -> Option<Candidate> {
         let p = &self.rules.placement;
@@ -664,12 +679,12 @@ impl Scheduler {
             .total_mib
             .saturating_sub(gpu.used_mib)
             .saturating_sub(self.ledger.outstanding(index, self.now));
-        let smact = self.smact[index];
+        let load = &self.load[index];
         let ok = match want {
-            Want::Idle(_) => gpu.occupants.is_empty() && gpu.used_mib <= p.idle_used_mib,
+            Want::Idle(_) => self.is_idle(index),
             Want::Free { free_mib: need, .. } => {
                 free_mib >= need
-                    && smact <= p.smact_cap
+                    && p.refuses(load).is_none()
                     && gpu
                         .occupants
                         .iter()
@@ -679,7 +694,8 @@ impl Scheduler {
         ok.then_some(Candidate {
             gpu: index,
             free_mib,
-            smact,
+            smact: load.smact,
+            idle: self.is_idle(index),
             alone: match want {
                 Want::Idle(why) => Some(why),
                 Want::Free { .. } => None,
@@ -705,7 +721,7 @@ fn looser_need(rules: &Rules, demand: &Demand, crashes: u32) -> u64 {
 }
 
 /// The placement log line: which rule chose which GPUs, and from what.
-fn explain(policy: Policy, want: Want, chosen: &[Candidate]) -> String {
+fn explain(policy: Policy, idle_first: bool, want: Want, chosen: &[Candidate]) -> String {
     let want = match chosen.first().and_then(|c| c.alone) {
         Some(why) => Want::Idle(why),
         None => want,
@@ -723,11 +739,17 @@ fn explain(policy: Policy, want: Want, chosen: &[Candidate]) -> String {
         .collect();
     match want {
         Want::Idle(reason) => format!("idle {} ({reason})", gpus.join(", ")),
-        Want::Free { free_mib, .. } => format!(
-            "{policy}: {} (needs {} free)",
-            gpus.join(", "),
-            format_mib(free_mib)
-        ),
+        Want::Free { free_mib, .. } => {
+            let rule = match idle_first && chosen.iter().all(|c| c.idle) {
+                true => format!("{policy}, idle first"),
+                false => policy.to_string(),
+            };
+            format!(
+                "{rule}: {} (needs {} free)",
+                gpus.join(", "),
+                format_mib(free_mib)
+            )
+        }
     }
 }
 

@@ -95,6 +95,8 @@ pub(super) struct Candidate {
     pub free_mib: u64,
     /// Windowed SM activity.
     pub smact: f64,
+    /// Nothing runs on the GPU: the idle-first step takes it first.
+    pub idle: bool,
     /// Why the task would hold this GPU alone, if it would.
     pub alone: Option<&'static str>,
 }
@@ -112,18 +114,21 @@ mod tests {
                 free_mib: 10_240,
                 smact: 0.7,
                 alone: None,
+                idle: false,
             },
             Candidate {
                 gpu: 2,
                 free_mib: 30_720,
                 smact: 0.5,
                 alone: None,
+                idle: false,
             },
             Candidate {
                 gpu: 3,
                 free_mib: 20_480,
                 smact: 0.1,
                 alone: None,
+                idle: false,
             },
         ]
     }

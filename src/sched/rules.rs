@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::Policy;
+use super::{Gate, Policy};
 
 /// Placement and recovery rules together: all the core is configured with.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,12 +16,20 @@ pub struct Rules {
 #[serde(deny_unknown_fields)]
 pub struct PlacementRules {
     pub policy: Policy,
+    pub idle_first: bool,
+    pub gate: Gate,
     pub smact_cap: f64,
+    pub occupancy_cap: f64,
+    pub dram_cap: f64,
     pub smact_window_s: f64,
     pub margin_mib: u64,
     pub unknown_margin_mib: u64,
     pub reservation_ramp_s: f64,
     pub idle_used_mib: u64,
+    /// Jobs of different users never share a GPU. Not a setting of its
+    /// own: an MPS server serves one user at a time, so this is on exactly
+    /// when carma runs jobs under MPS (see [`crate::config::Config::rules`]).
+    #[serde(skip)]
     pub one_user_per_gpu: bool,
 }
 
@@ -48,11 +56,16 @@ impl Rules {
     /// Refuses values the core cannot work with.
     pub fn validate(&self) -> Result<(), String> {
         let p = &self.placement;
-        if !(p.smact_cap > 0.0 && p.smact_cap <= 1.0) {
-            return Err(format!(
-                "placement.smact_cap = {}: expected a fraction in (0, 1]",
-                p.smact_cap
-            ));
+        for (key, cap) in [
+            ("smact_cap", p.smact_cap),
+            ("occupancy_cap", p.occupancy_cap),
+            ("dram_cap", p.dram_cap),
+        ] {
+            if !(cap > 0.0 && cap <= 1.0) {
+                return Err(format!(
+                    "placement.{key} = {cap}: expected a fraction in (0, 1]"
+                ));
+            }
         }
         if !(p.smact_window_s > 0.0 && p.smact_window_s <= MAX_SECONDS) {
             return Err(format!(

@@ -9,9 +9,15 @@ fn s(x: f64) -> Time {
     Time::from_secs_f64(x)
 }
 
+/// The rules most tests below were worked out for: the policy alone
+/// chooses (no idle-first step), the plain SMACT cap over 60 s gates. The
+/// default idle-first step and the prototype gate have tests of their own.
 fn rules(policy: Policy) -> Rules {
     let mut r = Rules::defaults();
     r.placement.policy = policy;
+    r.placement.idle_first = false;
+    r.placement.gate = Gate::Smact;
+    r.placement.smact_window_s = 60.0;
     r
 }
 
@@ -435,26 +441,127 @@ fn unhealthy_gpus_are_skipped() {
     );
 }
 
-#[test]
-fn one_user_per_gpu_under_mps() {
-    // Uid 1000's task is on GPU 0 (first-fit). A uid 1001 task must not
-    // join it (MPS serves one user per GPU); it takes GPU 1. Another uid
-    // 1000 task may join GPU 0.
-    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
-    core.step(
-        s(0.0),
-        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
-    );
-    let job = |id, uid| Event::Queued {
+fn user_job(id: u64, uid: u32) -> Event {
+    Event::Queued {
         task: TaskId(id),
         demand: Demand {
             user: Some(uid),
             ..Demand::new(Need::Mib(GIB))
         },
+    }
+}
+
+#[test]
+fn one_user_per_gpu_under_mps() {
+    // Uid 1000's task is on GPU 0 (first-fit). A uid 1001 task must not
+    // join it (MPS serves one user per GPU); it takes GPU 1. Another uid
+    // 1000 task may join GPU 0.
+    let mut r = rules(Policy::FirstFit);
+    r.placement.one_user_per_gpu = true;
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    assert_eq!(
+        launched(&core.step(s(1.0), user_job(1, 1000))),
+        [(1, vec![0])]
+    );
+    assert_eq!(
+        launched(&core.step(s(1.0), user_job(2, 1001))),
+        [(2, vec![1])]
+    );
+    assert_eq!(
+        launched(&core.step(s(1.0), user_job(3, 1000))),
+        [(3, vec![0])]
+    );
+}
+
+#[test]
+fn without_mps_users_share_gpus() {
+    // The same jobs without MPS: first-fit puts all three on GPU 0.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    for (id, uid) in [(1, 1000), (2, 1001), (3, 1000)] {
+        assert_eq!(
+            launched(&core.step(s(1.0), user_job(id, uid))),
+            [(id, vec![0])]
+        );
+    }
+}
+
+#[test]
+fn idle_gpus_go_first_whatever_the_policy() {
+    // Best-fit alone would pack task 2 beside task 1 on GPU 0 (least
+    // free). With the idle-first step it takes idle GPU 1; task 3, with
+    // no idle GPU left, is packed by best-fit onto the fuller GPU, and
+    // the launch says which rule chose.
+    let mut r = rules(Policy::BestFit);
+    r.placement.idle_first = true;
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    let first = queue(&mut core, 1.0, 1, Need::Mib(4 * GIB));
+    assert_eq!(launched(&first), [(1, vec![0])]);
+    let second = queue(&mut core, 1.0, 2, Need::Mib(2 * GIB));
+    assert_eq!(launched(&second), [(2, vec![1])]);
+    let Action::Launch { why, .. } = &second[0] else {
+        panic!("{second:?}")
     };
-    assert_eq!(launched(&core.step(s(1.0), job(1, 1000))), [(1, vec![0])]);
-    assert_eq!(launched(&core.step(s(1.0), job(2, 1001))), [(2, vec![1])]);
-    assert_eq!(launched(&core.step(s(1.0), job(3, 1000))), [(3, vec![0])]);
+    assert!(why.starts_with("best-fit, idle first: GPU 1"), "{why}");
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 3, Need::Mib(GIB))),
+        [(3, vec![0])]
+    );
+}
+
+#[test]
+fn the_prototype_gate_lets_busy_sms_with_few_warps_share() {
+    // GPU 0: SMs busy (0.9) but occupancy and DRAM low; GPU 1: busy in
+    // every way. The plain cap refuses both; the prototype gate admits
+    // GPU 0 only. A GPU whose source measures neither metric is judged on
+    // SMACT alone (GPU 2).
+    let busy = |gpu, occupancy, dram| GpuSample {
+        occupancy,
+        dram,
+        ..sample(gpu, GIB, 0.9)
+    };
+    let samples = vec![
+        busy(0, Some(0.2), Some(0.1)),
+        busy(1, Some(0.6), Some(0.5)),
+        busy(2, None, None),
+    ];
+    let mut plain = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 3]);
+    plain.step(s(0.0), Event::Sample(samples.clone()));
+    assert!(launched(&queue(&mut plain, 1.0, 1, Need::Mib(GIB))).is_empty());
+    let waits = plain.head_waits_for().unwrap();
+    assert!(waits.contains("GPU 0: SMACT 0.90 > 0.80"), "{waits}");
+
+    let mut r = rules(Policy::FirstFit);
+    r.placement.gate = Gate::Prototype;
+    let mut gated = Scheduler::new(r, &[40 * GIB; 3]);
+    gated.step(s(0.0), Event::Sample(samples));
+    assert_eq!(
+        launched(&queue(&mut gated, 1.0, 1, Need::Mib(GIB))),
+        [(1, vec![0])]
+    );
+    // 37 GiB + margin fits GPUs 1 and 2 (39 GiB free) but no longer GPU
+    // 0, where task 1 books 1 GiB more: it waits, and says why.
+    assert!(launched(&queue(&mut gated, 1.0, 2, Need::Mib(37 * GIB))).is_empty());
+    let waits = gated.head_waits_for().unwrap();
+    assert!(
+        waits.contains("GPU 1: SMACT 0.90 >= 0.80 with occupancy 0.60"),
+        "{waits}"
+    );
+    assert!(
+        waits.contains("GPU 2: SMACT 0.90 >= 0.80 with occupancy 1.00"),
+        "{waits}"
+    );
 }
 
 #[test]

@@ -9,12 +9,18 @@
 //! estimation error into an OOM of the job that was misestimated, which
 //! carma then recovers, instead of an OOM of its neighbours.
 
+mod compute_mode;
+
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde::Deserialize;
 use thiserror::Error;
+
+/// The file in the spool that keeps the GPUs' compute modes from before
+/// carma switched them, until they are restored.
+pub const SAVED_MODES: &str = "mps-compute-modes.json";
 
 /// `[mps]` in the configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -26,6 +32,8 @@ pub struct MpsConfig {
     pub log_dir: PathBuf,
     pub limit_memory: bool,
     pub active_thread_percentage: u32,
+    pub exclusive_process: bool,
+    pub smi: PathBuf,
 }
 
 impl MpsConfig {
@@ -96,21 +104,33 @@ pub enum MpsError {
 #[derive(Debug)]
 pub struct Mps {
     config: MpsConfig,
+    /// The GPUs carma put in EXCLUSIVE_PROCESS mode, to be put back.
+    modes: Option<compute_mode::ComputeModes>,
 }
 
 impl Mps {
     /// Starts the control daemon (`control -d`) with the configured
-    /// directories. One that already runs on these directories is used as
-    /// it is.
-    pub fn start(config: &MpsConfig) -> Result<Mps, MpsError> {
+    /// directories, first putting the GPUs `uuids` in EXCLUSIVE_PROCESS
+    /// mode when configured (their modes saved in `saved_modes`). A
+    /// control daemon that already runs on these directories is used as it
+    /// is.
+    pub fn start(
+        config: &MpsConfig,
+        saved_modes: &Path,
+        uuids: &[String],
+    ) -> Result<Mps, MpsError> {
         for dir in [&config.pipe_dir, &config.log_dir] {
             std::fs::create_dir_all(dir).map_err(|source| MpsError::Dir {
                 path: dir.clone(),
                 source,
             })?;
         }
+        let modes = config
+            .exclusive_process
+            .then(|| compute_mode::ComputeModes::take(&config.smi, saved_modes, uuids));
         let mps = Mps {
             config: config.clone(),
+            modes,
         };
         if mps.running() {
             log::info!(
@@ -144,8 +164,16 @@ impl Mps {
     }
 
     /// Asks the control daemon to quit (`echo quit | control`): it stops
-    /// its servers once their clients are gone.
+    /// its servers once their clients are gone. Then the GPUs get their
+    /// compute modes back.
     pub fn stop(&self) {
+        self.quit();
+        if let Some(modes) = &self.modes {
+            modes.restore();
+        }
+    }
+
+    fn quit(&self) {
         let sent = self
             .command()
             .stdin(Stdio::piped())

@@ -1,0 +1,215 @@
+//! The interference gate: whether a GPU is too busy to take a newcomer.
+//!
+//! Memory decides whether a job fits; activity decides whether it should
+//! share. SM activity alone overstates interference: a GPU whose SMs are
+//! busy with few resident warps and little memory traffic still has room
+//! for another job. The research prototype therefore refused a GPU only
+//! when its SMs were busy **and** either full of warps or its memory bus
+//! was — SMACT >= 0.80 and (SM occupancy >= 0.45 or DRAM activity >= 0.40),
+//! each averaged over a window. carma's plain SMACT cap stays as an option.
+//!
+//! A metric the GPU's source cannot measure (NVML's utilization counter
+//! has no occupancy or DRAM figure) counts as fully busy, so the prototype
+//! gate then falls back to the SMACT threshold alone rather than letting
+//! anything through.
+
+use std::fmt;
+
+use serde::Deserialize;
+
+use super::window::SmactWindow;
+use super::{GpuSample, PlacementRules, Time};
+
+/// Which rule refuses a busy GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Gate {
+    /// Refused when SMACT >= `smact_cap` and (occupancy >= `occupancy_cap`
+    /// or DRAM activity >= `dram_cap`): the research prototype's gate.
+    Prototype,
+    /// Refused when SMACT > `smact_cap`, whatever else.
+    Smact,
+}
+
+impl fmt::Display for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Gate::Prototype => "prototype",
+            Gate::Smact => "smact",
+        })
+    }
+}
+
+/// A GPU's activity averaged over the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Load {
+    pub smact: f64,
+    pub occupancy: f64,
+    pub dram: f64,
+}
+
+/// One GPU's recent activity: each metric over the same sliding window.
+#[derive(Debug, Clone)]
+pub(super) struct Activity {
+    smact: SmactWindow,
+    occupancy: SmactWindow,
+    dram: SmactWindow,
+}
+
+impl Activity {
+    pub fn new(width_s: f64) -> Activity {
+        Activity {
+            smact: SmactWindow::new(width_s),
+            occupancy: SmactWindow::new(width_s),
+            dram: SmactWindow::new(width_s),
+        }
+    }
+
+    /// A configuration reload changed the window's length.
+    pub fn set_width(&mut self, width_s: f64) {
+        for window in [&mut self.smact, &mut self.occupancy, &mut self.dram] {
+            window.set_width(width_s);
+        }
+    }
+
+    /// Records a sample's metrics from `at` on; unknown ones as busy.
+    pub fn record(&mut self, at: Time, sample: &GpuSample) {
+        self.smact.record(at, sample.smact);
+        self.occupancy.record(at, sample.occupancy.unwrap_or(1.0));
+        self.dram.record(at, sample.dram.unwrap_or(1.0));
+    }
+
+    /// The averages over the window ending at `now`.
+    pub fn load(&self, now: Time) -> Load {
+        Load {
+            smact: self.smact.average(now),
+            occupancy: self.occupancy.average(now),
+            dram: self.dram.average(now),
+        }
+    }
+
+    /// The earliest time at or after `now` at which `rules` admit this GPU
+    /// if no new sample arrives; `None` if they never will.
+    pub fn opens_at(&self, now: Time, rules: &PlacementRules) -> Option<Time> {
+        let smact = self.smact.falls_to(now, rules.smact_cap);
+        match rules.gate {
+            Gate::Smact => smact,
+            Gate::Prototype => {
+                let occupancy = self.occupancy.falls_to(now, rules.occupancy_cap);
+                let dram = self.dram.falls_to(now, rules.dram_cap);
+                let quiet = occupancy.zip(dram).map(|(o, d)| o.max(d));
+                [smact, quiet].into_iter().flatten().min()
+            }
+        }
+    }
+}
+
+impl PlacementRules {
+    /// Why a GPU with this load may not take a newcomer; `None` when it
+    /// may.
+    pub(super) fn refuses(&self, load: &Load) -> Option<String> {
+        match self.gate {
+            Gate::Smact if load.smact > self.smact_cap => {
+                Some(format!("SMACT {:.2} > {:.2}", load.smact, self.smact_cap))
+            }
+            Gate::Prototype
+                if load.smact >= self.smact_cap
+                    && (load.occupancy >= self.occupancy_cap || load.dram >= self.dram_cap) =>
+            {
+                Some(format!(
+                    "SMACT {:.2} >= {:.2} with occupancy {:.2} (cap {:.2}), DRAM {:.2} (cap {:.2})",
+                    load.smact,
+                    self.smact_cap,
+                    load.occupancy,
+                    self.occupancy_cap,
+                    load.dram,
+                    self.dram_cap
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::Rules;
+
+    fn rules(gate: Gate) -> PlacementRules {
+        let mut p = Rules::defaults().placement;
+        p.gate = gate;
+        p
+    }
+
+    fn load(smact: f64, occupancy: f64, dram: f64) -> Load {
+        Load {
+            smact,
+            occupancy,
+            dram,
+        }
+    }
+
+    #[test]
+    fn the_prototype_gate_needs_busy_sms_and_full_warps_or_a_busy_bus() {
+        let p = rules(Gate::Prototype);
+        assert!(p.refuses(&load(0.85, 0.50, 0.10)).is_some());
+        assert!(p.refuses(&load(0.85, 0.10, 0.40)).is_some());
+        assert!(
+            p.refuses(&load(0.80, 0.45, 0.00)).is_some(),
+            "thresholds count"
+        );
+        assert!(
+            p.refuses(&load(0.95, 0.30, 0.30)).is_none(),
+            "busy SMs alone"
+        );
+        assert!(p.refuses(&load(0.79, 0.90, 0.90)).is_none(), "SMs not busy");
+    }
+
+    #[test]
+    fn the_smact_gate_looks_at_sms_only() {
+        let p = rules(Gate::Smact);
+        assert!(p.refuses(&load(0.81, 0.0, 0.0)).is_some());
+        assert!(p.refuses(&load(0.80, 1.0, 1.0)).is_none());
+    }
+
+    fn sample(smact: f64, occupancy: Option<f64>, dram: Option<f64>) -> GpuSample {
+        GpuSample {
+            gpu: 0,
+            used_mib: 0,
+            smact,
+            occupancy,
+            dram,
+            healthy: true,
+            tasks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn unknown_metrics_count_as_busy() {
+        let p = rules(Gate::Prototype);
+        let mut a = Activity::new(30.0);
+        a.record(Time::ZERO, &sample(0.9, None, None));
+        assert!(p.refuses(&a.load(Time::from_secs(1))).is_some());
+        a.record(Time::from_secs(100), &sample(0.9, Some(0.1), Some(0.1)));
+        assert!(p.refuses(&a.load(Time::from_secs(200))).is_none());
+    }
+
+    #[test]
+    fn the_gate_opens_when_the_warps_and_the_bus_calm_down() {
+        // Busy in every way until t = 100, then SMs still busy but
+        // occupancy and DRAM quiet: open once both averages fall below
+        // their caps, long before SMACT would.
+        let p = rules(Gate::Prototype);
+        let mut a = Activity::new(30.0);
+        a.record(Time::ZERO, &sample(0.9, Some(0.9), Some(0.9)));
+        a.record(Time::from_secs(100), &sample(0.9, Some(0.0), Some(0.0)));
+        let now = Time::from_secs(100);
+        let open = a.opens_at(now, &p).unwrap().as_secs_f64();
+        // Occupancy reaches 0.45 after 30 * (0.9 - 0.45) / 0.9 = 15 s;
+        // DRAM reaches 0.40 after 30 * 0.5 / 0.9 = 16.7 s: the later one.
+        assert!((open - 116.667).abs() < 1e-2, "{open}");
+        assert_eq!(rules(Gate::Smact).smact_cap, p.smact_cap);
+        assert_eq!(a.opens_at(now, &rules(Gate::Smact)), None);
+    }
+}
