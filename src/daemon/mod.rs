@@ -577,6 +577,9 @@ impl Daemon {
                         mig: g.mig,
                         used_mib: reading.map_or(0, |r| r.used_mib),
                         smact: reading.map_or(0.0, |r| r.smact),
+                        occupancy: reading.and_then(|r| r.occupancy),
+                        dram: reading.and_then(|r| r.dram),
+                        source: reading.and_then(|r| r.source),
                         power_w: reading.and_then(|r| r.power_w),
                         error: reading.and_then(|r| r.error.clone()),
                         tasks: running

@@ -8,12 +8,15 @@
 //! GPU never stops the monitor.
 
 mod config;
+pub mod dcgm;
 pub mod nvml;
 pub mod sim;
+mod source;
 
 use std::fmt;
 
 pub use config::GpuConfig;
+pub use source::{MetricSource, MetricsSetting};
 
 /// What a GPU is, read once at start.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -60,6 +63,9 @@ pub struct GpuReading {
     pub energy_j: Option<f64>,
     /// Per-process memory, where the backend can tell.
     pub processes: Vec<ProcessMemory>,
+    /// Where `smact`, `occupancy` and `dram` came from; `None` before the
+    /// GPU's first good reading.
+    pub source: Option<MetricSource>,
     /// Set when this GPU could not be read; the other fields are then the
     /// last known values or zero and the GPU is skipped by placement.
     pub error: Option<String>,
@@ -78,6 +84,7 @@ impl GpuReading {
             power_w: None,
             energy_j: None,
             processes: Vec::new(),
+            source: None,
             error: None,
         }
     }

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use thiserror::Error;
 
-use super::{GpuBackend, GpuInfo, GpuReading, ProcessMemory};
+use super::{GpuBackend, GpuInfo, GpuReading, MetricSource, ProcessMemory};
 use state::{State, StateDir};
 
 /// The variable that tells a fake job where the simulated GPUs keep their
@@ -166,8 +166,8 @@ impl SimGpus {
                     index,
                     used_mib: gpu.used_mib(),
                     smact,
-                    occupancy: None,
-                    dram: None,
+                    occupancy: Some(gpu.occupancy()),
+                    dram: Some(gpu.dram()),
                     power_w: Some(power_w),
                     energy_j: Some(energy_j),
                     processes: gpu
@@ -178,6 +178,7 @@ impl SimGpus {
                             used_mib: claim.mib,
                         })
                         .collect(),
+                    source: Some(MetricSource::Simulated),
                     error: None,
                 }
             })
