@@ -54,6 +54,8 @@ struct FakeGpu {
     gpm_dram: Option<f64>,
     power_w: Option<f64>,
     energy_j: Option<f64>,
+    temp_c: Option<u32>,
+    sm_clock_mhz: Option<u32>,
     /// Compute processes: pid, MiB.
     procs: Vec<(u32, u64)>,
     mig: bool,
@@ -73,6 +75,8 @@ impl FakeGpu {
             gpm_dram: None,
             power_w: Some(60.0),
             energy_j: Some(1000.0),
+            temp_c: Some(61),
+            sm_clock_mhz: Some(1410),
             procs: Vec::new(),
             mig: false,
             fail: false,
@@ -128,6 +132,12 @@ impl FakeNvml {
             }
             if let Some(j) = gpu.energy_j {
                 writeln!(text, "{i}.energy_j {j}").unwrap();
+            }
+            if let Some(c) = gpu.temp_c {
+                writeln!(text, "{i}.temp_c {c}").unwrap();
+            }
+            if let Some(mhz) = gpu.sm_clock_mhz {
+                writeln!(text, "{i}.sm_clock_mhz {mhz}").unwrap();
             }
         }
         let partial = self.path.with_extension("partial");
@@ -457,6 +467,29 @@ fn per_process_memory_is_attributed_to_the_job_that_owns_it() {
                 .iter()
                 .all(|(name, peak)| *peak == if name.ends_with("-small") { 3000 } else { 5000 })
     });
+    // The GPU log has each process with its task, and the stranger alone.
+    let log = spool.root.join("gpu-log.csv");
+    let task = |stem: &str| {
+        let (_, dir) = spool.find(stem).unwrap();
+        dir.file_name().unwrap().to_str().unwrap().to_owned()
+    };
+    // NVML's processes in pid order.
+    let mut listed = vec![
+        (small, format!("{small}:3000:{}", task("-small"))),
+        (large, format!("{large}:5000:{}", task("-large"))),
+        (1, "1:7000".to_owned()),
+    ];
+    listed.sort();
+    let processes: Vec<String> = listed.into_iter().map(|(_, p)| p).collect();
+    let processes = processes.join(" ");
+    spool.wait_for("the processes in the GPU log", 10.0, || {
+        fs::read_to_string(&log).is_ok_and(|text| {
+            text.lines().any(|row| {
+                row.contains(",utilization,0.0000,,,15000,40960,60.0,1000.0,61,1410,")
+                    && row.ends_with(&processes)
+            })
+        })
+    });
     release(&spool, "small");
     release(&spool, "large");
     spool.wait_count("done", 2, 20.0);
@@ -567,12 +600,12 @@ fn the_report_takes_energy_from_the_counter_across_a_reset() {
     gpu.power_w = Some(0.0);
     gpu.energy_j = Some(5000.0);
     let (spool, mut nvml) = start("", vec![gpu]);
-    let samples = spool.root.join("gpu-samples.csv");
+    let samples = spool.root.join("gpu-log.csv");
     // Waits for a row with `joules` written after the call.
     let logged = |joules: &str| {
         let rows = |s: &str| s.lines().count();
         let before = fs::read_to_string(&samples).map_or(0, |s| rows(&s));
-        let row_end = format!(",0.0,{joules}\n");
+        let row_end = format!(",0.0,{joules},61,1410,\n");
         spool.wait_for(&format!("a sample with {joules} J"), 10.0, || {
             fs::read_to_string(&samples).is_ok_and(|s| rows(&s) > before && s.ends_with(&row_end))
         });

@@ -28,6 +28,18 @@ pub enum MetricSource {
     Simulated,
 }
 
+impl MetricSource {
+    /// Its name in `status.json` and the GPU log (as serde writes it).
+    pub fn key(self) -> &'static str {
+        match self {
+            MetricSource::Dcgm => "dcgm",
+            MetricSource::Gpm => "gpm",
+            MetricSource::Utilization => "utilization",
+            MetricSource::Simulated => "simulated",
+        }
+    }
+}
+
 impl fmt::Display for MetricSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -74,6 +86,26 @@ impl MetricsSetting {
             MetricsSetting::Dcgm => "DCGM, else the utilization counter",
             MetricsSetting::Gpm => "GPM, else the utilization counter",
             MetricsSetting::Utilization => "the utilization counter",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_the_serde_names() {
+        for source in [
+            MetricSource::Dcgm,
+            MetricSource::Gpm,
+            MetricSource::Utilization,
+            MetricSource::Simulated,
+        ] {
+            assert_eq!(
+                serde_json::to_value(source).unwrap(),
+                serde_json::Value::from(source.key())
+            );
         }
     }
 }

@@ -17,6 +17,7 @@
  *   0.gpm_occ 30                GPM SM occupancy, percent
  *   0.gpm_dram 20               GPM DRAM bandwidth utilization, percent
  *   0.power_w 120.5             0.energy_j 1234.5
+ *   0.temp_c 61                 0.sm_clock_mhz 1410
  *   0.procs 123:512,456:1024    compute processes, pid:MiB
  *   0.mps_procs 789:256         MPS client processes, pid:MiB
  *   0.mig 1                     MIG mode (0 or 1)
@@ -323,6 +324,29 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
         return NVML_ERROR_NOT_SUPPORTED;
     }
     *millijoules = (unsigned long long)(joules * 1000.0);
+    return NVML_SUCCESS;
+}
+
+/* Any sensor reads the one temperature; any clock type the SM clock. */
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned sensor, unsigned *celsius) {
+    DEVICE(device, gpu);
+    double value = 0;
+    (void)sensor;
+    if (!gpu_number(gpu, "temp_c", &value)) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    *celsius = (unsigned)value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned type, unsigned *mhz) {
+    DEVICE(device, gpu);
+    double value = 0;
+    (void)type;
+    if (!gpu_number(gpu, "sm_clock_mhz", &value)) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    *mhz = (unsigned)value;
     return NVML_SUCCESS;
 }
 

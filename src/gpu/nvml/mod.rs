@@ -9,7 +9,7 @@
 //! Each reading holds, per GPU: memory in use (total minus free), SM
 //! activity, occupancy and DRAM activity ([`activity`]: DCGM, GPM or the
 //! utilization counter, as `[gpu] metrics` allows), power, the
-//! total-energy counter, and the memory of each compute process and MPS
+//! total-energy counter, temperature, SM clock, and the memory of each compute process and MPS
 //! client, which the daemon attributes to jobs by session. Errors are
 //! sorted by consequence ([`failure`]): what a GPU cannot measure is left
 //! out and said once; a GPU whose calls fail is reported in its reading,
@@ -28,6 +28,7 @@ mod values;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
@@ -172,6 +173,13 @@ impl NvmlGpus {
             Quantity::Energy,
             device.total_energy_consumption(),
         )?;
+        let temperature_c = optional(
+            said,
+            index,
+            Quantity::Temperature,
+            device.temperature(TemperatureSensor::Gpu),
+        )?;
+        let sm_clock_mhz = optional(said, index, Quantity::SmClock, device.clock_info(Clock::SM))?;
         let compute = optional(
             said,
             index,
@@ -204,6 +212,8 @@ impl NvmlGpus {
                 activity,
                 power_mw,
                 energy_mj,
+                temperature_c,
+                sm_clock_mhz,
                 processes,
             },
         ))

@@ -17,6 +17,8 @@ pub struct Raw {
     pub power_mw: Option<u32>,
     /// The total-energy counter, millijoules since the driver loaded.
     pub energy_mj: Option<u64>,
+    pub temperature_c: Option<u32>,
+    pub sm_clock_mhz: Option<u32>,
     /// Compute processes and MPS clients: pid and used bytes where known.
     pub processes: Vec<(u32, Option<u64>)>,
 }
@@ -66,12 +68,15 @@ pub fn reading(index: usize, raw: &Raw) -> GpuReading {
     GpuReading {
         index,
         used_mib: mib_up(raw.total_bytes.saturating_sub(raw.free_bytes)),
+        total_mib: mib_down(raw.total_bytes),
         smact: raw.activity.smact,
         occupancy: raw.activity.occupancy,
         dram: raw.activity.dram,
         source: Some(raw.activity.source),
         power_w: raw.power_mw.map(|mw| f64::from(mw) / 1000.0),
         energy_j: raw.energy_mj.map(|mj| mj as f64 / 1000.0),
+        temperature_c: raw.temperature_c,
+        sm_clock_mhz: raw.sm_clock_mhz,
         processes,
         error: None,
     }
@@ -111,6 +116,8 @@ mod tests {
             },
             power_mw: None,
             energy_mj: None,
+            temperature_c: None,
+            sm_clock_mhz: None,
             processes: Vec::new(),
         }
     }
@@ -128,11 +135,18 @@ mod tests {
             },
             power_mw: Some(123_500),
             energy_mj: Some(9_876_543),
+            temperature_c: Some(61),
+            sm_clock_mhz: Some(1410),
             processes: vec![(300, Some(512 * MIB)), (100, None), (200, Some(10))],
         };
         let reading = reading(3, &raw);
         assert_eq!(reading.index, 3);
         assert_eq!(reading.used_mib, 10 * 1024);
+        assert_eq!(reading.total_mib, 40 * 1024);
+        assert_eq!(
+            (reading.temperature_c, reading.sm_clock_mhz),
+            (Some(61), Some(1410))
+        );
         assert_eq!(reading.smact, 0.55);
         assert_eq!((reading.occupancy, reading.dram), (Some(0.25), None));
         assert_eq!(reading.source, Some(MetricSource::Dcgm));

@@ -165,11 +165,14 @@ impl SimGpus {
                 GpuReading {
                     index,
                     used_mib: gpu.used_mib(),
+                    total_mib: gpu.total_mib,
                     smact,
                     occupancy: Some(gpu.occupancy()),
                     dram: Some(gpu.dram()),
                     power_w: Some(power_w),
                     energy_j: Some(energy_j),
+                    temperature_c: Some(gpu.temperature_c()),
+                    sm_clock_mhz: Some(gpu.sm_clock_mhz()),
                     processes: gpu
                         .claims
                         .iter()

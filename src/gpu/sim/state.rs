@@ -167,6 +167,18 @@ impl SimGpu {
     pub fn dram(&self) -> f64 {
         (self.smact() * DRAM_PER_SMACT).min(1.0)
     }
+
+    /// Temperature, °C: an A100's idle 30 °C, rising linearly to 75 °C at
+    /// full SM activity (the simulation has no thermal inertia).
+    pub fn temperature_c(&self) -> u32 {
+        (30.0 + 45.0 * self.smact()).round() as u32
+    }
+
+    /// SM clock, MHz: an A100's idle clock without work, its boost clock
+    /// with any.
+    pub fn sm_clock_mhz(&self) -> u32 {
+        if self.claims.is_empty() { 210 } else { 1410 }
+    }
 }
 
 /// The simulation's SM occupancy per unit of SM activity. Training jobs

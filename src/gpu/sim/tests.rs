@@ -47,6 +47,10 @@ fn fresh_gpus_are_idle_and_named() {
         assert_eq!(reading.smact, 0.0);
         assert_eq!((reading.occupancy, reading.dram), (Some(0.0), Some(0.0)));
         assert_eq!(reading.source, Some(crate::gpu::MetricSource::Simulated));
+        assert_eq!(
+            (reading.temperature_c, reading.sm_clock_mhz),
+            (Some(30), Some(210))
+        );
         assert_eq!(reading.power_w, Some(50.0));
         assert!(reading.processes.is_empty());
     }
@@ -83,6 +87,11 @@ fn claims_sum_up_per_gpu_and_smact_caps_at_one() {
     // Busy enough for the interference gate: occupancy >= 0.45, DRAM >= 0.40.
     assert_eq!(readings[0].occupancy, Some(0.55));
     assert_eq!(readings[0].dram, Some(0.45));
+    assert_eq!(readings[0].total_mib, 40 * GIB);
+    assert_eq!(
+        (readings[0].temperature_c, readings[0].sm_clock_mhz),
+        (Some(75), Some(1410))
+    );
     assert_eq!(readings[0].power_w, Some(400.0));
     assert_eq!(
         readings[0].processes,
