@@ -1,23 +1,20 @@
 //! `carma report`: the figures of what really ran in a spool, computed from
-//! the task records in `done/` and `failed/` and the GPU samples the daemon
-//! appends, with the same keys as `carma simulate` so a replayed trace can
-//! be compared with its simulation.
+//! the task records in `done/` and `failed/` and the daemon's GPU log
+//! ([`crate::gpu::log`], rotated files and an old `gpu-samples.csv`
+//! included), with the same keys as `carma simulate` so a replayed trace
+//! can be compared with its simulation, plus each GPU's figures.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use crate::gpu::log::Row;
 use crate::simulate::{Metrics, TaskRecord};
 use crate::spool::record::{Launch, RunExit, read_json};
 use crate::spool::{Spool, SpoolError, State};
 use crate::supervisor;
-
-/// The file the daemon appends GPU readings to, in the spool's root.
-pub const GPU_SAMPLES: &str = "gpu-samples.csv";
-/// Its header line.
-pub const GPU_SAMPLES_HEADER: &str = "time,gpu,used_mib,smact,power_w,energy_j";
 
 /// The report: the simulator's figures plus the re-runs OOM crashes caused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -31,6 +28,23 @@ pub struct Report {
     /// figures above, whose waits and completion times they would distort.
     pub refused: u32,
     pub cancelled: u32,
+    /// Each GPU over the trace (first submission to last end).
+    pub gpus: Vec<GpuSummary>,
+}
+
+/// One GPU over the trace, from the GPU log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuSummary {
+    pub gpu: usize,
+    /// Time covered by the log's rows.
+    pub seconds: f64,
+    pub energy_j: f64,
+    /// Time-weighted mean SM activity, 0..1.
+    pub smact: f64,
+    /// Time-weighted mean SM occupancy and DRAM activity, 0..1, over the
+    /// time their source measured them; `null` when it never did.
+    pub occupancy: Option<f64>,
+    pub dram: Option<f64>,
 }
 
 /// One task in the per-task CSV.
@@ -50,16 +64,6 @@ pub struct TaskRow {
     pub peak_mib: Option<u64>,
     pub gpus: String,
     pub reason: String,
-}
-
-/// One row of `gpu-samples.csv`.
-#[derive(Debug, Clone, Deserialize)]
-struct GpuRow {
-    time: f64,
-    gpu: usize,
-    smact: f64,
-    power_w: Option<f64>,
-    energy_j: Option<f64>,
 }
 
 /// Builds the report of a spool.
@@ -138,14 +142,19 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
         .iter()
         .filter_map(|r| r.ended_at)
         .fold(f64::NEG_INFINITY, f64::max);
-    let gpus = gpu_integrals(&spool.root().join(GPU_SAMPLES), start, end);
-    let metrics = Metrics::new(&records, &gpus, None);
+    let gpus = gpu_summaries(crate::gpu::log::read(spool.root()), start, end);
+    let integrals: Vec<(f64, f64)> = gpus
+        .iter()
+        .map(|g| (g.energy_j, g.smact * g.seconds))
+        .collect();
+    let metrics = Metrics::new(&records, &integrals, None);
     Ok((
         Report {
             metrics,
             reruns,
             refused,
             cancelled,
+            gpus,
         },
         rows,
     ))
@@ -174,65 +183,106 @@ fn runs_of(dir: &Path) -> Vec<(Launch, Option<RunExit>)> {
     runs.into_iter().map(|(_, l, e)| (l, e)).collect()
 }
 
-/// Per GPU (joules, SMACT-seconds) over `[start, end]` from the samples
-/// file. Energy is summed interval by interval: the energy counter's
-/// difference where both ends have one and it grew, power x time
-/// otherwise. A counter that went backwards was reset (a driver reload
-/// restarts NVML's, a daemon restart the simulated one): subtracting across
-/// the reset would lose or invert the energy of the whole trace before it.
-/// Missing file: no GPUs.
-fn gpu_integrals(path: &Path, start: f64, end: f64) -> Vec<(f64, f64)> {
-    let Ok(mut reader) = csv::Reader::from_path(path) else {
-        return Vec::new();
-    };
-    let mut by_gpu: BTreeMap<usize, Vec<GpuRow>> = BTreeMap::new();
-    for row in reader.deserialize::<GpuRow>().flatten() {
+/// Each GPU's figures over `[start, end]` from the log's rows. Energy is
+/// summed interval by interval: the energy counter's difference where both
+/// ends have one and it grew, power x time otherwise. A counter that went
+/// backwards was reset (a driver reload restarts NVML's, a daemon restart
+/// the simulated one): subtracting across the reset would lose or invert
+/// the energy of the whole trace before it. Each interval takes the SM
+/// metrics of its first row.
+fn gpu_summaries(rows: Vec<Row>, start: f64, end: f64) -> Vec<GpuSummary> {
+    let mut by_gpu: BTreeMap<usize, Vec<Row>> = BTreeMap::new();
+    for row in rows {
         if row.time >= start && row.time <= end {
             by_gpu.entry(row.gpu).or_default().push(row);
         }
     }
     by_gpu
-        .into_values()
-        .map(|mut rows| {
+        .into_iter()
+        .map(|(gpu, mut rows)| {
             rows.sort_by(|a, b| a.time.total_cmp(&b.time));
-            let mut joules = 0.0;
-            let mut smact_seconds = 0.0;
+            let mut seconds = 0.0;
+            let mut energy_j = 0.0;
+            let mut smact = 0.0;
+            let mut occupancy = Mean::default();
+            let mut dram = Mean::default();
             for pair in rows.windows(2) {
                 let dt = pair[1].time - pair[0].time;
-                smact_seconds += pair[0].smact * dt;
-                joules += match (pair[0].energy_j, pair[1].energy_j) {
+                seconds += dt;
+                smact += pair[0].smact * dt;
+                occupancy.add(pair[0].occupancy, dt);
+                dram.add(pair[0].dram, dt);
+                energy_j += match (pair[0].energy_j, pair[1].energy_j) {
                     (Some(before), Some(after)) if after >= before => after - before,
                     _ => pair[0].power_w.unwrap_or(0.0) * dt,
                 };
             }
-            (joules, smact_seconds)
+            GpuSummary {
+                gpu,
+                seconds,
+                energy_j,
+                smact: if seconds > 0.0 { smact / seconds } else { 0.0 },
+                occupancy: occupancy.value(),
+                dram: dram.value(),
+            }
         })
         .collect()
+}
+
+/// A time-weighted mean over the intervals that have a value.
+#[derive(Default)]
+struct Mean {
+    sum: f64,
+    seconds: f64,
+}
+
+impl Mean {
+    fn add(&mut self, value: Option<f64>, dt: f64) {
+        if let Some(value) = value {
+            self.sum += value * dt;
+            self.seconds += dt;
+        }
+    }
+
+    fn value(&self) -> Option<f64> {
+        (self.seconds > 0.0).then(|| self.sum / self.seconds)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::log::{CURRENT, HEADER, LEGACY, read};
+
+    fn summary(gpu: usize, seconds: f64, energy_j: f64, smact: f64) -> GpuSummary {
+        GpuSummary {
+            gpu,
+            seconds,
+            energy_j,
+            smact,
+            occupancy: None,
+            dram: None,
+        }
+    }
 
     #[test]
-    fn energy_prefers_the_counter_and_falls_back_to_power() {
+    fn energy_prefers_the_counter_and_falls_back_to_power_in_old_samples() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(GPU_SAMPLES);
         fs::write(
-            &path,
-            format!(
-                "{GPU_SAMPLES_HEADER}\n\
-                 0,0,100,0.5,200,1000\n0,1,0,0.0,50,\n\
-                 10,0,100,0.5,200,3100\n10,1,0,0.0,50,\n\
-                 20,0,100,1.0,400,5000\n20,1,0,0.0,50,\n\
-                 99,0,100,1.0,400,9999\n"
-            ),
+            dir.path().join(LEGACY),
+            "time,gpu,used_mib,smact,power_w,energy_j\n\
+             0,0,100,0.5,200,1000\n0,1,0,0.0,50,\n\
+             10,0,100,0.5,200,3100\n10,1,0,0.0,50,\n\
+             20,0,100,1.0,400,5000\n20,1,0,0.0,50,\n\
+             99,0,100,1.0,400,9999\n",
         )
         .unwrap();
-        let gpus = gpu_integrals(&path, 0.0, 20.0);
-        // GPU 0: counter 5000 - 1000; SMACT 0.5 x 20 s. GPU 1: 50 W x 20 s.
-        assert_eq!(gpus, [(4000.0, 10.0), (1000.0, 0.0)]);
-        assert!(gpu_integrals(&dir.path().join("missing"), 0.0, 1.0).is_empty());
+        // GPU 0: counter 5000 - 1000; SMACT 0.5 over 20 s. GPU 1: 50 W x 20 s.
+        assert_eq!(
+            gpu_summaries(read(dir.path()), 0.0, 20.0),
+            [summary(0, 20.0, 4000.0, 0.5), summary(1, 20.0, 1000.0, 0.0)]
+        );
+        assert!(gpu_summaries(read(&dir.path().join("missing")), 0.0, 1.0).is_empty());
     }
 
     #[test]
@@ -240,18 +290,39 @@ mod tests {
         // The daemon restarts at 15 s: the counter starts again from 0.
         // 0-10 s and 20-30 s come from the counter, 10-20 s from power.
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(GPU_SAMPLES);
         fs::write(
-            &path,
+            dir.path().join(CURRENT),
             format!(
-                "{GPU_SAMPLES_HEADER}\n\
-                 0,0,0,0.0,100,5000\n\
-                 10,0,0,0.0,100,6000\n\
-                 20,0,0,0.0,100,300\n\
-                 30,0,0,0.0,100,1300\n"
+                "{HEADER}\n\
+                 0,0,gpm,0.0,,,0,40960,100,5000,,,\n\
+                 10,0,gpm,0.0,,,0,40960,100,6000,,,\n\
+                 20,0,gpm,0.0,,,0,40960,100,300,,,\n\
+                 30,0,gpm,0.0,,,0,40960,100,1300,,,\n"
             ),
         )
         .unwrap();
-        assert_eq!(gpu_integrals(&path, 0.0, 30.0), [(3000.0, 0.0)]);
+        assert_eq!(
+            gpu_summaries(read(dir.path()), 0.0, 30.0),
+            [summary(0, 30.0, 3000.0, 0.0)]
+        );
+    }
+
+    #[test]
+    fn occupancy_and_dram_average_over_the_time_they_were_measured() {
+        // DCGM answers for 10 s, then the counter for 30 s.
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(CURRENT),
+            format!(
+                "{HEADER}\n\
+                 0,0,dcgm,0.8,0.5,0.2,0,40960,,,,,\n\
+                 10,0,utilization,1.0,,,0,40960,,,,,\n\
+                 40,0,utilization,1.0,,,0,40960,,,,,\n"
+            ),
+        )
+        .unwrap();
+        let gpus = gpu_summaries(read(dir.path()), 0.0, 40.0);
+        assert_eq!(gpus[0].smact, (0.8 * 10.0 + 30.0) / 40.0);
+        assert_eq!((gpus[0].occupancy, gpus[0].dram), (Some(0.5), Some(0.2)));
     }
 }

@@ -68,6 +68,19 @@ fn an_underestimated_job_crashes_recovers_and_completes() {
     assert_eq!(report["oom_crashes"], 1);
     assert_eq!(report["reruns"], 1);
     assert_eq!(report["tasks"], 2);
+    // The simulated GPU's log: its own source, occupancy and DRAM from its
+    // jobs' SM activity, averaged by the report.
+    let gpu_log = fs::read_to_string(spool.root.join("gpu-log.csv")).unwrap();
+    assert!(
+        gpu_log.lines().nth(1).unwrap().contains(",simulated,"),
+        "{gpu_log}"
+    );
+    let gpu = &report["gpus"][0];
+    assert!(gpu["seconds"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(
+        gpu["occupancy"].as_f64().is_some() && gpu["dram"].as_f64().is_some(),
+        "{report}"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@ mod common;
 
 use std::fmt::Write as _;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -48,8 +49,13 @@ struct FakeGpu {
     util: u32,
     /// GPM SM utilization, percent; `None`: no GPM on this GPU.
     gpm_sm: Option<f64>,
+    /// GPM SM occupancy and DRAM bandwidth use, percent, where measured.
+    gpm_occ: Option<f64>,
+    gpm_dram: Option<f64>,
     power_w: Option<f64>,
     energy_j: Option<f64>,
+    temp_c: Option<u32>,
+    sm_clock_mhz: Option<u32>,
     /// Compute processes: pid, MiB.
     procs: Vec<(u32, u64)>,
     mig: bool,
@@ -65,8 +71,12 @@ impl FakeGpu {
             used_mib,
             util: 0,
             gpm_sm: None,
+            gpm_occ: None,
+            gpm_dram: None,
             power_w: Some(60.0),
             energy_j: Some(1000.0),
+            temp_c: Some(61),
+            sm_clock_mhz: Some(1410),
             procs: Vec::new(),
             mig: false,
             fail: false,
@@ -108,14 +118,26 @@ impl FakeNvml {
             writeln!(text, "{i}.procs {}", procs.join(",")).unwrap();
             writeln!(text, "{i}.mig {}", u8::from(gpu.mig)).unwrap();
             writeln!(text, "{i}.fail {}", u8::from(gpu.fail)).unwrap();
-            if let Some(sm) = gpu.gpm_sm {
-                writeln!(text, "{i}.gpm_sm {sm}").unwrap();
+            for (key, value) in [
+                ("gpm_sm", gpu.gpm_sm),
+                ("gpm_occ", gpu.gpm_occ),
+                ("gpm_dram", gpu.gpm_dram),
+            ] {
+                if let Some(value) = value {
+                    writeln!(text, "{i}.{key} {value}").unwrap();
+                }
             }
             if let Some(w) = gpu.power_w {
                 writeln!(text, "{i}.power_w {w}").unwrap();
             }
             if let Some(j) = gpu.energy_j {
                 writeln!(text, "{i}.energy_j {j}").unwrap();
+            }
+            if let Some(c) = gpu.temp_c {
+                writeln!(text, "{i}.temp_c {c}").unwrap();
+            }
+            if let Some(mhz) = gpu.sm_clock_mhz {
+                writeln!(text, "{i}.sm_clock_mhz {mhz}").unwrap();
             }
         }
         let partial = self.path.with_extension("partial");
@@ -197,6 +219,7 @@ fn status_shows_the_gpus_nvml_finds_and_where_smact_comes_from() {
     hopper.name = "NVIDIA H100 80GB HBM3";
     hopper.total_mib = 81920;
     hopper.gpm_sm = Some(42.5);
+    hopper.gpm_occ = Some(30.0);
     hopper.util = 90;
     let mut older = FakeGpu::a100(0);
     older.util = 30;
@@ -214,18 +237,28 @@ fn status_shows_the_gpus_nvml_finds_and_where_smact_comes_from() {
     assert_eq!(gpus[0]["total_mib"], 81920);
     assert_eq!(gpus[0]["used_mib"], 2048);
     assert_eq!(gpus[0]["smact"], 0.425, "GPM, not the counter's 90%");
+    assert_eq!(gpus[0]["occupancy"], 0.3);
+    assert_eq!(gpus[0]["dram"], serde_json::Value::Null, "not measured");
+    assert_eq!(gpus[0]["source"], "gpm");
+    assert_eq!(gpus[1]["source"], "utilization");
+    assert_eq!(gpus[1]["occupancy"], serde_json::Value::Null);
     assert_eq!(gpus[0]["power_w"], 60.0);
     assert_eq!(gpus[1]["uuid"], "GPU-00000001-fake");
     assert_eq!(gpus[1]["power_w"], serde_json::Value::Null);
     let backend = status["backend"].as_str().unwrap();
     assert!(
         backend.starts_with("NVML 550.54.15")
-            && backend
-                .contains("SMACT from GPM SM utilization (GPU 0), the utilization counter (GPU 1)"),
+            && backend.contains("SM metrics from DCGM, else GPM, else the utilization counter"),
         "{backend}"
     );
     let text = stdout(&spool.carma().arg("status").output().unwrap());
-    assert!(text.contains("GPM SM utilization (GPU 0)"), "{text}");
+    let row = |gpu: &str| {
+        text.lines()
+            .find(|l| l.starts_with(gpu))
+            .unwrap_or_default()
+    };
+    assert!(row("0 ").contains("0.42   0.30  -     GPM"), "{text}");
+    assert!(row("1 ").contains("utilization counter"), "{text}");
     std::thread::sleep(std::time::Duration::from_millis(500));
     let log = spool.daemon_log();
     assert_eq!(
@@ -234,6 +267,120 @@ fn status_shows_the_gpus_nvml_finds_and_where_smact_comes_from() {
         "{log}"
     );
     assert!(log.contains("GPU 0 NVIDIA H100 80GB HBM3 (80GiB, GPU-00000000-fake)"));
+}
+
+/// A fake `dcgmi` in `dir`: it prints dmon's header, then
+/// every 0.1 s what `dir/dcgmi.txt` says after its first line, which says what
+/// to do: `values`, `hang` (print nothing), or `exit N` (after an error
+/// message). It ends when the daemon does.
+fn fake_dcgmi(dir: &Path, first: &str) -> PathBuf {
+    let script = dir.join("dcgmi");
+    let control = dir.join("dcgmi.txt");
+    fs::write(&control, first).unwrap();
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n\
+             echo \"$*\" > {dir}/dcgmi.args\n\
+             echo '#Entity   SMACT        SMOCC        DRAMA'\n\
+             echo 'ID'\n\
+             while kill -0 $PPID 2>/dev/null; do\n\
+               mode=$(head -n 1 {control})\n\
+               case \"$mode\" in\n\
+                 exit*) echo 'Error: Host engine connection invalid/disconnected.'; exit ${{mode#exit }};;\n\
+                 hang) ;;\n\
+                 *) tail -n +2 {control};;\n\
+               esac\n\
+               sleep 0.1\n\
+             done\n",
+            dir = dir.display(),
+            control = control.display(),
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+fn dcgm_is_used_while_it_answers_and_nvml_fills_in_when_it_hangs_or_exits() {
+    let values = "values\nGPU 0   0.300   0.500   0.250\nGPU 1   N/A   N/A   N/A\n";
+    let scripts = tempfile::tempdir().unwrap();
+    let script = fake_dcgmi(scripts.path(), values);
+    let mut hopper = FakeGpu::a100(0);
+    hopper.gpm_sm = Some(42.5);
+    let mut older = FakeGpu::a100(0);
+    older.util = 90;
+    let (spool, _nvml) = start(
+        &format!("[gpu]\ndcgmi = \"{}\"\n", script.display()),
+        vec![older, hopper],
+    );
+    let control = scripts.path().join("dcgmi.txt");
+    let gpu = |i: usize| status(&spool)["gpus"][i].clone();
+    spool.wait_for("DCGM's values", 10.0, || {
+        let g = gpu(0);
+        g["source"] == "dcgm" && g["smact"] == 0.3
+    });
+    assert_eq!(
+        (gpu(0)["occupancy"].clone(), gpu(0)["dram"].clone()),
+        (0.5.into(), 0.25.into())
+    );
+    // DCGM has no SM activity for GPU 1 (N/A): GPM answers.
+    assert_eq!(gpu(1)["source"], "gpm");
+    assert_eq!(gpu(1)["smact"], 0.425);
+    assert_eq!(
+        fs::read_to_string(scripts.path().join("dcgmi.args")).unwrap(),
+        "dmon -e 1002,1003,1005 -d 100\n"
+    );
+    let text = stdout(&spool.carma().arg("status").output().unwrap());
+    assert!(text.contains("0.30   0.50  0.25  DCGM"), "{text}");
+    // A hung dcgmi: after 1.3 s (3 intervals and a second) GPU 0 reads
+    // the counter; the child is killed and started again.
+    fs::write(&control, "hang\n").unwrap();
+    spool.wait_for("the counter", 10.0, || {
+        let g = gpu(0);
+        g["source"] == "utilization" && g["smact"] == 0.9 && g["occupancy"].is_null()
+    });
+    spool.wait_for("the kill", 10.0, || {
+        spool
+            .daemon_log()
+            .contains("dcgmi dmon has printed nothing for")
+    });
+    fs::write(&control, values).unwrap();
+    spool.wait_for("DCGM again", 10.0, || gpu(0)["source"] == "dcgm");
+    // An exiting dcgmi: its error is logged once, however often it
+    // restarts, and NVML fills in meanwhile.
+    fs::write(&control, "exit 3\n").unwrap();
+    spool.wait_for("the counter again", 10.0, || {
+        gpu(0)["source"] == "utilization"
+    });
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let log = spool.daemon_log();
+    assert_eq!(
+        log.matches("dcgmi dmon printed \"Error: Host engine connection")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("dcgmi dmon ended (exit status: 3)").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches(
+            "GPU 0: DCGM has no fresh SM activity for it; SM metrics from the utilization counter"
+        )
+        .count(),
+        2,
+        "once per outage:\n{log}"
+    );
+    assert_eq!(
+        log.matches("GPU 0: SM metrics from DCGM").count(),
+        2,
+        "{log}"
+    );
+    assert!(!log.contains("GPU 1: SM metrics from DCGM"), "{log}");
 }
 
 #[test]
@@ -319,6 +466,29 @@ fn per_process_memory_is_attributed_to_the_job_that_owns_it() {
             && peaks
                 .iter()
                 .all(|(name, peak)| *peak == if name.ends_with("-small") { 3000 } else { 5000 })
+    });
+    // The GPU log has each process with its task, and the stranger alone.
+    let log = spool.root.join("gpu-log.csv");
+    let task = |stem: &str| {
+        let (_, dir) = spool.find(stem).unwrap();
+        dir.file_name().unwrap().to_str().unwrap().to_owned()
+    };
+    // NVML's processes in pid order.
+    let mut listed = vec![
+        (small, format!("{small}:3000:{}", task("-small"))),
+        (large, format!("{large}:5000:{}", task("-large"))),
+        (1, "1:7000".to_owned()),
+    ];
+    listed.sort();
+    let processes: Vec<String> = listed.into_iter().map(|(_, p)| p).collect();
+    let processes = processes.join(" ");
+    spool.wait_for("the processes in the GPU log", 10.0, || {
+        fs::read_to_string(&log).is_ok_and(|text| {
+            text.lines().any(|row| {
+                row.contains(",utilization,0.0000,,,15000,40960,60.0,1000.0,61,1410,")
+                    && row.ends_with(&processes)
+            })
+        })
     });
     release(&spool, "small");
     release(&spool, "large");
@@ -430,12 +600,12 @@ fn the_report_takes_energy_from_the_counter_across_a_reset() {
     gpu.power_w = Some(0.0);
     gpu.energy_j = Some(5000.0);
     let (spool, mut nvml) = start("", vec![gpu]);
-    let samples = spool.root.join("gpu-samples.csv");
+    let samples = spool.root.join("gpu-log.csv");
     // Waits for a row with `joules` written after the call.
     let logged = |joules: &str| {
         let rows = |s: &str| s.lines().count();
         let before = fs::read_to_string(&samples).map_or(0, |s| rows(&s));
-        let row_end = format!(",0.0,{joules}\n");
+        let row_end = format!(",0.0,{joules},61,1410,\n");
         spool.wait_for(&format!("a sample with {joules} J"), 10.0, || {
             fs::read_to_string(&samples).is_ok_and(|s| rows(&s) > before && s.ends_with(&row_end))
         });

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 
@@ -48,12 +49,15 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
         None => {
             let library = config.gpu.nvml_library(args.nvml_lib);
-            Box::new(NvmlGpus::open(library.as_deref()).map_err(|e| {
-                anyhow!(
-                    "{e}; on a machine without NVIDIA GPUs, run \
+            let interval = Duration::from_secs_f64(config.daemon.sample_interval_s);
+            Box::new(
+                NvmlGpus::open(library.as_deref(), &config.gpu, interval).map_err(|e| {
+                    anyhow!(
+                        "{e}; on a machine without NVIDIA GPUs, run \
                      `carma daemon --simulate-gpus 4x40GiB` to use simulated GPUs"
-                )
-            })?)
+                    )
+                })?,
+            )
         }
     };
     daemon::run(Options {

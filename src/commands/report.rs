@@ -15,7 +15,7 @@ pub struct Args {
     #[command(flatten)]
     spool: SpoolArg,
     /// Print one JSON object (the keys of `carma simulate --json`, plus
-    /// `reruns`).
+    /// `reruns`, `refused`, `cancelled` and per-GPU figures in `gpus`).
     #[arg(long)]
     json: bool,
     /// Also write one CSV row per task to this file.
@@ -53,5 +53,18 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         "  not counted above: {} never ran (refused or unplaceable), {} cancelled",
         r.refused, r.cancelled
     );
+    let percent =
+        |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0));
+    for g in &r.gpus {
+        println!(
+            "  GPU {}: {:.3} MJ over {:.0} s, SM activity {}, occupancy {}, DRAM {}",
+            g.gpu,
+            g.energy_j / 1e6,
+            g.seconds,
+            percent(Some(g.smact)),
+            percent(g.occupancy),
+            percent(g.dram)
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -91,7 +91,8 @@ fn print_human(out: &Output) {
             out.spool, status.daemon_pid
         );
     }
-    println!("\nGPU  memory used        SMACT  tasks");
+    println!("\nGPU  memory used        SMACT  OCC   DRAM  source               tasks");
+    let fraction = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     for g in &status.gpus {
         let memory = format!("{} / {}", format_mib(g.used_mib), format_mib(g.total_mib));
         let mut tasks = match &g.error {
@@ -101,7 +102,14 @@ fn print_human(out: &Output) {
         if g.mig {
             tasks.push_str(" [MIG: whole-GPU tasks only]");
         }
-        println!("{:<4} {memory:<20} {:<6.2} {tasks}", g.index, g.smact);
+        let source = g.source.map_or_else(|| "-".to_owned(), |s| s.to_string());
+        println!(
+            "{:<4} {memory:<20} {:<6.2} {:<5} {:<5} {source:<20} {tasks}",
+            g.index,
+            g.smact,
+            fraction(g.occupancy),
+            fraction(g.dram),
+        );
     }
     let now = unix_now();
     println!("\nrunning ({})", status.running.len());

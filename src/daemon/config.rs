@@ -6,6 +6,11 @@ use serde::Deserialize;
 
 use crate::sched::MAX_SECONDS;
 
+/// The largest GPU log file and the most old ones: a typo must not let
+/// the log fill the spool's disk.
+const GPU_LOG_MAX_MIB: u64 = 64 * 1024;
+const GPU_LOG_MAX_KEEP: usize = 1000;
+
 /// See the commented default configuration for meanings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -13,6 +18,8 @@ pub struct DaemonConfig {
     pub spool: PathBuf,
     pub sample_interval_s: f64,
     pub metrics_interval_s: f64,
+    pub gpu_log_max_mib: u64,
+    pub gpu_log_keep: usize,
     pub cancel_grace_s: f64,
     pub allow_root_jobs: bool,
     pub job_path: String,
@@ -29,6 +36,18 @@ impl DaemonConfig {
                     "daemon.{key} = {value}: expected seconds > 0 (at most a year)"
                 ));
             }
+        }
+        if !(1..=GPU_LOG_MAX_MIB).contains(&self.gpu_log_max_mib) {
+            return Err(format!(
+                "daemon.gpu_log_max_mib = {}: expected 1 to {GPU_LOG_MAX_MIB} MiB",
+                self.gpu_log_max_mib
+            ));
+        }
+        if self.gpu_log_keep > GPU_LOG_MAX_KEEP {
+            return Err(format!(
+                "daemon.gpu_log_keep = {}: expected at most {GPU_LOG_MAX_KEEP} files",
+                self.gpu_log_keep
+            ));
         }
         if !(self.cancel_grace_s >= 0.0 && self.cancel_grace_s <= MAX_SECONDS) {
             return Err(format!(

@@ -30,8 +30,6 @@ pub mod status;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +42,7 @@ pub use config::DaemonConfig;
 
 use crate::config::Config;
 use crate::estimate::{Chain, Fingerprint};
+use crate::gpu::log::RotatingLog;
 use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
 use crate::mps::Mps;
 use crate::procfs::ProcessId;
@@ -145,6 +144,16 @@ struct Daemon {
     /// Environment every job needs from the GPU backend.
     backend_env: Vec<(String, String)>,
     readings: Vec<GpuReading>,
+    /// When `readings` came (Unix seconds).
+    readings_at: f64,
+    /// The processes in `readings` that belong to tasks: pid to task name.
+    process_tasks: HashMap<u32, String>,
+    /// The GPU log (`crate::gpu::log`) and the time of the readings last
+    /// written to it.
+    gpu_log: RotatingLog,
+    gpu_logged_at: f64,
+    /// The last GPU log write failed (its warning was logged).
+    gpu_log_failing: bool,
     /// The carma binary, started again as `carma supervise`.
     exe: PathBuf,
     tx: Sender<Msg>,
@@ -209,6 +218,11 @@ pub fn run(options: Options) -> Result<()> {
     for gpu in gpus.iter().filter(|g| g.mig) {
         core.set_exclusive_only(gpu.index);
     }
+    let gpu_log = RotatingLog::new(
+        spool.root(),
+        config.daemon.gpu_log_max_mib * 1024 * 1024,
+        config.daemon.gpu_log_keep,
+    );
     let mut daemon = Daemon {
         core,
         chain,
@@ -222,6 +236,11 @@ pub fn run(options: Options) -> Result<()> {
         backend_name,
         backend_env,
         readings: Vec::new(),
+        readings_at: 0.0,
+        process_tasks: HashMap::new(),
+        gpu_log,
+        gpu_logged_at: 0.0,
+        gpu_log_failing: false,
         exe: std::env::current_exe().context("cannot find the carma binary")?,
         tx: tx.clone(),
         unfinished: HashMap::new(),
@@ -400,6 +419,7 @@ impl Daemon {
             .filter_map(|t| Some((t.supervisor?.pid, t.name.seq())))
             .collect();
         let mut samples = Vec::with_capacity(readings.len());
+        self.process_tasks.clear();
         for reading in &readings {
             match (&reading.error, self.gpu_errors.get(&reading.index)) {
                 (Some(e), last) if last != Some(e) => {
@@ -417,6 +437,9 @@ impl Daemon {
                 let owner = crate::procfs::session_id(p.pid).and_then(|sid| sessions.get(&sid));
                 if let Some(&seq) = owner {
                     *per_task.entry(seq).or_default() += p.used_mib;
+                    if let Some(task) = self.tasks.get(&seq) {
+                        self.process_tasks.insert(p.pid, task.name.to_string());
+                    }
                 }
             }
             for (&seq, &mib) in &per_task {
@@ -436,6 +459,7 @@ impl Daemon {
             });
         }
         self.readings = readings;
+        self.readings_at = unix_now();
         self.events.push(Event::Sample(samples));
     }
 
@@ -504,6 +528,10 @@ impl Daemon {
         self.core.set_rules(config.rules());
         self.sample_interval_ms
             .store(interval_ms(&config), Ordering::Relaxed);
+        self.gpu_log.set_limits(
+            config.daemon.gpu_log_max_mib * 1024 * 1024,
+            config.daemon.gpu_log_keep,
+        );
         self.config = config;
         if changed.is_empty() {
             log::info!("configuration reloaded: nothing changed");
@@ -581,6 +609,9 @@ impl Daemon {
                         mig: g.mig,
                         used_mib: reading.map_or(0, |r| r.used_mib),
                         smact: reading.map_or(0.0, |r| r.smact),
+                        occupancy: reading.and_then(|r| r.occupancy),
+                        dram: reading.and_then(|r| r.dram),
+                        source: reading.and_then(|r| r.source),
                         power_w: reading.and_then(|r| r.power_w),
                         error: reading.and_then(|r| r.error.clone()),
                         tasks: running
@@ -628,42 +659,36 @@ impl Daemon {
         }
     }
 
-    /// The status file every second; GPU rows for the report every
-    /// metrics interval.
+    /// The status file every second; the GPU log's rows every metrics
+    /// interval (once per reading: a slow monitor gives fewer rows, never
+    /// the same reading twice).
     fn housekeeping(&mut self) {
         if self.status_written.elapsed() >= Duration::from_secs(1) {
             self.write_status();
         }
         let every = Duration::from_secs_f64(self.config.daemon.metrics_interval_s);
-        if self.metrics_written.elapsed() >= every {
+        if self.metrics_written.elapsed() >= every && self.readings_at > self.gpu_logged_at {
             self.metrics_written = Instant::now();
-            if let Err(e) = self.append_metrics() {
-                log::warn!("cannot append GPU samples: {e}");
-            }
+            self.gpu_logged_at = self.readings_at;
+            self.log_gpus();
         }
     }
 
-    /// Appends one row per GPU to `gpu-samples.csv`.
-    fn append_metrics(&self) -> std::io::Result<()> {
-        let path = self.spool.root().join(crate::report::GPU_SAMPLES);
-        let fresh = !path.exists();
-        let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
-        let mut text = String::new();
-        if fresh {
-            text.push_str(crate::report::GPU_SAMPLES_HEADER);
-            text.push('\n');
+    /// Appends the latest readings to the GPU log; a failure is logged
+    /// once per run of failures (a full disk would repeat it every second).
+    fn log_gpus(&mut self) {
+        let rows = crate::gpu::log::rows(self.readings_at, &self.readings, &self.process_tasks);
+        match self.gpu_log.append(&rows) {
+            Err(e) if !self.gpu_log_failing => {
+                log::warn!("cannot write the GPU log: {e}; retried every interval, said once");
+                self.gpu_log_failing = true;
+            }
+            Err(_) => {}
+            Ok(()) => {
+                if std::mem::take(&mut self.gpu_log_failing) {
+                    log::info!("the GPU log is written again");
+                }
+            }
         }
-        let now = unix_now();
-        for r in &self.readings {
-            text.push_str(&format!(
-                "{now:.3},{},{},{:.4},{},{}\n",
-                r.index,
-                r.used_mib,
-                r.smact,
-                r.power_w.map_or(String::new(), |w| format!("{w:.1}")),
-                r.energy_j.map_or(String::new(), |j| format!("{j:.1}")),
-            ));
-        }
-        file.write_all(text.as_bytes())
     }
 }

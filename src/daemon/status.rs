@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::gpu::MetricSource;
+
 /// The whole status file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Status {
@@ -45,6 +47,15 @@ pub struct GpuStatus {
     pub mig: bool,
     pub used_mib: u64,
     pub smact: f64,
+    /// SM occupancy and DRAM activity, where the source measures them.
+    #[serde(default)]
+    pub occupancy: Option<f64>,
+    #[serde(default)]
+    pub dram: Option<f64>,
+    /// Where the last reading's SM metrics came from; `None` before the
+    /// first good reading.
+    #[serde(default)]
+    pub source: Option<MetricSource>,
     pub power_w: Option<f64>,
     pub error: Option<String>,
     /// carma tasks running on it.

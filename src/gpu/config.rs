@@ -4,12 +4,19 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::MetricsSetting;
+
 /// See the commented default configuration for meanings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuConfig {
     /// The NVML library to load; empty for the driver's own.
     pub nvml_library: PathBuf,
+    /// Which sources SM activity, occupancy and DRAM activity may come
+    /// from.
+    pub metrics: MetricsSetting,
+    /// The `dcgmi` program (found on `PATH` unless a path is given).
+    pub dcgmi: PathBuf,
 }
 
 impl GpuConfig {
@@ -31,6 +38,8 @@ mod tests {
     fn the_command_line_wins_and_empty_means_unset() {
         let config = GpuConfig {
             nvml_library: PathBuf::from("/opt/nvml.so"),
+            metrics: MetricsSetting::Auto,
+            dcgmi: PathBuf::from("dcgmi"),
         };
         assert_eq!(
             config.nvml_library(Some("/x.so".into())),
@@ -46,6 +55,7 @@ mod tests {
         );
         let unset = GpuConfig {
             nvml_library: PathBuf::new(),
+            ..config
         };
         assert_eq!(unset.nvml_library(None), None);
     }

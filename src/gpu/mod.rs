@@ -8,12 +8,16 @@
 //! GPU never stops the monitor.
 
 mod config;
+pub mod dcgm;
+pub mod log;
 pub mod nvml;
 pub mod sim;
+mod source;
 
 use std::fmt;
 
 pub use config::GpuConfig;
+pub use source::{MetricSource, MetricsSetting};
 
 /// What a GPU is, read once at start.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -45,6 +49,9 @@ pub struct GpuReading {
     pub index: usize,
     /// Memory in use by all processes, MiB.
     pub used_mib: u64,
+    /// Memory, MiB (as the inventory says, unless the driver changed its
+    /// mind); 0 before the first good reading.
+    pub total_mib: u64,
     /// SM activity since the previous reading, 0..1.
     pub smact: f64,
     /// SM occupancy (resident warps over the maximum), 0..1, where the
@@ -58,8 +65,16 @@ pub struct GpuReading {
     /// Energy counter since an arbitrary origin, joules, where known; the
     /// report takes differences.
     pub energy_j: Option<f64>,
+    /// GPU core temperature, °C, where known.
+    pub temperature_c: Option<u32>,
+    /// SM clock, MHz, where known: a GPU that throttles (power, heat) shows
+    /// it here first.
+    pub sm_clock_mhz: Option<u32>,
     /// Per-process memory, where the backend can tell.
     pub processes: Vec<ProcessMemory>,
+    /// Where `smact`, `occupancy` and `dram` came from; `None` before the
+    /// GPU's first good reading.
+    pub source: Option<MetricSource>,
     /// Set when this GPU could not be read; the other fields are then the
     /// last known values or zero and the GPU is skipped by placement.
     pub error: Option<String>,
@@ -72,12 +87,16 @@ impl GpuReading {
         GpuReading {
             index,
             used_mib: 0,
+            total_mib: 0,
             smact: 0.0,
             occupancy: None,
             dram: None,
             power_w: None,
             energy_j: None,
+            temperature_c: None,
+            sm_clock_mhz: None,
             processes: Vec::new(),
+            source: None,
             error: None,
         }
     }

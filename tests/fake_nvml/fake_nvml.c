@@ -14,7 +14,10 @@
  *   0.total_mib 40960           0.used_mib 1024
  *   0.util 35                   utilization counter, percent
  *   0.gpm_sm 42.5               GPM SM utilization, percent (GPM supported)
+ *   0.gpm_occ 30                GPM SM occupancy, percent
+ *   0.gpm_dram 20               GPM DRAM bandwidth utilization, percent
  *   0.power_w 120.5             0.energy_j 1234.5
+ *   0.temp_c 61                 0.sm_clock_mhz 1410
  *   0.procs 123:512,456:1024    compute processes, pid:MiB
  *   0.mps_procs 789:256         MPS client processes, pid:MiB
  *   0.mig 1                     MIG mode (0 or 1)
@@ -46,7 +49,7 @@ enum {
     NVML_ERROR_GPU_IS_LOST = 15,
 };
 
-enum { GPM_GRAPHICS_UTIL = 1, GPM_SM_UTIL = 2 };
+enum { GPM_GRAPHICS_UTIL = 1, GPM_SM_UTIL = 2, GPM_SM_OCCUPANCY = 3, GPM_DRAM_BW_UTIL = 10 };
 
 typedef struct {
     unsigned int version;
@@ -92,8 +95,11 @@ typedef struct {
     nvmlGpmMetric_t metrics[210];
 } nvmlGpmMetricsGet_t;
 
+/* A sample's values; -1 where the GPU has no such metric. */
 struct fake_gpm_sample {
     double sm_util;
+    double occupancy;
+    double dram;
 };
 
 static const unsigned long long MIB = 1024ULL * 1024ULL;
@@ -321,6 +327,29 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
     return NVML_SUCCESS;
 }
 
+/* Any sensor reads the one temperature; any clock type the SM clock. */
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned sensor, unsigned *celsius) {
+    DEVICE(device, gpu);
+    double value = 0;
+    (void)sensor;
+    if (!gpu_number(gpu, "temp_c", &value)) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    *celsius = (unsigned)value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned type, unsigned *mhz) {
+    DEVICE(device, gpu);
+    double value = 0;
+    (void)type;
+    if (!gpu_number(gpu, "sm_clock_mhz", &value)) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    *mhz = (unsigned)value;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned *count,
                                                      nvmlProcessInfo_t *infos) {
     DEVICE(device, gpu);
@@ -365,6 +394,12 @@ nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
     if (!gpu_number(gpu, "gpm_sm", &sample->sm_util)) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
+    if (!gpu_number(gpu, "gpm_occ", &sample->occupancy)) {
+        sample->occupancy = -1;
+    }
+    if (!gpu_number(gpu, "gpm_dram", &sample->dram)) {
+        sample->dram = -1;
+    }
     return NVML_SUCCESS;
 }
 
@@ -376,13 +411,16 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
     for (unsigned i = 0; i < request->numMetrics; i++) {
         nvmlGpmMetric_t *metric = &request->metrics[i];
         memset(&metric->metricInfo, 0, sizeof metric->metricInfo);
+        double value = -1;
         if (metric->metricId == GPM_SM_UTIL || metric->metricId == GPM_GRAPHICS_UTIL) {
-            metric->value = request->sample2->sm_util;
-            metric->nvmlReturn = NVML_SUCCESS;
-        } else {
-            metric->value = 0;
-            metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            value = request->sample2->sm_util;
+        } else if (metric->metricId == GPM_SM_OCCUPANCY) {
+            value = request->sample2->occupancy;
+        } else if (metric->metricId == GPM_DRAM_BW_UTIL) {
+            value = request->sample2->dram;
         }
+        metric->value = value < 0 ? 0 : value;
+        metric->nvmlReturn = value < 0 ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
     }
     return NVML_SUCCESS;
 }

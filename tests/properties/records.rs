@@ -15,6 +15,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use carma::daemon::status::{GpuStatus, RunningTask, Status};
+use carma::gpu::MetricSource;
 use carma::procfs::ProcessId;
 use carma::sched::Need;
 use carma::spool::record::{EstimateNote, Launch, Outcome, RunAs, RunExit, TaskRecord, read_state};
@@ -100,6 +101,9 @@ fn status() -> Status {
             mig: false,
             used_mib: 5000,
             smact: 0.5,
+            occupancy: Some(0.3),
+            dram: None,
+            source: Some(MetricSource::Dcgm),
             power_w: Some(200.0),
             error: None,
             tasks: vec!["000042-resnet50".into()],

@@ -7,8 +7,9 @@
 //! asks for `--simulate-gpus`).
 //!
 //! Each reading holds, per GPU: memory in use (total minus free), SM
-//! activity ([`smact`]: GPM or the utilization counter), power, the
-//! total-energy counter, and the memory of each compute process and MPS
+//! activity, occupancy and DRAM activity ([`activity`]: DCGM, GPM or the
+//! utilization counter, as `[gpu] metrics` allows), power, the
+//! total-energy counter, temperature, SM clock, and the memory of each compute process and MPS
 //! client, which the daemon attributes to jobs by session. Errors are
 //! sorted by consequence ([`failure`]): what a GPU cannot measure is left
 //! out and said once; a GPU whose calls fail is reported in its reading,
@@ -20,21 +21,24 @@
 //! it, live in the backend between readings. The daemon makes one backend
 //! and keeps it to the end; the driver releases everything at exit.
 
+mod activity;
 mod failure;
-mod smact;
 mod values;
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
+use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 use thiserror::Error;
 
-use super::{GpuBackend, GpuInfo, GpuReading};
+use super::dcgm::Dmon;
+use super::{GpuBackend, GpuConfig, GpuInfo, GpuReading, MetricsSetting};
+use activity::ActivityReader;
 use failure::{Failure, Quantity, Said, classify, optional, required};
-use smact::Smact;
 use values::Raw;
 
 /// `nvmlDeviceGetMigMode`'s value for "enabled".
@@ -60,13 +64,17 @@ pub struct NvmlGpus {
     /// Per GPU, in index order.
     gpus: Vec<Gpu>,
     said: Said,
+    /// `[gpu] metrics`.
+    metrics: MetricsSetting,
+    /// DCGM's profiling fields, when the setting allows them.
+    dcgm: Option<Dmon>,
 }
 
 /// One GPU's handle and what its readings carry over.
 struct Gpu {
     /// `None` when the GPU could not be read at start: its size is unknown
     /// to the core, so it stays out until the daemon restarts.
-    device: Option<(Device<'static>, Smact)>,
+    device: Option<(Device<'static>, ActivityReader)>,
     /// The last good reading: returned, marked with the error, while the
     /// GPU cannot be read.
     last: Option<GpuReading>,
@@ -74,11 +82,16 @@ struct Gpu {
 
 impl NvmlGpus {
     /// Loads NVML from `library` (the dynamic loader's `libnvidia-ml.so.1`
-    /// when `None`) and takes stock of the GPUs.
+    /// when `None`), takes stock of the GPUs, and starts `dcgmi dmon`
+    /// reading every `interval` when `config` allows DCGM.
     ///
     /// A GPU that cannot be read now keeps its index (jobs name GPUs by
     /// NVML index) but is never placed on; the log says so.
-    pub fn open(library: Option<&Path>) -> Result<NvmlGpus, OpenError> {
+    pub fn open(
+        library: Option<&Path>,
+        config: &GpuConfig,
+        interval: Duration,
+    ) -> Result<NvmlGpus, OpenError> {
         let name = library.map_or_else(
             || "libnvidia-ml.so.1".to_owned(),
             |p| p.display().to_string(),
@@ -107,8 +120,8 @@ impl NvmlGpus {
         for index in 0..count as usize {
             let (info, device) = match identify(nvml, index) {
                 Ok((info, device)) => {
-                    let smact = Smact::start(&device);
-                    (info, Some((device, smact)))
+                    let reader = ActivityReader::start(&device, config.metrics);
+                    (info, Some((device, reader)))
                 }
                 Err(why) => {
                     log::error!("GPU {index}: {why}; not used until the daemon restarts");
@@ -131,19 +144,28 @@ impl NvmlGpus {
             inventory,
             gpus,
             said: Said::default(),
+            metrics: config.metrics,
+            dcgm: config
+                .metrics
+                .uses_dcgm()
+                .then(|| Dmon::start(&config.dcgmi, interval)),
         })
     }
 
-    /// Reads GPU `index` now.
-    fn read(&mut self, index: usize) -> Result<GpuReading, String> {
+    /// Reads GPU `index` now, with DCGM's `dcgm` values for it if fresh.
+    fn read(
+        &mut self,
+        index: usize,
+        dcgm: Option<super::dcgm::Fields>,
+    ) -> Result<GpuReading, String> {
         let said = &mut self.said;
-        let Some((device, smact)) = &mut self.gpus[index].device else {
+        let Some((device, activity)) = &mut self.gpus[index].device else {
             return Err(
                 "could not be read when the daemon started; restart it to use this GPU".into(),
             );
         };
         let memory = required(Quantity::Memory, device.memory_info())?;
-        let busy_percent = smact.read(index, device, said)?;
+        let activity = activity.read(index, device, dcgm, said)?;
         let power_mw = optional(said, index, Quantity::Power, device.power_usage())?;
         let energy_mj = optional(
             said,
@@ -151,6 +173,13 @@ impl NvmlGpus {
             Quantity::Energy,
             device.total_energy_consumption(),
         )?;
+        let temperature_c = optional(
+            said,
+            index,
+            Quantity::Temperature,
+            device.temperature(TemperatureSensor::Gpu),
+        )?;
+        let sm_clock_mhz = optional(said, index, Quantity::SmClock, device.clock_info(Clock::SM))?;
         let compute = optional(
             said,
             index,
@@ -180,9 +209,11 @@ impl NvmlGpus {
             &Raw {
                 total_bytes: memory.total,
                 free_bytes: memory.free,
-                busy_percent,
+                activity,
                 power_mw,
                 energy_mj,
+                temperature_c,
+                sm_clock_mhz,
                 processes,
             },
         ))
@@ -241,8 +272,13 @@ impl GpuBackend for NvmlGpus {
     }
 
     fn sample(&mut self) -> Vec<GpuReading> {
+        let dcgm = self
+            .dcgm
+            .as_ref()
+            .map(|dmon| dmon.fresh(Instant::now()))
+            .unwrap_or_default();
         (0..self.gpus.len())
-            .map(|index| match self.read(index) {
+            .map(|index| match self.read(index, dcgm.get(&index).copied()) {
                 Ok(reading) => {
                     self.gpus[index].last = Some(reading.clone());
                     reading
@@ -258,20 +294,22 @@ impl GpuBackend for NvmlGpus {
         Vec::new()
     }
 
-    /// Driver, library, and each readable GPU's SMACT source.
+    /// Driver, library, and the metric sources allowed (each GPU's own is
+    /// in its readings).
     fn describe(&self) -> String {
-        let sources: Vec<(usize, smact::Source)> = self
-            .gpus
-            .iter()
-            .enumerate()
-            .filter_map(|(index, gpu)| Some((index, gpu.device.as_ref()?.1.source())))
-            .collect();
+        let dcgm = match &self.dcgm {
+            Some(dmon) => format!(
+                "; DCGM values older than {:.1} s are not used",
+                dmon.fresh_for().as_secs_f64()
+            ),
+            None => String::new(),
+        };
         format!(
-            "NVML {} ({}): {} GPU(s); {}",
+            "NVML {} ({}): {} GPU(s); SM metrics from {}{dcgm}",
             self.driver,
             self.library,
             self.gpus.len(),
-            smact::summary(&sources)
+            self.metrics.describe()
         )
     }
 }

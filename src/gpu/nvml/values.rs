@@ -2,20 +2,23 @@
 //! MiB, percent to a fraction, milliwatts and millijoules to watts and
 //! joules, two process lists to one.
 
+use super::activity::Activity;
 use crate::gpu::{GpuReading, ProcessMemory};
 
 const MIB: u64 = 1024 * 1024;
 
 /// One GPU's values as NVML gives them.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Raw {
     pub total_bytes: u64,
     pub free_bytes: u64,
-    /// SM activity (or the utilization counter), percent.
-    pub busy_percent: f64,
+    /// SM metrics, from the GPU's best source.
+    pub activity: Activity,
     pub power_mw: Option<u32>,
     /// The total-energy counter, millijoules since the driver loaded.
     pub energy_mj: Option<u64>,
+    pub temperature_c: Option<u32>,
+    pub sm_clock_mhz: Option<u32>,
     /// Compute processes and MPS clients: pid and used bytes where known.
     pub processes: Vec<(u32, Option<u64>)>,
 }
@@ -65,11 +68,15 @@ pub fn reading(index: usize, raw: &Raw) -> GpuReading {
     GpuReading {
         index,
         used_mib: mib_up(raw.total_bytes.saturating_sub(raw.free_bytes)),
-        smact: fraction(raw.busy_percent),
-        occupancy: None,
-        dram: None,
+        total_mib: mib_down(raw.total_bytes),
+        smact: raw.activity.smact,
+        occupancy: raw.activity.occupancy,
+        dram: raw.activity.dram,
+        source: Some(raw.activity.source),
         power_w: raw.power_mw.map(|mw| f64::from(mw) / 1000.0),
         energy_j: raw.energy_mj.map(|mj| mj as f64 / 1000.0),
+        temperature_c: raw.temperature_c,
+        sm_clock_mhz: raw.sm_clock_mhz,
         processes,
         error: None,
     }
@@ -78,6 +85,7 @@ pub fn reading(index: usize, raw: &Raw) -> GpuReading {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::MetricSource;
 
     #[test]
     fn memory_rounds_capacity_down_and_use_up() {
@@ -95,20 +103,53 @@ mod tests {
         assert_eq!(fraction(f64::NAN), 0.0);
     }
 
+    /// A GPU with nothing known but its counter's 0%.
+    fn idle() -> Raw {
+        Raw {
+            total_bytes: 0,
+            free_bytes: 0,
+            activity: Activity {
+                smact: 0.0,
+                occupancy: None,
+                dram: None,
+                source: MetricSource::Utilization,
+            },
+            power_mw: None,
+            energy_mj: None,
+            temperature_c: None,
+            sm_clock_mhz: None,
+            processes: Vec::new(),
+        }
+    }
+
     #[test]
     fn a_reading_in_carma_units() {
         let raw = Raw {
             total_bytes: 40 * 1024 * MIB,
             free_bytes: 30 * 1024 * MIB,
-            busy_percent: 55.0,
+            activity: Activity {
+                smact: 0.55,
+                occupancy: Some(0.25),
+                dram: None,
+                source: MetricSource::Dcgm,
+            },
             power_mw: Some(123_500),
             energy_mj: Some(9_876_543),
+            temperature_c: Some(61),
+            sm_clock_mhz: Some(1410),
             processes: vec![(300, Some(512 * MIB)), (100, None), (200, Some(10))],
         };
         let reading = reading(3, &raw);
         assert_eq!(reading.index, 3);
         assert_eq!(reading.used_mib, 10 * 1024);
+        assert_eq!(reading.total_mib, 40 * 1024);
+        assert_eq!(
+            (reading.temperature_c, reading.sm_clock_mhz),
+            (Some(61), Some(1410))
+        );
         assert_eq!(reading.smact, 0.55);
+        assert_eq!((reading.occupancy, reading.dram), (Some(0.25), None));
+        assert_eq!(reading.source, Some(MetricSource::Dcgm));
         assert_eq!(reading.power_w, Some(123.5));
         assert_eq!(reading.energy_j, Some(9876.543));
         assert_eq!(
@@ -131,7 +172,7 @@ mod tests {
     fn a_process_in_both_lists_counts_once_with_its_larger_figure() {
         let raw = Raw {
             processes: vec![(7, Some(100 * MIB)), (7, Some(300 * MIB))],
-            ..Raw::default()
+            ..idle()
         };
         assert_eq!(
             reading(0, &raw).processes,
@@ -144,7 +185,7 @@ mod tests {
 
     #[test]
     fn absent_power_and_energy_stay_absent() {
-        let reading = reading(0, &Raw::default());
+        let reading = reading(0, &idle());
         assert_eq!((reading.power_w, reading.energy_j), (None, None));
         assert_eq!(reading.used_mib, 0);
     }

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use thiserror::Error;
 
-use super::{GpuBackend, GpuInfo, GpuReading, ProcessMemory};
+use super::{GpuBackend, GpuInfo, GpuReading, MetricSource, ProcessMemory};
 use state::{State, StateDir};
 
 /// The variable that tells a fake job where the simulated GPUs keep their
@@ -165,11 +165,14 @@ impl SimGpus {
                 GpuReading {
                     index,
                     used_mib: gpu.used_mib(),
+                    total_mib: gpu.total_mib,
                     smact,
-                    occupancy: None,
-                    dram: None,
+                    occupancy: Some(gpu.occupancy()),
+                    dram: Some(gpu.dram()),
                     power_w: Some(power_w),
                     energy_j: Some(energy_j),
+                    temperature_c: Some(gpu.temperature_c()),
+                    sm_clock_mhz: Some(gpu.sm_clock_mhz()),
                     processes: gpu
                         .claims
                         .iter()
@@ -178,6 +181,7 @@ impl SimGpus {
                             used_mib: claim.mib,
                         })
                         .collect(),
+                    source: Some(MetricSource::Simulated),
                     error: None,
                 }
             })

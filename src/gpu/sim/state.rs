@@ -157,7 +157,42 @@ impl SimGpu {
             .fold(0.0, |sum, claim| sum + claim.smact)
             .min(1.0)
     }
+
+    /// SM occupancy: the GPU's SM activity times [`OCCUPANCY_PER_SMACT`].
+    pub fn occupancy(&self) -> f64 {
+        (self.smact() * OCCUPANCY_PER_SMACT).min(1.0)
+    }
+
+    /// DRAM activity: the GPU's SM activity times [`DRAM_PER_SMACT`].
+    pub fn dram(&self) -> f64 {
+        (self.smact() * DRAM_PER_SMACT).min(1.0)
+    }
+
+    /// Temperature, °C: an A100's idle 30 °C, rising linearly to 75 °C at
+    /// full SM activity (the simulation has no thermal inertia).
+    pub fn temperature_c(&self) -> u32 {
+        (30.0 + 45.0 * self.smact()).round() as u32
+    }
+
+    /// SM clock, MHz: an A100's idle clock without work, its boost clock
+    /// with any.
+    pub fn sm_clock_mhz(&self) -> u32 {
+        if self.claims.is_empty() { 210 } else { 1410 }
+    }
 }
+
+/// The simulation's SM occupancy per unit of SM activity. Training jobs
+/// keep roughly half their warp slots filled while their SMs are active
+/// (the prototype's DCGM logs: SMOCC about 0.3-0.6 at SMACT 0.6-1.0), so a
+/// GPU that the SMACT cap (0.80) calls busy is also past the prototype's
+/// occupancy threshold (0.45) at full activity, and the interference gate
+/// has something to decide in simulation.
+pub const OCCUPANCY_PER_SMACT: f64 = 0.55;
+
+/// The simulation's DRAM activity per unit of SM activity, chosen like
+/// [`OCCUPANCY_PER_SMACT`] (DRAMA about 0.2-0.5 in the same logs): a fully
+/// active GPU is past the gate's DRAM threshold (0.40).
+pub const DRAM_PER_SMACT: f64 = 0.45;
 
 /// How long a reader waits for the lock before giving up. A holder keeps it
 /// for microseconds; one that keeps it for seconds is stopped (SIGSTOP) or

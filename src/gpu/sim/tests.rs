@@ -45,6 +45,12 @@ fn fresh_gpus_are_idle_and_named() {
         assert_eq!(reading.error, None);
         assert_eq!(reading.used_mib, 0);
         assert_eq!(reading.smact, 0.0);
+        assert_eq!((reading.occupancy, reading.dram), (Some(0.0), Some(0.0)));
+        assert_eq!(reading.source, Some(crate::gpu::MetricSource::Simulated));
+        assert_eq!(
+            (reading.temperature_c, reading.sm_clock_mhz),
+            (Some(30), Some(210))
+        );
         assert_eq!(reading.power_w, Some(50.0));
         assert!(reading.processes.is_empty());
     }
@@ -78,6 +84,14 @@ fn claims_sum_up_per_gpu_and_smact_caps_at_one() {
     let readings = gpus.sample();
     assert_eq!(readings[0].used_mib, 15 * GIB);
     assert_eq!(readings[0].smact, 1.0);
+    // Busy enough for the interference gate: occupancy >= 0.45, DRAM >= 0.40.
+    assert_eq!(readings[0].occupancy, Some(0.55));
+    assert_eq!(readings[0].dram, Some(0.45));
+    assert_eq!(readings[0].total_mib, 40 * GIB);
+    assert_eq!(
+        (readings[0].temperature_c, readings[0].sm_clock_mhz),
+        (Some(75), Some(1410))
+    );
     assert_eq!(readings[0].power_w, Some(400.0));
     assert_eq!(
         readings[0].processes,
@@ -94,6 +108,7 @@ fn claims_sum_up_per_gpu_and_smact_caps_at_one() {
     );
     assert_eq!(readings[1].used_mib, 2 * GIB);
     assert_eq!(readings[1].smact, 0.25);
+    assert_eq!(readings[1].occupancy, Some(0.25 * 0.55));
     assert_eq!(readings[1].power_w, Some(50.0 + 350.0 * 0.25));
 }
 
