@@ -94,7 +94,8 @@ pub fn setup_failure(code: Option<i32>, run_dir: &Path) -> io::Result<Option<Str
 /// The functions guarded lines call: `__carma_stop WHY` ends the job with
 /// its reason; `__carma_setup_failed STATUS LINE [CONDA_ENV]` says why an
 /// activation line failed, asking conda (as `conda activate` itself does)
-/// whether the environment exists at all.
+/// whether the environment exists at all, and otherwise quoting the first
+/// line of conda's complaint.
 fn prelude() -> String {
     format!(
         r#"# carma: a failing activation line stops the job (carma's README)
@@ -107,6 +108,7 @@ __carma_setup_failed() {{
         *EnvironmentNameNotFound* | *EnvironmentLocationNotFound*)
             __carma_stop "conda environment \`$3\` not found" ;;
         esac
+        why=${{why#"${{why%%[![:space:]]*}}"}}
         why=${{why%%$'\n'*}}
     fi
     __carma_stop "\`$2\` failed (status $1)${{why:+: $why}}"
@@ -265,25 +267,62 @@ mod tests {
         }
     }
 
+    /// Runs the script built for `text` as the job's bash would, in `dir`:
+    /// its status, stdout and stderr.
+    fn run(text: &str, dir: &Path) -> (Option<i32>, String, String) {
+        let script = build(&lines(text), &search());
+        let out = std::process::Command::new("bash")
+            .args(["--noprofile", "--norc", "-c", &script.join("\n")])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    }
+
     #[test]
     fn a_failing_activation_line_stops_the_job_with_its_reason() {
         let dir = tempfile::tempdir().unwrap();
-        let script = build(
-            &lines("echo before\nsource missing/bin/activate\necho after"),
-            &search(),
+        let (code, stdout, stderr) = run(
+            "echo before\nsource missing/bin/activate\necho after",
+            dir.path(),
         );
-        let out = std::process::Command::new("bash")
-            .args(["--noprofile", "--norc", "-c", &script.join("\n")])
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(SETUP_FAILED));
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "before\n");
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code, Some(SETUP_FAILED));
+        assert_eq!(stdout, "before\n");
         assert!(
             stderr.ends_with(
                 "missing/bin/activate: No such file or directory\n\
                  carma: `source missing/bin/activate` failed (status 1)\n"
+            ),
+            "{stderr}"
+        );
+    }
+
+    #[test]
+    fn a_conda_failure_other_than_a_missing_environment_is_quoted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("conda");
+        std::fs::write(
+            &exe,
+            "#!/bin/sh\nprintf '\\nCondaError: broken install\\nmore\\n' >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A job that set conda up itself keeps its own (carma's hook passes)
+        // and gets the same check.
+        let (code, stdout, stderr) = run(
+            &format!(
+                "export CONDA_EXE={}\nconda() {{ \"$CONDA_EXE\" \"$@\"; }}\n\
+                 conda activate tf\necho after",
+                exe.display()
+            ),
+            dir.path(),
+        );
+        assert_eq!((code, stdout.as_str()), (Some(SETUP_FAILED), ""));
+        assert!(
+            stderr.ends_with(
+                "carma: `conda activate tf` failed (status 1): CondaError: broken install\n"
             ),
             "{stderr}"
         );
