@@ -22,6 +22,7 @@ pub mod procfs;
 pub mod rad;
 pub mod report;
 pub mod sched;
+pub mod shell;
 pub mod simulate;
 pub mod size;
 pub mod spool;

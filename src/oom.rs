@@ -1,8 +1,7 @@
 //! Telling a GPU out-of-memory crash from any other failure, by the
 //! messages frameworks print on stderr when an allocation fails.
 
-use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -18,12 +17,7 @@ pub struct OomRules {
 impl OomRules {
     /// The first signature found in the tail of the file at `stderr`.
     pub fn find_in(&self, stderr: &Path) -> io::Result<Option<&str>> {
-        let mut file = File::open(stderr)?;
-        let len = file.metadata()?.len();
-        file.seek(SeekFrom::Start(len.saturating_sub(self.stderr_tail_bytes)))?;
-        let mut tail = Vec::new();
-        file.take(self.stderr_tail_bytes).read_to_end(&mut tail)?;
-        let text = String::from_utf8_lossy(&tail);
+        let text = crate::supervisor::tail(stderr, self.stderr_tail_bytes)?;
         Ok(self.find(&text))
     }
 

@@ -28,7 +28,7 @@
 //! act. A daemon that was away finds it there.
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -89,6 +89,17 @@ pub fn start(exe: &Path, run_dir: &Path) -> io::Result<Child> {
     let child = command.spawn()?;
     drop(lock);
     Ok(child)
+}
+
+/// The last `bytes` of a job's output file, as text: where a job says why
+/// it ended (an OOM message, a failed activation).
+pub fn tail(path: &Path, bytes: u64) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(bytes)))?;
+    let mut tail = Vec::new();
+    file.take(bytes).read_to_end(&mut tail)?;
+    Ok(String::from_utf8_lossy(&tail).into_owned())
 }
 
 /// Whether a supervisor still holds the run's lock.

@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 
 use carma::rad::MemoryLine;
 use carma::sched::Need;
+use carma::shell::quote;
 use carma::simulate::trace;
 
 #[derive(clap::Args)]
@@ -67,7 +68,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         tasks.len(),
         args.time_scale,
         args.estimator,
-        shell_quote(&jobs.display().to_string())
+        quote(&jobs.display().to_string())
     );
     let mut last = 0.0;
     for (i, t) in tasks.iter().enumerate() {
@@ -91,7 +92,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             t.memory_mib,
             t.duration_s,
             t.gpus,
-            shell_quote(&carma),
+            quote(&carma),
             t.memory_mib.ceil(),
             t.duration_s * args.time_scale,
             t.smact_assumed
@@ -99,24 +100,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         fs::write(jobs.join(&file), rad)?;
         let gap = (t.submit_s - last) * args.time_scale;
         last = t.submit_s;
-        writeln!(
-            script,
-            "sleep {gap:.3}; {} submit {file}",
-            shell_quote(&carma)
-        )?;
+        writeln!(script, "sleep {gap:.3}; {} submit {file}", quote(&carma))?;
     }
     print!("{script}");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Quotes a word for `sh` when it needs it.
-fn shell_quote(word: &str) -> String {
-    if word
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,".contains(c))
-    {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
 }

@@ -23,6 +23,7 @@ pub struct DaemonConfig {
     pub cancel_grace_s: f64,
     pub allow_root_jobs: bool,
     pub job_path: String,
+    pub conda: String,
 }
 
 impl DaemonConfig {
@@ -55,8 +56,10 @@ impl DaemonConfig {
                 self.cancel_grace_s
             ));
         }
-        if self.job_path.contains('\0') {
-            return Err("daemon.job_path contains a NUL byte".into());
+        for (key, value) in [("job_path", &self.job_path), ("conda", &self.conda)] {
+            if value.contains('\0') {
+                return Err(format!("daemon.{key} contains a NUL byte"));
+            }
         }
         Ok(())
     }

@@ -20,12 +20,14 @@
 //! finishes the runs that ended while it was away.
 
 mod backoff;
+mod conda;
 mod config;
 mod environment;
 mod intake;
 mod monitor;
 mod restore;
 mod runs;
+mod script;
 pub mod status;
 mod watch;
 

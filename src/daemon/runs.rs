@@ -148,7 +148,10 @@ impl Daemon {
             limit_mib,
             why: why.to_string(),
             launched_at: unix_now(),
-            script: task.spec.script.clone(),
+            script: super::script::build(
+                &task.spec.script,
+                &super::conda::Search::new(&self.config.daemon.conda, &user.home),
+            ),
             workdir: task
                 .record
                 .workdir
@@ -299,8 +302,9 @@ impl Daemon {
         });
     }
 
-    /// Success, OOM (by the signatures in stderr), cancellation, or
-    /// another failure.
+    /// Success, cancellation, an activation line that stopped the job (its
+    /// reason from stderr), OOM (by the signatures in stderr), or another
+    /// failure.
     fn classify(&self, name: &str, exit: &RunExit, run_dir: &Path) -> Exit {
         if exit.succeeded() {
             return Exit::Success;
@@ -309,6 +313,11 @@ impl Daemon {
             return Exit::Cancelled;
         }
         if exit.error.is_none() {
+            match super::script::setup_failure(exit.code, run_dir) {
+                Ok(Some(why)) => return Exit::Failed(why),
+                Ok(None) => {}
+                Err(e) => log::warn!("{name}: cannot read its stderr: {e}"),
+            }
             match self.config.oom.find_in(&run_dir.join(supervisor::STDERR)) {
                 Ok(Some(signature)) => {
                     log::warn!(

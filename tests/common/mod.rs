@@ -425,3 +425,24 @@ impl Spool {
         dir
     }
 }
+
+/// A copy of the fake conda installation (`tests/fake_conda`: `bin/conda`,
+/// `etc/profile.d/conda.sh`, an environment `tf` whose `python` prints
+/// its environment) at `prefix`.
+pub fn fake_conda(prefix: &Path) {
+    fn copy_tree(from: &Path, to: &Path) {
+        fs::create_dir_all(to).unwrap();
+        for entry in fs::read_dir(from).unwrap().flatten() {
+            let target = to.join(entry.file_name());
+            match entry.file_type().unwrap().is_dir() {
+                true => copy_tree(&entry.path(), &target),
+                // fs::copy keeps the executable bits.
+                false => drop(fs::copy(entry.path(), &target).unwrap()),
+            }
+        }
+    }
+    copy_tree(
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_conda")),
+        prefix,
+    );
+}
