@@ -140,6 +140,10 @@ fn the_operator_picks_the_memory_line_and_a_miscased_summary_is_used() {
         log.contains("estimate 16000 MiB (15.6GiB) from declared (legacy line 12, gpumemnet)"),
         "{log}"
     );
+    assert!(
+        log.contains("; estimate 15.6GiB from declared: legacy line 12, gpumemnet"),
+        "the placement line names the estimate\n{log}"
+    );
     let (_, task) = spool.find("-resnet").unwrap();
     assert!(task.join("job/ResNet50_32.model").is_file());
 }

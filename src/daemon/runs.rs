@@ -190,8 +190,12 @@ impl Daemon {
         let child = supervisor::start(&self.exe, &run_dir)
             .map_err(|e| failed("cannot start the supervisor", e))?;
         task.supervisor = ProcessId::of(child.id());
+        let estimate = task.record.estimate.as_ref().map_or_else(
+            || "none".to_string(),
+            |e| format!("{} from {}", e.need, e.source),
+        );
         log::info!(
-            "{name}: run {run} on GPU {} as {}: {why}",
+            "{name}: run {run} on GPU {} as {}: {why}; estimate {estimate}",
             indices.join(","),
             task.user
         );
