@@ -88,8 +88,18 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("carma: {}", describe(&e));
-            ExitCode::FAILURE
+            // In the journal, at error priority (`journalctl -p err`).
+            let priority = if carma::journal::stderr_is_journal() {
+                "<3>"
+            } else {
+                ""
+            };
+            eprintln!("{priority}carma: {}", describe(&e));
+            if e.is::<commands::daemon::NoNvml>() {
+                ExitCode::from(commands::daemon::EXIT_NO_GPUS)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

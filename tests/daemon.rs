@@ -244,11 +244,33 @@ fn without_simulated_gpus_or_nvml_the_daemon_says_what_to_do() {
         )
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     let err = stderr(&out);
     assert!(
         err.contains("NVML") && err.contains("--simulate-gpus"),
         "{err}"
+    );
+    // Under systemd the reason is in the journal at error priority.
+    use std::os::unix::fs::MetadataExt;
+    let log = spool.dir.path().join("journal");
+    let file = fs::File::create(&log).unwrap();
+    let meta = file.metadata().unwrap();
+    let status = spool
+        .carma()
+        .args(["daemon"])
+        .env(
+            "CARMA_NVML_LIB",
+            spool.dir.path().join("none/libnvidia-ml.so"),
+        )
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(78));
+    let journal = fs::read_to_string(&log).unwrap();
+    assert!(
+        journal.starts_with("<3>carma: cannot load NVML"),
+        "{journal}"
     );
 }
 

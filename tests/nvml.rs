@@ -640,7 +640,7 @@ fn without_a_usable_nvml_the_daemon_exits_and_says_what_to_do() {
         .env("CARMA_NVML_LIB", &missing)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG: not restarted");
     let err = stderr(&out);
     assert!(
         err.contains(&format!("cannot load NVML from {}", missing.display()))
@@ -659,7 +659,7 @@ fn without_a_usable_nvml_the_daemon_exits_and_says_what_to_do() {
         .env_remove("CARMA_NVML_LIB")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     assert!(stderr(&out).contains(&missing.display().to_string()));
     // A library but no driver.
     let data = spool.dir.path().join("fake-nvml.txt");
@@ -671,7 +671,7 @@ fn without_a_usable_nvml_the_daemon_exits_and_says_what_to_do() {
         .env("CARMA_FAKE_NVML", &data)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     let err = stderr(&out);
     assert!(
         err.contains("NVIDIA driver is not loaded") && err.contains("--simulate-gpus"),

@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 
 use carma::config::Config;
 use carma::daemon::{self, Options};
 use carma::gpu::GpuBackend;
-use carma::gpu::nvml::NvmlGpus;
+use carma::gpu::nvml::{NvmlGpus, OpenError};
 use carma::gpu::sim::SimGpus;
 
 use super::spool_arg::SpoolArg;
@@ -27,6 +27,21 @@ pub struct Args {
     #[arg(long, value_name = "PATH", env = "CARMA_NVML_LIB")]
     nvml_lib: Option<PathBuf>,
 }
+
+/// The exit status of a daemon that has no GPUs to serve: sysexits.h's
+/// `EX_CONFIG`. A missing library, an unloaded driver or a server without
+/// GPUs is the machine's configuration, which no restart repairs, so the
+/// unit names this status in `RestartPreventExitStatus=` and systemd does
+/// not start the daemon again every few seconds.
+pub const EXIT_NO_GPUS: u8 = 78;
+
+/// NVML could not be started and no simulated GPUs were asked for.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0}; on a machine without NVIDIA GPUs, run \
+     `carma daemon --simulate-gpus 4x40GiB` to use simulated GPUs"
+)]
+pub struct NoNvml(OpenError);
 
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config_path)?;
@@ -50,14 +65,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         None => {
             let library = config.gpu.nvml_library(args.nvml_lib);
             let interval = Duration::from_secs_f64(config.daemon.sample_interval_s);
-            Box::new(
-                NvmlGpus::open(library.as_deref(), &config.gpu, interval).map_err(|e| {
-                    anyhow!(
-                        "{e}; on a machine without NVIDIA GPUs, run \
-                     `carma daemon --simulate-gpus 4x40GiB` to use simulated GPUs"
-                    )
-                })?,
-            )
+            Box::new(NvmlGpus::open(library.as_deref(), &config.gpu, interval).map_err(NoNvml)?)
         }
     };
     daemon::run(Options {
