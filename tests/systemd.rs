@@ -1,8 +1,12 @@
 //! The shipped unit file is valid for systemd (`systemd-analyze verify`),
 //! checked against this build's binary, and keeps the hardening and
-//! restart policy the README explains.
+//! restart policy the README explains. The tmpfiles.d entry makes the
+//! spool the daemon makes.
 
+use std::collections::BTreeMap;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::Command;
 
 #[test]
@@ -126,4 +130,72 @@ fn a_missing_nvml_is_not_restarted_and_failures_do_not_loop() {
         unit_section.contains("\nStartLimitBurst="),
         "start limits belong in [Unit]"
     );
+}
+
+/// Every directory at or below `root`: its path from `root`, mode (octal),
+/// owner and group.
+fn layout(root: &Path) -> BTreeMap<String, (String, u32, u32)> {
+    let mut found = BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let meta = fs::symlink_metadata(&dir).unwrap();
+        let name = dir.strip_prefix(root).unwrap().display().to_string();
+        found.insert(
+            name,
+            (
+                format!("{:o}", meta.mode() & 0o7777),
+                meta.uid(),
+                meta.gid(),
+            ),
+        );
+        for entry in fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                todo.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_tmpfiles_entry_makes_the_spool_the_daemon_makes() {
+    if !nix::unistd::geteuid().is_root() {
+        // The daemon opens pending/ and cancel/ to all only as root, and
+        // systemd-tmpfiles can give root's directories only as root.
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let tmpfiles = Command::new("systemd-tmpfiles").arg("--version").output();
+    assert!(
+        tmpfiles.is_ok_and(|o| o.status.success()),
+        "systemd-tmpfiles is missing: install systemd (`apt-get install systemd`); .ci/run does"
+    );
+    let spool = carma::config::Config::load(None).unwrap().daemon.spool;
+    assert_eq!(spool, Path::new("/var/spool/carma"), "carma.conf names it");
+    let spool = spool.strip_prefix("/").unwrap();
+
+    let by_tmpfiles = tempfile::tempdir().unwrap();
+    let out = Command::new("systemd-tmpfiles")
+        .arg("--create")
+        .arg(format!("--root={}", by_tmpfiles.path().display()))
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/carma.conf"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let by_daemon = tempfile::tempdir().unwrap();
+    // What `carma daemon` does to its spool before anything else.
+    carma::spool::Spool::new(by_daemon.path().join(spool))
+        .create()
+        .unwrap();
+
+    let made = layout(&by_tmpfiles.path().join(spool));
+    assert_eq!(made, layout(&by_daemon.path().join(spool)));
+    // The root, the five states, staging/ and cancel/.
+    assert_eq!(made.len(), 8, "{made:?}");
+    assert_eq!(made["pending"], ("1733".to_string(), 0, 0));
 }
