@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use carma::config::Config;
 
@@ -47,6 +47,7 @@ enum Command {
     FakeTrain(commands::fake_train::Args),
     /// Serve a spool: watch it, place jobs on GPUs, run them, recover
     /// them from out-of-memory crashes.
+    #[command(after_long_help = commands::daemon::EXIT_STATUS)]
     Daemon(commands::daemon::Args),
     /// Check `.rad` files and submit them; prints each task's name.
     Submit(commands::submit::Args),
@@ -64,6 +65,11 @@ enum Command {
     /// Train the memory-estimator ensembles on the GPUMemNet data, or
     /// cross-validate them.
     Train(commands::train::Args),
+    /// Print the completion script for a shell (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(commands::completions::Args),
+    /// Print the manual page, or write every command's into a directory.
+    Man(commands::man::Args),
     /// Run one job under supervision (started by the daemon).
     #[command(hide = true)]
     Supervise(commands::supervise::Args),
@@ -143,6 +149,8 @@ fn run(mut cli: Cli) -> Result<ExitCode> {
         Command::Replay(args) => commands::replay::run(args),
         Command::Estimate(args) => commands::estimate::run(cli.config.as_deref(), args),
         Command::Train(args) => commands::train::run(cli.config.as_deref(), args),
+        Command::Completions(args) => commands::completions::run(Cli::command(), args),
+        Command::Man(args) => commands::man::run(Cli::command(), args),
         Command::Supervise(args) => commands::supervise::run(args),
     }
 }

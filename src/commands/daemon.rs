@@ -35,6 +35,11 @@ pub struct Args {
 /// not start the daemon again every few seconds.
 pub const EXIT_NO_GPUS: u8 = 78;
 
+/// What `carma daemon --help` and carma-daemon(1) say about exit statuses.
+pub const EXIT_STATUS: &str = "Exit status: 0 when stopped by SIGTERM or SIGINT (running jobs \
+    go on); 78 (EX_CONFIG) when there are no GPUs to serve: NVML cannot be loaded, the driver \
+    is not loaded or finds no GPUs (systemd does not restart it); 1 on any other error.";
+
 /// NVML could not be started and no simulated GPUs were asked for.
 #[derive(Debug, thiserror::Error)]
 #[error(

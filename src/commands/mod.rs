@@ -2,9 +2,11 @@
 
 pub mod cancel;
 pub mod check;
+pub mod completions;
 pub mod daemon;
 pub mod estimate;
 pub mod fake_train;
+pub mod man;
 pub mod replay;
 pub mod report;
 pub mod simulate;
