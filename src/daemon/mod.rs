@@ -24,6 +24,7 @@ mod conda;
 mod config;
 mod environment;
 mod intake;
+mod loose;
 mod monitor;
 mod restore;
 mod runs;
@@ -161,6 +162,9 @@ struct Daemon {
     tx: Sender<Msg>,
     /// Files created in `pending/` whose writer has not closed them yet.
     unfinished: HashMap<String, Instant>,
+    /// Files in `pending/` that are not jobs (yet), and jobs waiting for
+    /// their model summary.
+    loose: loose::Loose,
     /// Entries that appeared in `pending/` during this turn of the loop.
     arrivals: Vec<String>,
     /// `cancel/` holds requests to act on (new, or waiting for their task).
@@ -246,6 +250,7 @@ pub fn run(options: Options) -> Result<()> {
         exe: std::env::current_exe().context("cannot find the carma binary")?,
         tx: tx.clone(),
         unfinished: HashMap::new(),
+        loose: loose::Loose::default(),
         arrivals: Vec::new(),
         cancel_due: false,
         sample_interval_ms: Arc::clone(&interval_ms),
@@ -340,6 +345,7 @@ impl Daemon {
             }
             self.poll_adopted();
             self.claim_stale_unfinished();
+            self.tidy_pending();
             self.retry_due();
             self.step();
             self.housekeeping();
