@@ -557,3 +557,54 @@ fn a_file_no_job_names_goes_to_failed_with_its_reason() {
         "{log}"
     );
 }
+
+#[test]
+fn a_restart_with_fewer_gpus_sees_the_job_on_a_missing_gpu_through() {
+    // Two whole-GPU jobs fill two GPUs; the daemon comes back with one.
+    // The job on the GPU that is gone is not lost: the log says so, and
+    // it ends in done/ like the other.
+    let mut spool = Spool::new("2x40GiB");
+    spool.start_daemon();
+    for name in ["first", "second"] {
+        spool.submit(
+            &format!("{name}.rad"),
+            &fake_job(name, "policy: exclusive\n", "1G", 4.0),
+        );
+    }
+    spool.wait_count("running", 2, 10.0);
+    // Both jobs hold their memory (a fake job that claimed it after the
+    // GPU vanished would fail, as a real one would).
+    spool.wait_for("both jobs to hold their memory", 10.0, || {
+        let status = fs::read_to_string(spool.root.join("status.json")).unwrap_or_default();
+        let status: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();
+        status["gpus"]
+            .as_array()
+            .is_some_and(|gpus| gpus.iter().all(|g| g["used_mib"].as_u64() > Some(0)))
+    });
+    assert!(spool.stop_daemon("TERM").success());
+    spool.start_daemon_with(&["--simulate-gpus", "1x40GiB"], &[]);
+    let log = spool.daemon_log();
+    assert!(
+        log.contains("runs on GPU 1, which this daemon does not have (1 GPU(s))"),
+        "{log}"
+    );
+    spool.wait_count("done", 2, 20.0);
+}
+
+#[test]
+fn simulated_gpus_run_without_mps_when_it_cannot_start() {
+    // The installed sample configuration turns MPS on; trying carma out
+    // with --simulate-gpus on a machine without MPS must still work.
+    let mut spool = Spool::with_config(
+        "1x40GiB",
+        "[mps]\nenabled = true\ncontrol = \"/nonexistent/nvidia-cuda-mps-control\"\n",
+    );
+    spool.start_daemon();
+    spool.submit("a.rad", &fake_job("a", "memory: 1G\n", "1G", 0.2));
+    spool.wait_count("done", 1, 10.0);
+    let log = spool.daemon_log();
+    assert!(
+        log.contains("simulated GPUs run without it, as if mps.enabled = false"),
+        "{log}"
+    );
+}

@@ -208,7 +208,7 @@ pub fn run(options: Options) -> Result<()> {
     let (tx, rx) = mpsc::channel();
     let _watcher = watch::watch(&spool.dir(State::Pending), &spool.cancel_dir(), tx.clone())
         .context("cannot watch the spool")?;
-    let config = options.config;
+    let mut config = options.config;
     let interval_ms = Arc::new(AtomicU64::new(interval_ms(&config)));
     let sizes: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
     let chain = Chain::new(&config.estimate.for_spool(spool.root()));
@@ -216,7 +216,20 @@ pub fn run(options: Options) -> Result<()> {
         true => {
             let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
             let saved = spool.root().join(crate::mps::SAVED_MODES);
-            Some(Mps::start(&config.mps, &saved, &uuids).context("cannot start NVIDIA MPS")?)
+            match Mps::start(&config.mps, &saved, &uuids) {
+                Ok(mps) => Some(mps),
+                // Simulated GPUs run fine without MPS: a configuration
+                // made for the real server must not stop a try-out.
+                Err(e) if backend.simulated() => {
+                    log::warn!(
+                        "cannot start NVIDIA MPS ({e}); simulated GPUs run without it, \
+                         as if mps.enabled = false"
+                    );
+                    config.mps.enabled = false;
+                    None
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("cannot start NVIDIA MPS")),
+            }
         }
         false => None,
     };
