@@ -521,6 +521,112 @@ fn a_dropped_job_brings_its_model_summary_along() {
     let record: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.join("task.json")).unwrap()).unwrap();
     assert_eq!(record["estimate"]["source"], "ensemble", "{record}");
-    // The summary stays in pending/ for other jobs that name it.
-    assert!(spool.root.join("pending/lenet.model").exists());
+    // The summary stays in pending/ a while for other jobs that name it,
+    // then goes: every task that named it has its own copy.
+    spool.wait_for("the copied summary to leave pending/", 20.0, || {
+        !spool.root.join("pending/lenet.model").exists()
+    });
+    assert!(spool.tasks("failed").is_empty());
+}
+
+#[test]
+fn a_job_dropped_before_its_summary_waits_for_it() {
+    // `cp job.rad pending/; cp job.model pending/`: the job must not be
+    // claimed in between and lose its summary.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let summary = fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/models/lenet5_64.model"
+    ))
+    .unwrap();
+    spool.drop_file(
+        "late.rad",
+        "model: late.model\nbatch_size: 64\necho trained\n",
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(spool.tasks("pending").is_empty(), "not claimed yet");
+    spool.drop_file("late.model", &summary);
+    spool.wait_count("done", 1, 15.0);
+    let (_, dir) = spool.find("-late").unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.join("job/late.model")).unwrap(),
+        summary
+    );
+    let log = spool.daemon_log();
+    assert!(!log.contains("estimating without it"), "{log}");
+}
+
+#[test]
+fn a_file_no_job_names_goes_to_failed_with_its_reason() {
+    // A stray file is not left lying in pending/: it becomes a refused
+    // entry in failed/, kept, with the reason. A job whose summary never
+    // comes runs without it after a short wait.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.drop_file("notes.txt", "remember the milk\n");
+    spool.drop_file("lonely.rad", "model: never.model\necho ran\n");
+    spool.wait_count("done", 1, 15.0);
+    spool.wait_count("failed", 1, 20.0);
+    let (_, stray) = spool.find("-notes").unwrap();
+    let reason = fs::read_to_string(stray.join("reason")).unwrap();
+    assert!(reason.contains("not a job file"), "{reason}");
+    assert!(stray.join("dropped/notes.txt").is_file());
+    assert!(!spool.root.join("pending/notes.txt").exists());
+    let log = spool.daemon_log();
+    assert!(
+        log.contains("model summary `never.model` not found"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_restart_with_fewer_gpus_sees_the_job_on_a_missing_gpu_through() {
+    // Two whole-GPU jobs fill two GPUs; the daemon comes back with one.
+    // The job on the GPU that is gone is not lost: the log says so, and
+    // it ends in done/ like the other.
+    let mut spool = Spool::new("2x40GiB");
+    spool.start_daemon();
+    for name in ["first", "second"] {
+        spool.submit(
+            &format!("{name}.rad"),
+            &fake_job(name, "policy: exclusive\n", "1G", 4.0),
+        );
+    }
+    spool.wait_count("running", 2, 10.0);
+    // Both jobs hold their memory (a fake job that claimed it after the
+    // GPU vanished would fail, as a real one would).
+    spool.wait_for("both jobs to hold their memory", 10.0, || {
+        let status = fs::read_to_string(spool.root.join("status.json")).unwrap_or_default();
+        let status: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();
+        status["gpus"]
+            .as_array()
+            .is_some_and(|gpus| gpus.iter().all(|g| g["used_mib"].as_u64() > Some(0)))
+    });
+    assert!(spool.stop_daemon("TERM").success());
+    spool.start_daemon_with(&["--simulate-gpus", "1x40GiB"], &[]);
+    let log = spool.daemon_log();
+    assert!(
+        log.contains("runs on GPU 1, which this daemon does not have (1 GPU(s))"),
+        "{log}"
+    );
+    spool.wait_count("done", 2, 20.0);
+}
+
+#[test]
+fn simulated_gpus_run_without_mps_when_it_cannot_start() {
+    // The installed sample configuration turns MPS on; trying carma out
+    // with --simulate-gpus on a machine without MPS must still work.
+    let mut spool = Spool::with_config(
+        "1x40GiB",
+        "[mps]\nenabled = true\ncontrol = \"/nonexistent/nvidia-cuda-mps-control\"\n",
+    );
+    spool.start_daemon();
+    spool.submit("a.rad", &fake_job("a", "memory: 1G\n", "1G", 0.2));
+    spool.wait_count("done", 1, 10.0);
+    let log = spool.daemon_log();
+    assert!(
+        log.contains("simulated GPUs run without it, as if mps.enabled = false"),
+        "{log}"
+    );
 }

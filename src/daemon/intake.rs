@@ -173,20 +173,31 @@ impl Daemon {
     }
 
     /// Claims dropped entries (not directories) and takes the resulting
-    /// tasks. Only `.rad` files and entries that are not regular files
-    /// (links, FIFOs: refused when loaded) are claimed: other files may be
-    /// model summaries the `.rad`s point to.
+    /// tasks. `.rad` files are claimed once their model summary is there
+    /// (or has been waited for), entries that are not regular files (links,
+    /// FIFOs) at once, to be refused. Other files may be model summaries
+    /// the `.rad`s point to: [`Daemon::tidy_pending`] looks after them.
     pub(super) fn take_drops(&mut self, entries: Vec<String>, odd: Vec<OsString>) {
         let pending = self.spool.dir(State::Pending);
-        let drops: Vec<OsString> = entries
-            .into_iter()
-            .filter(|entry| {
-                entry.ends_with(".rad")
-                    || fs::symlink_metadata(pending.join(entry)).is_ok_and(|m| !m.is_file())
-            })
-            .map(OsString::from)
-            .chain(odd)
-            .collect();
+        let mut drops: Vec<OsString> = Vec::new();
+        for entry in entries {
+            let regular = fs::symlink_metadata(pending.join(&entry)).is_ok_and(|m| m.is_file());
+            if !regular {
+                drops.push(entry.into());
+            } else if entry.ends_with(".rad") {
+                if self.loose.ready(&pending, &entry) {
+                    drops.push(entry.into());
+                }
+            } else {
+                self.loose.saw(entry);
+            }
+        }
+        drops.extend(odd);
+        self.claim_drops(drops);
+    }
+
+    /// Claims `drops` and takes the tasks made of them.
+    pub(super) fn claim_drops(&mut self, drops: Vec<OsString>) {
         let batch = self.spool.claim(&drops);
         for file in batch.vanished {
             log::warn!(

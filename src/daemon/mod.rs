@@ -24,6 +24,7 @@ mod conda;
 mod config;
 mod environment;
 mod intake;
+mod loose;
 mod monitor;
 mod restore;
 mod runs;
@@ -161,6 +162,9 @@ struct Daemon {
     tx: Sender<Msg>,
     /// Files created in `pending/` whose writer has not closed them yet.
     unfinished: HashMap<String, Instant>,
+    /// Files in `pending/` that are not jobs (yet), and jobs waiting for
+    /// their model summary.
+    loose: loose::Loose,
     /// Entries that appeared in `pending/` during this turn of the loop.
     arrivals: Vec<String>,
     /// `cancel/` holds requests to act on (new, or waiting for their task).
@@ -204,7 +208,7 @@ pub fn run(options: Options) -> Result<()> {
     let (tx, rx) = mpsc::channel();
     let _watcher = watch::watch(&spool.dir(State::Pending), &spool.cancel_dir(), tx.clone())
         .context("cannot watch the spool")?;
-    let config = options.config;
+    let mut config = options.config;
     let interval_ms = Arc::new(AtomicU64::new(interval_ms(&config)));
     let sizes: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
     let chain = Chain::new(&config.estimate.for_spool(spool.root()));
@@ -212,7 +216,20 @@ pub fn run(options: Options) -> Result<()> {
         true => {
             let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
             let saved = spool.root().join(crate::mps::SAVED_MODES);
-            Some(Mps::start(&config.mps, &saved, &uuids).context("cannot start NVIDIA MPS")?)
+            match Mps::start(&config.mps, &saved, &uuids) {
+                Ok(mps) => Some(mps),
+                // Simulated GPUs run fine without MPS: a configuration
+                // made for the real server must not stop a try-out.
+                Err(e) if backend.simulated() => {
+                    log::warn!(
+                        "cannot start NVIDIA MPS ({e}); simulated GPUs run without it, \
+                         as if mps.enabled = false"
+                    );
+                    config.mps.enabled = false;
+                    None
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("cannot start NVIDIA MPS")),
+            }
         }
         false => None,
     };
@@ -246,6 +263,7 @@ pub fn run(options: Options) -> Result<()> {
         exe: std::env::current_exe().context("cannot find the carma binary")?,
         tx: tx.clone(),
         unfinished: HashMap::new(),
+        loose: loose::Loose::default(),
         arrivals: Vec::new(),
         cancel_due: false,
         sample_interval_ms: Arc::clone(&interval_ms),
@@ -340,6 +358,7 @@ impl Daemon {
             }
             self.poll_adopted();
             self.claim_stale_unfinished();
+            self.tidy_pending();
             self.retry_due();
             self.step();
             self.housekeeping();

@@ -121,6 +121,22 @@ impl Daemon {
             .map_or(task.record.submitted_at, |l| l.launched_at);
         task.supervisor = supervisor::identity(&run_dir);
         task.adopted = true;
+        let missing: Vec<String> = gpus
+            .iter()
+            .filter(|&&g| g >= self.gpus.len())
+            .map(ToString::to_string)
+            .collect();
+        if !missing.is_empty() {
+            // The daemon restarted with fewer GPUs. The job runs where it
+            // was put; it is seen through to its end, but counts on no GPU
+            // this daemon has, and its re-run, if any, is placed afresh.
+            log::warn!(
+                "{name}: runs on GPU {}, which this daemon does not have ({} GPU(s)); \
+                 left to finish, counted on none of this daemon's GPUs",
+                missing.join(","),
+                self.gpus.len()
+            );
+        }
         self.events.push(Event::Running {
             task: name.id(),
             demand: task.demand.clone(),

@@ -94,9 +94,19 @@ impl History {
         Ok((record.fingerprint == *fingerprint).then_some(record))
     }
 
+    /// The history directory, carma's alone (0700): which jobs ran here is
+    /// nobody else's business.
+    fn make_dir(&self) -> io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+    }
+
     /// Records a finished run's observed peak.
     pub fn record(&self, fingerprint: &Fingerprint, peak_mib: u64) -> io::Result<Record> {
-        fs::create_dir_all(&self.dir)?;
+        self.make_dir()?;
         let record = match self.lookup(fingerprint) {
             Ok(Some(old)) => Record {
                 fingerprint: old.fingerprint,
@@ -130,7 +140,7 @@ impl History {
         {
             return Ok(false);
         }
-        fs::create_dir_all(&self.dir)?;
+        self.make_dir()?;
         let record = Record {
             fingerprint: fingerprint.clone(),
             max_peak_mib: old

@@ -113,6 +113,11 @@ pub trait GpuBackend: Send {
     fn job_env(&self) -> Vec<(String, String)>;
     /// A short description for logs and `carma status`.
     fn describe(&self) -> String;
+    /// The GPUs exist only in carma's imagination: nothing of the
+    /// machine's (MPS, compute modes) may be set up for them.
+    fn simulated(&self) -> bool {
+        false
+    }
 }
 
 impl fmt::Display for GpuInfo {

@@ -197,6 +197,16 @@ impl Spool {
             None => Some(format!(
                 "its file name is not UTF-8 (`{lossy}`): rename it and submit it again"
             )),
+            Some(_)
+                if !lossy.ends_with(".rad")
+                    && fs::symlink_metadata(&kept).is_ok_and(|m| m.is_file()) =>
+            {
+                Some(
+                    "not a job file (no `.rad` name), and no job in pending/ named it; kept here. \
+                     `carma submit JOB.rad` copies a job and its model summary together"
+                        .to_string(),
+                )
+            }
             Some(file) => match read_job_file(&kept) {
                 Err(reason) => Some(reason),
                 Ok(bytes) => {

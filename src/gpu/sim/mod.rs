@@ -244,6 +244,10 @@ impl GpuBackend for SimGpus {
         )]
     }
 
+    fn simulated(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> String {
         let sizes: Vec<String> = self
             .inventory

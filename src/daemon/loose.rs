@@ -1,0 +1,138 @@
+//! Files in `pending/` that are not jobs: model summaries on their way to,
+//! or left over from, the jobs that name them.
+//!
+//! A user who copies `job.rad` and then `job.model` into `pending/` in two
+//! steps should not lose the summary to a race. A `.rad` whose summary is
+//! not there yet waits for it a little ([`SUMMARY_WAIT`]) before it is
+//! claimed anyway (and estimated without it, with a warning). Whatever
+//! else stays in `pending/` is dealt with after [`LOOSE_GRACE`]: a summary
+//! carma already copied into the tasks that named it is removed (its copy
+//! lives on in each task), and a file no job named goes to `failed/` with
+//! the reason, like any other drop carma cannot run. Nothing is left lying
+//! in `pending/`, and nothing is silently deleted that carma did not keep.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::Daemon;
+use crate::spool::State;
+use crate::spool::safe;
+
+/// How long a dropped `.rad` waits for the model summary it names.
+pub(super) const SUMMARY_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a file that is not a job may stay in `pending/`.
+pub(super) const LOOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// What the daemon remembers about files in `pending/` that are not jobs.
+#[derive(Debug, Default)]
+pub(super) struct Loose {
+    /// `.rad` files waiting for their summary: name, first deferred.
+    awaiting: HashMap<String, (String, Instant)>,
+    /// Other files: name, first seen.
+    seen: HashMap<String, Instant>,
+    /// Summaries claims have copied into tasks.
+    copied: HashSet<String>,
+}
+
+impl Loose {
+    /// Whether the dropped `rad` should be claimed now: yes unless it
+    /// names a summary that is not in `pending/` yet and has not waited
+    /// [`SUMMARY_WAIT`] for it.
+    pub fn ready(&mut self, pending: &Path, rad: &str) -> bool {
+        let Some(model) = named_summary(pending, rad) else {
+            self.awaiting.remove(rad);
+            return true;
+        };
+        let here = match pending.join(&model).is_file() {
+            true => Some(model.clone()),
+            false => crate::rad::case_match(pending, &model),
+        };
+        if let Some(found) = here {
+            self.awaiting.remove(rad);
+            self.copied.insert(found);
+            return true;
+        }
+        let (_, since) = self
+            .awaiting
+            .entry(rad.to_string())
+            .or_insert_with(|| (model, Instant::now()));
+        if since.elapsed() < SUMMARY_WAIT {
+            return false;
+        }
+        self.awaiting.remove(rad);
+        true
+    }
+
+    /// Notes a file in `pending/` that is not a job.
+    pub fn saw(&mut self, file: String) {
+        self.seen.entry(file).or_insert_with(Instant::now);
+    }
+
+    /// Jobs whose wait should end now: their summary arrived, or they
+    /// waited long enough.
+    fn due(&self, pending: &Path) -> Vec<String> {
+        self.awaiting
+            .iter()
+            .filter(|(_, (model, since))| {
+                since.elapsed() >= SUMMARY_WAIT || pending.join(model).is_file()
+            })
+            .map(|(rad, _)| rad.clone())
+            .collect()
+    }
+}
+
+/// The model summary the `.rad` at `pending/rad` names, if it can be read
+/// and names one (one that cannot be read is the claim's to refuse).
+fn named_summary(pending: &Path, rad: &str) -> Option<String> {
+    let (bytes, _) = safe::read_regular(&pending.join(rad), crate::rad::MAX_FILE_BYTES).ok()?;
+    crate::rad::parse_bytes(&bytes).ok()?.spec.model
+}
+
+impl Daemon {
+    /// Each turn of the loop: claims the jobs that waited long enough for
+    /// their summary, and clears out files that stayed in `pending/`
+    /// without a job past [`LOOSE_GRACE`].
+    pub(super) fn tidy_pending(&mut self) {
+        let pending = self.spool.dir(State::Pending);
+        let due = self.loose.due(&pending);
+        if !due.is_empty() {
+            self.take_drops(due, Vec::new());
+        }
+        let wanted: HashSet<&String> = self.loose.awaiting.values().map(|(m, _)| m).collect();
+        // A job still being written may name any of them.
+        let writing = self.unfinished.keys().any(|name| name.ends_with(".rad"));
+        let expired: Vec<String> = self
+            .loose
+            .seen
+            .iter()
+            .filter(|&(file, since)| {
+                since.elapsed() >= LOOSE_GRACE && !wanted.contains(file) && !writing
+            })
+            .map(|(file, _)| file.clone())
+            .collect();
+        let mut strays = Vec::new();
+        for file in expired {
+            self.loose.seen.remove(&file);
+            let path = pending.join(&file);
+            if !fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            if self.loose.copied.remove(&file) {
+                match fs::remove_file(&path) {
+                    Ok(()) => log::info!(
+                        "pending/{file}: removed; the tasks that named it keep their own copy"
+                    ),
+                    Err(e) => log::warn!("pending/{file}: cannot remove: {e}"),
+                }
+            } else {
+                strays.push(file.into());
+            }
+        }
+        if !strays.is_empty() {
+            self.claim_drops(strays);
+        }
+    }
+}
