@@ -287,10 +287,11 @@ fn sighup_reloads_the_configuration() {
     )
     .unwrap();
     spool.signal_daemon("HUP");
+    // What changed, key by key, in the file's words: no Rust debug dump.
     spool.wait_for("the reload", 10.0, || {
         spool
             .daemon_log()
-            .contains("configuration reloaded: recovery")
+            .contains("configuration reloaded: recovery.max_retries: 2 -> 5\n")
     });
     // A broken file is refused and the old configuration kept.
     fs::write(&spool.config, "[recovery]\nmax_retriez = 5\n").unwrap();
