@@ -135,7 +135,7 @@ fn print_human(out: &Output) {
         }
     }
     if let Some(why) = &status.head_waits_for {
-        println!("\nhead of queue: {why}");
+        println!("\nwaiting: {why}");
     }
     println!("\ndone {}, failed {}", out.done, out.failed);
 }

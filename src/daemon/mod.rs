@@ -546,7 +546,7 @@ impl Daemon {
             );
         }
         if let Some(why) = &status.head_waits_for {
-            log::info!("head of queue: {why}");
+            log::info!("waiting: {why}");
         }
         for g in &status.gpus {
             log::info!(
@@ -621,7 +621,13 @@ impl Daemon {
                 .collect(),
             recovery: names(State::Recovery),
             pending: names(State::Pending),
-            head_waits_for: self.core.head_waits_for(),
+            head_waits_for: self.core.head_waits_for().map(|w| {
+                let name = self
+                    .tasks
+                    .get(&w.task.0)
+                    .map_or_else(|| format!("task {}", w.task.0), |t| t.name.to_string());
+                format!("{name} {}", w.why)
+            }),
             adopted: self.adopted.iter().cloned().collect(),
             ending: self.closing.values().map(|c| c.name.to_string()).collect(),
         }
