@@ -138,7 +138,7 @@ pub struct Waiting {
     /// The task at the head.
     pub task: TaskId,
     /// A phrase that follows the task's name: `needs 8GiB free on a GPU;
-    /// GPU 0: 3GiB free < 8GiB; GPUs 1-3: carma tasks run there`. The
+    /// GPU 0: 3GiB free < 8GiB; GPUs 1-3: SMACT 0.95 > 0.80`. The
     /// driver names the task its own way (the core knows only its id).
     pub why: String,
 }
@@ -338,10 +338,18 @@ impl Scheduler {
         let p = &self.rules.placement;
         let mut reasons = Vec::new();
         for (g, gpu) in self.gpus.iter().enumerate() {
-            let why = match self.on_gpu(want, g) {
+            let here = self.on_gpu(want, g);
+            // This GPU asks more than the task does elsewhere: say why.
+            let whole = match (want, here) {
+                (Want::Free { .. }, Want::Idle(why)) => format!(" ({why})"),
+                _ => String::new(),
+            };
+            let why = match here {
                 _ if !gpu.healthy => "cannot be read".to_string(),
-                Want::Idle(_) if !gpu.occupants.is_empty() => "carma tasks run there".to_string(),
-                Want::Idle(_) => format!("not idle: {} in use", format_mib(gpu.used_mib)),
+                Want::Idle(_) if !gpu.occupants.is_empty() => {
+                    format!("not idle: carma tasks run there{whole}")
+                }
+                Want::Idle(_) => format!("not idle: {} in use{whole}", format_mib(gpu.used_mib)),
                 Want::Free { free_mib: need, .. } => {
                     let free = gpu
                         .total_mib
