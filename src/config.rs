@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
+mod changes;
+pub use changes::changes;
+
 use crate::daemon::DaemonConfig;
 use crate::estimate;
 use crate::gpu::GpuConfig;
@@ -45,6 +48,10 @@ pub struct Config {
     pub estimate: estimate::Settings,
     /// How the research prototype's job files are read.
     pub legacy: LegacyRules,
+    /// Every key's value as TOML, defaults and overrides merged: what a
+    /// reload compares ([`changes`]), in the same words the files use.
+    #[serde(skip)]
+    values: toml::Table,
 }
 
 /// A configuration that cannot be used, with the file it came from.
@@ -86,11 +93,17 @@ impl Config {
             .map_err(|e| invalid(format!("built-in defaults: {e}")))?;
         let overrides: toml::Table = text.parse().map_err(|e| invalid(format!("{e}")))?;
         merge(&mut table, overrides);
-        let config: Config = toml::Value::Table(table)
+        let mut config: Config = toml::Value::Table(table.clone())
             .try_into()
             .map_err(|e: toml::de::Error| invalid(e.message().to_owned()))?;
         config.validate().map_err(invalid)?;
+        config.values = table;
         Ok(config)
+    }
+
+    /// Every key's value, as the merged TOML said it.
+    pub fn values(&self) -> &toml::Table {
+        &self.values
     }
 
     /// The scheduling core's share of the configuration.

@@ -28,3 +28,4 @@ pub mod size;
 pub mod spool;
 pub mod summary;
 pub mod supervisor;
+pub mod task_view;

@@ -53,6 +53,9 @@ enum Command {
     Submit(commands::submit::Args),
     /// Show queues and GPUs as the daemon sees them.
     Status(commands::status::Args),
+    /// Show one task in full: state, owner, times, GPUs, estimate, and
+    /// every run with how it ended and the end of its stderr.
+    Show(commands::show::Args),
     /// Cancel a waiting or running task.
     Cancel(commands::cancel::Args),
     /// Figures of what ran in a spool (the keys of `simulate --json`).
@@ -144,6 +147,7 @@ fn run(mut cli: Cli) -> Result<ExitCode> {
         Command::Daemon(args) => commands::daemon::run(cli.config.as_deref(), args),
         Command::Submit(args) => commands::submit::run(cli.config.as_deref(), args),
         Command::Status(args) => commands::status::run(cli.config.as_deref(), args),
+        Command::Show(args) => commands::show::run(cli.config.as_deref(), args),
         Command::Cancel(args) => commands::cancel::run(cli.config.as_deref(), args),
         Command::Report(args) => commands::report::run(cli.config.as_deref(), args),
         Command::Replay(args) => commands::replay::run(args),

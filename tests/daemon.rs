@@ -275,19 +275,22 @@ fn without_simulated_gpus_or_nvml_the_daemon_says_what_to_do() {
 }
 
 #[test]
-fn status_shows_queues_and_gpus() {
+fn status_shows_queues_and_gpus_and_why_the_head_waits() {
     let mut spool = Spool::new("1x40GiB");
     spool.start_daemon();
-    let name = spool.submit("s.rad", &fake_job("s", "memory: whole\n", "3G", 30.0));
-    spool.submit("t.rad", &fake_job("t", "memory: whole\n", "1G", 30.0));
+    let name = spool.submit("s.rad", &fake_job("s", "memory: 30G\n", "30G", 30.0));
+    let waiting = spool.submit("t.rad", &fake_job("t", "memory: 20G\n", "1G", 30.0));
     spool.wait_for("the job to run", 10.0, || spool.tasks("running").len() == 1);
+    // The second cannot fit beside the first: the status says so, plainly.
+    let why = format!("{waiting} needs 22GiB free on a GPU; GPU 0: 10GiB free < 22GiB");
     spool.wait_for("the status to show it", 10.0, || {
         let out = spool.carma().args(["status", "--json"]).output().unwrap();
         let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         status["running"][0]["name"] == name.as_str()
-            && status["gpus"][0]["used_mib"] == 3072
+            && status["gpus"][0]["used_mib"] == 30 * 1024
             && status["pending"].as_array().is_some_and(|p| p.len() == 1)
             && status["daemon_running"] == true
+            && status["head_waits_for"] == why.as_str()
     });
     let out = spool.carma().arg("status").output().unwrap();
     let text = stdout(&out);
@@ -295,7 +298,7 @@ fn status_shows_queues_and_gpus() {
         text.contains("running (1)") && text.contains(&name),
         "{text}"
     );
-    assert!(text.contains("head of queue"), "{text}");
+    assert!(text.contains(&format!("\nwaiting: {why}\n")), "{text}");
 }
 
 #[test]
@@ -309,10 +312,11 @@ fn sighup_reloads_the_configuration() {
     )
     .unwrap();
     spool.signal_daemon("HUP");
+    // What changed, key by key, in the file's words: no Rust debug dump.
     spool.wait_for("the reload", 10.0, || {
         spool
             .daemon_log()
-            .contains("configuration reloaded: recovery")
+            .contains("configuration reloaded: recovery.max_retries: 2 -> 5\n")
     });
     // A broken file is refused and the old configuration kept.
     fs::write(&spool.config, "[recovery]\nmax_retriez = 5\n").unwrap();

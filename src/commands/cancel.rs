@@ -12,11 +12,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use carma::config::Config;
-use carma::daemon::status::Status;
-use carma::spool::record::read_json;
-use carma::spool::{Spool, SpoolError, State, TaskName};
+use carma::spool::State;
 
 use super::spool_arg::SpoolArg;
+use super::task_arg::find;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -78,25 +77,4 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         "carma: {name}: cancellation requested, but the task has not stopped within {wait:.0} s"
     );
     Ok(ExitCode::FAILURE)
-}
-
-/// Finds a task in the directories this user may list and, for `pending/`
-/// and `recovery/` of a shared spool (which users cannot list), among the
-/// names the daemon's status file publishes.
-fn find(spool: &Spool, query: &str) -> Result<(State, TaskName), SpoolError> {
-    let mut tasks = spool.visible_tasks()?;
-    if let Ok(status) = read_json::<Status>(&spool.status_file()) {
-        let waiting = [
-            (State::Pending, status.pending),
-            (State::Recovery, status.recovery),
-        ];
-        for (state, names) in waiting {
-            for name in names.iter().filter_map(|n| TaskName::parse(n)) {
-                if !tasks.iter().any(|(_, t)| *t == name) {
-                    tasks.push((state, name));
-                }
-            }
-        }
-    }
-    spool.find_among(query, tasks)
 }

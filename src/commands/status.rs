@@ -11,6 +11,7 @@ use carma::daemon::status::Status;
 use carma::size::format_mib;
 use carma::spool::State;
 use carma::spool::record::{read_json, unix_now};
+use carma::task_view::failure_reason;
 
 use super::spool_arg::SpoolArg;
 
@@ -32,9 +33,24 @@ struct Output {
     age_s: Option<f64>,
     done: usize,
     failed: usize,
+    /// The latest failures, newest last, with their reasons where this
+    /// user may read them.
+    recent_failures: Vec<Failure>,
     #[serde(flatten)]
     status: Option<Status>,
 }
+
+/// A failed task and why, in one line.
+#[derive(Serialize)]
+struct Failure {
+    name: String,
+    /// `None` when this user may not read it (another user's task).
+    reason: Option<String>,
+}
+
+/// Failures listed: the latest few say what went wrong lately; `carma
+/// show` tells the rest.
+const RECENT_FAILURES: usize = 10;
 
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config_path)?;
@@ -47,6 +63,17 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         );
     }
     let status: Option<Status> = read_json(&spool.status_file()).ok();
+    let failed = spool
+        .list(State::Failed)
+        .map(|l| l.tasks)
+        .unwrap_or_default();
+    let recent_failures = failed[failed.len().saturating_sub(RECENT_FAILURES)..]
+        .iter()
+        .map(|name| Failure {
+            name: name.to_string(),
+            reason: failure_reason(&spool, name),
+        })
+        .collect();
     let out = Output {
         spool: spool.root().display().to_string(),
         daemon_running: spool.daemon_running(),
@@ -54,7 +81,8 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
             .as_ref()
             .map(|s| (unix_now() - s.updated_at).max(0.0)),
         done: spool.list(State::Done).map_or(0, |l| l.tasks.len()),
-        failed: spool.list(State::Failed).map_or(0, |l| l.tasks.len()),
+        failed: failed.len(),
+        recent_failures,
         status,
     };
     if args.json {
@@ -76,7 +104,7 @@ fn print_human(out: &Output) {
                 " (no daemon running)"
             }
         );
-        println!("done {}, failed {}", out.done, out.failed);
+        print_totals(out);
         return;
     };
     let age = out.age_s.unwrap_or(0.0);
@@ -135,7 +163,31 @@ fn print_human(out: &Output) {
         }
     }
     if let Some(why) = &status.head_waits_for {
-        println!("\nhead of queue: {why}");
+        println!("\nwaiting: {why}");
     }
-    println!("\ndone {}, failed {}", out.done, out.failed);
+    println!();
+    print_totals(out);
+}
+
+/// Tasks that ended, and why the latest failures failed.
+fn print_totals(out: &Output) {
+    println!("done {}, failed {}", out.done, out.failed);
+    if out.failed > out.recent_failures.len() {
+        println!("  latest {}:", out.recent_failures.len());
+    }
+    for f in &out.recent_failures {
+        match &f.reason {
+            Some(reason) => println!("  {}  {}", f.name, shorten(reason)),
+            None => println!("  {}", f.name),
+        }
+    }
+}
+
+/// At most one terminal line of a reason; `carma show` has the rest.
+fn shorten(reason: &str) -> String {
+    const WIDTH: usize = 100;
+    match reason.char_indices().nth(WIDTH) {
+        Some((end, _)) => format!("{}...", &reason[..end]),
+        None => reason.to_string(),
+    }
 }

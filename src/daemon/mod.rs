@@ -513,37 +513,21 @@ impl Daemon {
                 return;
             }
         };
-        let old = &self.config;
-        let mut changed = Vec::new();
-        if old.placement != config.placement {
-            changed.push(format!(
-                "placement ({:?} -> {:?})",
-                old.placement, config.placement
-            ));
-        }
-        if old.recovery != config.recovery {
-            changed.push(format!(
-                "recovery ({:?} -> {:?})",
-                old.recovery, config.recovery
-            ));
-        }
-        if old.daemon != config.daemon {
-            changed.push(format!("daemon ({:?} -> {:?})", old.daemon, config.daemon));
-        }
-        if old.oom != config.oom {
-            changed.push("oom signatures".to_string());
-        }
-        if old.estimate != config.estimate {
-            changed.push(format!("estimate ({:?})", config.estimate.order));
+        let changed: Vec<String> = crate::config::changes(self.config.values(), config.values())
+            .iter()
+            .map(|change| {
+                let section = change.key.split('.').next().unwrap_or_default();
+                match section {
+                    "gpu" => format!("{change} (applies when the daemon next starts)"),
+                    "simulate" => format!("{change} (not used by the daemon)"),
+                    _ => change.to_string(),
+                }
+            })
+            .collect();
+        if self.config.estimate != config.estimate {
             self.chain = Chain::new(&config.estimate.for_spool(self.spool.root()));
         }
-        if old.gpu != config.gpu {
-            changed.push("gpu (applies when the daemon next starts)".to_string());
-        }
-        if old.simulate != config.simulate {
-            changed.push("simulate (not used by the daemon)".to_string());
-        }
-        if config.daemon.spool != old.daemon.spool {
+        if config.daemon.spool != self.config.daemon.spool {
             log::warn!("reload: daemon.spool changed; a running daemon keeps its spool");
         }
         self.core.set_rules(config.rules());
@@ -581,7 +565,7 @@ impl Daemon {
             );
         }
         if let Some(why) = &status.head_waits_for {
-            log::info!("head of queue: {why}");
+            log::info!("waiting: {why}");
         }
         for g in &status.gpus {
             log::info!(
@@ -656,7 +640,13 @@ impl Daemon {
                 .collect(),
             recovery: names(State::Recovery),
             pending: names(State::Pending),
-            head_waits_for: self.core.head_waits_for(),
+            head_waits_for: self.core.head_waits_for().map(|w| {
+                let name = self
+                    .tasks
+                    .get(&w.task.0)
+                    .map_or_else(|| format!("task {}", w.task.0), |t| t.name.to_string());
+                format!("{name} {}", w.why)
+            }),
             adopted: self.adopted.iter().cloned().collect(),
             ending: self.closing.values().map(|c| c.name.to_string()).collect(),
         }

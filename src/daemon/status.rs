@@ -22,7 +22,9 @@ pub struct Status {
     /// Waiting tasks in the order they will be placed.
     pub recovery: Vec<String>,
     pub pending: Vec<String>,
-    /// Why the head of the queue waits, when something waits.
+    /// Why the head of the queue waits, when something waits: its name and
+    /// what it needs, then per GPU what is missing (`000042-resnet50 needs
+    /// 8GiB free on a GPU; GPU 0: 3GiB free < 8GiB`).
     pub head_waits_for: Option<String>,
     /// Submissions by other users taken in lately: (the submission's name
     /// in `pending/`, the task's name), so that their `carma submit` can

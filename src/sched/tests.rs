@@ -478,6 +478,39 @@ fn one_user_per_gpu_under_mps() {
 }
 
 #[test]
+fn a_waiting_task_says_why_once_for_gpus_alike() {
+    // Under MPS uid 1000 runs on GPUs 0-2 and GPU 3 is nearly full: a uid
+    // 1001 task waits, and GPUs 0-2 are named together.
+    let mut r = rules(Policy::FirstFit);
+    r.placement.one_user_per_gpu = true;
+    r.placement.idle_first = true;
+    let mut core = Scheduler::new(r, &[40 * GIB; 4]);
+    let used = [0, 0, 0, 39 * GIB];
+    core.step(
+        s(0.0),
+        Event::Sample((0..4).map(|g| sample(g, used[g], 0.0)).collect()),
+    );
+    for id in 1..=3 {
+        assert_eq!(launched(&core.step(s(1.0), user_job(id, 1000))).len(), 1);
+    }
+    assert!(launched(&core.step(s(1.0), user_job(4, 1001))).is_empty());
+    let waiting = core.head_waits_for().unwrap();
+    assert_eq!(waiting.task, TaskId(4));
+    assert_eq!(
+        waiting.why,
+        "needs 3GiB free on a GPU; GPUs 0-2: another user's tasks run there \
+         (MPS serves one user per GPU); GPU 3: 1GiB free < 3GiB"
+    );
+}
+
+#[test]
+fn gpu_indices_read_as_ranges() {
+    assert_eq!(super::ranges(&[0, 1, 2, 3, 6]), "0-3, 6");
+    assert_eq!(super::ranges(&[0, 1, 5, 7, 8, 9]), "0, 1, 5, 7-9");
+    assert_eq!(super::ranges(&[]), "");
+}
+
+#[test]
 fn without_mps_users_share_gpus() {
     // The same jobs without MPS: first-fit puts all three on GPU 0.
     let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
@@ -539,8 +572,8 @@ fn the_prototype_gate_lets_busy_sms_with_few_warps_share() {
     let mut plain = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 3]);
     plain.step(s(0.0), Event::Sample(samples.clone()));
     assert!(launched(&queue(&mut plain, 1.0, 1, Need::Mib(GIB))).is_empty());
-    let waits = plain.head_waits_for().unwrap();
-    assert!(waits.contains("GPU 0: SMACT 0.90 > 0.80"), "{waits}");
+    let waits = plain.head_waits_for().unwrap().why;
+    assert!(waits.contains("GPUs 0-2: SMACT 0.90 > 0.80"), "{waits}");
 
     let mut r = rules(Policy::FirstFit);
     r.placement.gate = Gate::Prototype;
@@ -553,7 +586,7 @@ fn the_prototype_gate_lets_busy_sms_with_few_warps_share() {
     // 37 GiB + margin fits GPUs 1 and 2 (39 GiB free) but no longer GPU
     // 0, where task 1 books 1 GiB more: it waits, and says why.
     assert!(launched(&queue(&mut gated, 1.0, 2, Need::Mib(37 * GIB))).is_empty());
-    let waits = gated.head_waits_for().unwrap();
+    let waits = gated.head_waits_for().unwrap().why;
     assert!(
         waits.contains("GPU 1: SMACT 0.90 >= 0.80 with occupancy 0.60"),
         "{waits}"
@@ -811,10 +844,11 @@ fn cancelling_a_queued_task_drops_it_and_unblocks_the_queue() {
     core.step(s(0.0), Event::Sample(vec![sample(0, 30 * GIB, 0.1)]));
     queue(&mut core, 1.0, 1, Need::Mib(20 * GIB));
     queue(&mut core, 1.0, 2, Need::Mib(GIB));
-    let why = core.head_waits_for().unwrap();
-    assert!(
-        why.contains("t1 needs 1 x 22GiB free") && why.contains("GPU 0: 10GiB free < 22GiB"),
-        "{why}"
+    let waiting = core.head_waits_for().unwrap();
+    assert_eq!(waiting.task, TaskId(1));
+    assert_eq!(
+        waiting.why,
+        "needs 22GiB free on a GPU; GPU 0: 10GiB free < 22GiB"
     );
     let a = core.step(s(2.0), Event::Cancel { task: TaskId(1) });
     assert_eq!(
@@ -873,10 +907,11 @@ fn a_task_found_in_recovery_queues_ahead_of_the_main_queue() {
     );
     assert!(launched(&a).is_empty());
     assert_eq!(core.queued(), (1, 1));
+    let waiting = core.head_waits_for().unwrap();
+    assert_eq!(waiting.task, TaskId(2));
     assert!(
-        core.head_waits_for()
-            .unwrap()
-            .starts_with("t2 needs 1 x an idle GPU")
+        waiting.why.starts_with("needs an idle GPU (recovery"),
+        "{waiting:?}"
     );
 }
 
@@ -992,7 +1027,12 @@ fn a_launch_that_could_not_start_goes_back_to_the_head_and_pauses_launches() {
     );
     assert!(actions.is_empty(), "{actions:?}");
     assert_eq!(core.next_deadline(), Some(s(5.0)));
-    assert!(core.head_waits_for().unwrap().contains("launches paused"));
+    assert!(
+        core.head_waits_for()
+            .unwrap()
+            .why
+            .contains("launches paused")
+    );
     assert!(launched(&queue(&mut core, 2.0, 2, Need::Mib(4 * GIB))).is_empty());
     // At t=5 the head (task 1) goes first, then task 2.
     let actions = core.step(s(5.0), Event::Tick);

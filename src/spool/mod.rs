@@ -378,8 +378,9 @@ impl Spool {
     }
 
     /// Finds a task by its full name, its number, a unique prefix, or the
-    /// job's name (`resnet50` for `000042-resnet50`) when exactly one task
-    /// of that name has not ended.
+    /// job's name (`resnet50` for `000042-resnet50`): the one task of that
+    /// name that has not ended, else the one that has (several are
+    /// ambiguous, and named in the error).
     pub fn find(&self, query: &str) -> Result<(State, TaskName), SpoolError> {
         self.find_among(query, self.visible_tasks()?)
     }
@@ -393,7 +394,8 @@ impl Spool {
     ) -> Result<(State, TaskName), SpoolError> {
         let number = query.trim_start_matches('t').parse::<u64>().ok();
         let mut hits = Vec::new();
-        let mut named = Vec::new();
+        let mut named_live = Vec::new();
+        let mut named_ended = Vec::new();
         for (state, name) in tasks {
             let exact = name.as_str() == query || Some(name.seq()) == number;
             if exact {
@@ -403,11 +405,20 @@ impl Spool {
                 hits.push((state, name.clone()));
             }
             // By the job's name: the task that has not ended, when one does.
-            let live = matches!(state, State::Pending | State::Running | State::Recovery);
-            if live && name.stem() == query {
-                named.push((state, name));
+            if name.stem() == query {
+                match state {
+                    State::Pending | State::Running | State::Recovery => {
+                        named_live.push((state, name))
+                    }
+                    State::Done | State::Failed => named_ended.push((state, name)),
+                }
             }
         }
+        let named = if named_live.is_empty() {
+            named_ended
+        } else {
+            named_live
+        };
         if hits.is_empty() || named.len() == 1 {
             hits = named;
         }
@@ -417,10 +428,13 @@ impl Spool {
                 query: query.to_owned(),
             }),
             1 => Ok(hits.remove(0)),
-            _ => Err(SpoolError::Ambiguous {
-                query: query.to_owned(),
-                names: hits.into_iter().map(|(_, n)| n.to_string()).collect(),
-            }),
+            _ => {
+                hits.sort_by(|a, b| a.1.cmp(&b.1));
+                Err(SpoolError::Ambiguous {
+                    query: query.to_owned(),
+                    names: hits.into_iter().map(|(_, n)| n.to_string()).collect(),
+                })
+            }
         }
     }
 

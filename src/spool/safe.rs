@@ -8,7 +8,7 @@
 //! the open descriptor to be regular files, and read up to a size limit.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path};
 
@@ -29,6 +29,31 @@ pub fn read_beneath(
     relative: &str,
     max_bytes: u64,
 ) -> io::Result<(Vec<u8>, std::fs::Metadata)> {
+    read_fd(open_beneath(dir, relative)?, &dir.join(relative), max_bytes)
+}
+
+/// The last `bytes` of a regular file at `relative` below `dir`, opened as
+/// [`read_beneath`] opens it: where a job's output says why it ended,
+/// however long that output grew.
+pub fn read_tail_beneath(dir: &Path, relative: &str, bytes: u64) -> io::Result<Vec<u8>> {
+    let path = dir.join(relative);
+    let mut file = File::from(open_beneath(dir, relative)?);
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a regular file", path.display()),
+        ));
+    }
+    file.seek(SeekFrom::Start(meta.len().saturating_sub(bytes)))?;
+    let mut tail = Vec::new();
+    file.take(bytes).read_to_end(&mut tail)?;
+    Ok(tail)
+}
+
+/// Opens `relative` below `dir` without following a link at any
+/// component, refusing `..` and absolute paths.
+fn open_beneath(dir: &Path, relative: &str) -> io::Result<OwnedFd> {
     let invalid =
         |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{relative}: {why}"));
     let mut components = Vec::new();
@@ -42,14 +67,15 @@ pub fn read_beneath(
     let Some((file, dirs)) = components.split_last() else {
         return Err(invalid("names no file"));
     };
-    let directory = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    // O_PATH: a directory its owner keeps unlistable (a task's, 0711) is
+    // still passed through, as a path lookup would.
+    let directory = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let mut fd: OwnedFd =
         nix::fcntl::open(dir, directory, Mode::empty()).map_err(io::Error::from)?;
     for name in dirs {
         fd = openat(&fd, *name, directory, Mode::empty()).map_err(io::Error::from)?;
     }
-    let fd = openat(&fd, *file, read_flags(), Mode::empty()).map_err(io::Error::from)?;
-    read_fd(fd, &dir.join(relative), max_bytes)
+    openat(&fd, *file, read_flags(), Mode::empty()).map_err(io::Error::from)
 }
 
 fn read_flags() -> OFlag {
@@ -125,5 +151,23 @@ mod tests {
         assert!(read_beneath(&d.join("job"), "linked/m.model", 100).is_err());
         assert!(read_beneath(&d.join("job"), "../elsewhere/m.model", 100).is_err());
         assert!(read_beneath(&d.join("job"), "/etc/passwd", 100).is_err());
+        assert!(read_tail_beneath(&d.join("job"), "linked/m.model", 100).is_err());
+    }
+
+    #[test]
+    fn a_tail_is_the_end_of_a_regular_file_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        fs::create_dir(d.join("run-1")).unwrap();
+        fs::write(d.join("run-1/stderr"), "first\nsecond\nthird\n").unwrap();
+        assert_eq!(read_tail_beneath(d, "run-1/stderr", 6).unwrap(), b"third\n");
+        assert_eq!(
+            read_tail_beneath(d, "run-1/stderr", 1 << 20).unwrap().len(),
+            19
+        );
+        nix::unistd::mkfifo(&d.join("run-1/fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(read_tail_beneath(d, "run-1/fifo", 100).is_err());
+        symlink(d.join("run-1/stderr"), d.join("run-1/link")).unwrap();
+        assert!(read_tail_beneath(d, "run-1/link", 100).is_err());
     }
 }

@@ -226,7 +226,9 @@ fn moves_never_replace_and_find_accepts_numbers_and_prefixes() {
         spool.find("0000"),
         Err(SpoolError::Ambiguous { .. })
     ));
-    assert_eq!(spool.find("000013").unwrap(), (State::Failed, b));
+    assert_eq!(spool.find("000013").unwrap(), (State::Failed, b.clone()));
+    // A job name no waiting or running task has: the one that ended.
+    assert_eq!(spool.find("beta").unwrap(), (State::Failed, b));
     // By job name: the one that has not ended; several are named.
     let c = TaskName::new(15, "beta");
     fs::create_dir(spool.task_dir(State::Running, &c)).unwrap();
