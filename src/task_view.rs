@@ -242,7 +242,7 @@ fn unreadable(e: &io::Error) -> String {
 /// a line rewritten with carriage returns (a progress bar) only its last
 /// state, control characters escaped so no output can drive the reader's
 /// terminal.
-fn last_lines(text: &str, n: usize) -> Vec<String> {
+pub fn last_lines(text: &str, n: usize) -> Vec<String> {
     let lines: Vec<String> = text
         .lines()
         .map(|line| one_line(line.rsplit('\r').next().unwrap_or_default()))

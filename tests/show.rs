@@ -33,7 +33,7 @@ fn show_says_why_a_job_failed_and_status_lists_the_reason() {
     assert!(out.status.success(), "{}", stderr(&out));
     for want in [
         format!("{name}: failed\n"),
-        "  reason     job failed: exit status 2\n".into(),
+        "  reason     job failed: exit status 2: ValueError: bad input\n".into(),
         "  owner      root (uid 0)\n".into(),
         "  estimate   1GiB per GPU, from declared".into(),
         "\nrun-1: GPU 0, started ".into(),
@@ -77,7 +77,9 @@ fn show_says_why_a_job_failed_and_status_lists_the_reason() {
 
     let status = stdout(&spool.carma().arg("status").output().unwrap());
     assert!(
-        status.contains(&format!("\n  {name}  job failed: exit status 2\n")),
+        status.contains(&format!(
+            "\n  {name}  job failed: exit status 2: ValueError: bad input\n"
+        )),
         "{status}"
     );
     assert!(status.contains(&format!("\n  {oom}  ")), "{status}");
@@ -117,7 +119,7 @@ fn a_user_sees_their_own_failure_and_nobody_elses() {
     assert!(out.status.success(), "{}", stderr(&out));
     for want in [
         format!("{name}: failed\n"),
-        "  reason     job failed: exit status 3\n".into(),
+        "  reason     job failed: exit status 3: alice-secret-line\n".into(),
         "  owner      carma-alice (uid ".into(),
         "carma's record of the task is root's".into(),
         "\nrun-1\n".into(),
@@ -127,7 +129,9 @@ fn a_user_sees_their_own_failure_and_nobody_elses() {
     }
     let status = stdout(&alice.carma(&spool, "status"));
     assert!(
-        status.contains(&format!("  {name}  job failed: exit status 3")),
+        status.contains(&format!(
+            "  {name}  job failed: exit status 3: alice-secret-line"
+        )),
         "{status}"
     );
 

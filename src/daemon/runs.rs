@@ -334,7 +334,7 @@ impl Daemon {
                 Err(e) => log::warn!("{name}: cannot read its stderr: {e}"),
             }
         }
-        Exit::Failed(exit.describe())
+        Exit::Failed(with_last_word(exit.describe(), run_dir))
     }
 
     /// The core is done with a task: it goes to `done/` or `failed/` with
@@ -498,5 +498,22 @@ impl Daemon {
                 task.state
             ),
         }
+    }
+}
+
+/// Longest stretch of a job's last stderr line kept in its failure reason.
+const LAST_WORD_CHARS: usize = 200;
+
+/// `how` the job ended, with the last line it wrote to stderr: usually the
+/// exception that ended it, which "exit status 1" alone does not say. The
+/// reason is its owner's to read (and root's); `carma show` has more.
+fn with_last_word(how: String, run_dir: &Path) -> String {
+    let tail = supervisor::tail(&run_dir.join(supervisor::STDERR), 4096).unwrap_or_default();
+    match crate::task_view::last_lines(&tail, 1).pop() {
+        Some(line) if !line.trim().is_empty() => {
+            let line: String = line.trim().chars().take(LAST_WORD_CHARS).collect();
+            format!("{how}: {line}")
+        }
+        _ => how,
     }
 }
