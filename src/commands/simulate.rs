@@ -22,15 +22,42 @@ pub struct Args {
     /// Placement policy [default: placement.policy of the configuration].
     #[arg(long)]
     policy: Option<Policy>,
-    /// Which trace column the scheduler sees as each task's estimate.
-    #[arg(long, value_enum, default_value = "oracle")]
-    estimator: MemoryLine,
+    /// Where each task's estimate comes from: a trace column (`oracle`,
+    /// `horus`, `faketensor`, `gpumemnet`, `none`), or `carma`: carma's
+    /// estimator chain on the task's job file (found in --jobs), its
+    /// declared memory lines ignored, learning from history as jobs repeat.
+    #[arg(long, default_value = "oracle", value_parser = parse_estimator)]
+    estimator: EstimatorArg,
+    /// Where `--estimator carma` finds the job files the trace's `task`
+    /// column names, and their model summaries [default: the trace's
+    /// directory].
+    #[arg(long, value_name = "DIR")]
+    jobs: Option<PathBuf>,
     /// How collocated tasks share a GPU [default: simulate.sharing].
     #[arg(long, value_enum)]
     sharing: Option<SharingArg>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// A trace column, or carma's own chain.
+#[derive(Clone, Copy, Debug)]
+pub enum EstimatorArg {
+    Column(MemoryLine),
+    Carma,
+}
+
+fn parse_estimator(text: &str) -> Result<EstimatorArg, String> {
+    use clap::ValueEnum;
+    match text {
+        "carma" => Ok(EstimatorArg::Carma),
+        _ => MemoryLine::from_str(text, false)
+            .map(EstimatorArg::Column)
+            .map_err(|_| {
+                "expected oracle, horus, faketensor, gpumemnet, none or carma".to_string()
+            }),
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -56,23 +83,55 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         };
     }
     let policy = rules.placement.policy;
-    let setup = simulate::Setup {
+    let mut setup = simulate::Setup {
         gpus,
-        estimator: args.estimator,
+        estimator: MemoryLine::None,
         rules,
         model,
     };
-    let m = simulate::run(&trace, &setup);
+    let (m, quality, label) = match args.estimator {
+        EstimatorArg::Column(column) => {
+            setup.estimator = column;
+            (simulate::run(&trace, &setup), None, column.to_string())
+        }
+        EstimatorArg::Carma => {
+            let jobs = args.jobs.clone().unwrap_or_else(|| {
+                args.trace
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+                    .to_owned()
+            });
+            let mut carma = simulate::Carma::new(&trace, &jobs, &config.estimate)
+                .map_err(anyhow::Error::msg)?;
+            let m = simulate::run_with(&trace, &setup, &mut carma);
+            (m, Some(carma.quality()), "carma".to_string())
+        }
+    };
     if args.json {
-        println!("{}", serde_json::to_string(&m)?);
+        let mut json = serde_json::to_value(&m)?;
+        if let (Some(q), Some(map)) = (&quality, json.as_object_mut()) {
+            map.insert("estimates".into(), serde_json::to_value(q)?);
+        }
+        println!("{json}");
     } else {
         println!(
-            "trace {} on {} with {policy}, estimator {}:",
+            "trace {} on {} with {policy}, estimator {label}:",
             args.trace.display(),
             args.gpus,
-            args.estimator
         );
         println!("{m}");
+        if let Some(q) = quality {
+            println!(
+                "  estimates         {} from job files ({} whole GPU), {} without a job file (unknown)\n  \
+                 vs measured peak  mean overestimate {:.0} MiB, {} more than 2 GiB under",
+                q.estimated,
+                q.whole_gpu,
+                q.without_job_file,
+                q.mean_overestimate_mib,
+                q.under_by_2gib
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -23,6 +23,7 @@ use std::collections::BinaryHeap;
 
 use crate::sched::{Action, Demand, Event, Exit, GpuSample, Rules, Scheduler, TaskId, Time};
 
+use super::estimates::{Columns, Estimates};
 use super::metrics::{Metrics, TaskRecord};
 use super::trace::TraceTask;
 use super::{Model, Sharing};
@@ -33,7 +34,8 @@ use crate::rad::MemoryLine;
 pub struct Setup {
     /// Memory of each GPU, MiB.
     pub gpus: Vec<u64>,
-    /// Which trace column the core sees as the estimate.
+    /// Which trace column the core sees as the estimate ([`run`]; see
+    /// [`run_with`] for other sources).
     pub estimator: MemoryLine,
     pub rules: Rules,
     pub model: Model,
@@ -84,6 +86,7 @@ struct SimGpu {
 struct Sim<'a> {
     trace: &'a [TraceTask],
     setup: &'a Setup,
+    estimates: &'a mut dyn Estimates,
     core: Scheduler,
     gpus: Vec<SimGpu>,
     runs: Vec<Option<Run>>,
@@ -98,11 +101,19 @@ struct Sim<'a> {
     dirty: Vec<usize>,
 }
 
-/// Runs the trace to the end and returns its figures.
+/// Runs the trace to the end, the core told the setup's trace column as
+/// each task's estimate, and returns its figures.
 pub fn run(trace: &[TraceTask], setup: &Setup) -> Metrics {
+    run_with(trace, setup, &mut Columns(setup.estimator))
+}
+
+/// Runs the trace to the end with estimates from `estimates`, which hears
+/// of every task that finishes (to learn from it, as history does).
+pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimates) -> Metrics {
     let mut sim = Sim {
         trace,
         setup,
+        estimates,
         core: Scheduler::new(setup.rules.clone(), &setup.gpus),
         gpus: setup
             .gpus
@@ -166,7 +177,7 @@ impl Sim<'_> {
                 let t = &self.trace[n];
                 let demand = Demand {
                     gpus: t.gpus,
-                    ..Demand::new(t.need(self.setup.estimator))
+                    ..Demand::new(self.estimates.need(n, t))
                 };
                 self.feed(Event::Queued {
                     task: TaskId(n as u64),
@@ -184,6 +195,7 @@ impl Sim<'_> {
                     .is_some_and(|r| r.generation == generation)
                 {
                     self.stop(n, false);
+                    self.estimates.finished(n, &self.trace[n]);
                     self.feed(Event::Exited {
                         task: TaskId(n as u64),
                         exit: Exit::Success,

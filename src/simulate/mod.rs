@@ -3,11 +3,13 @@
 //! would policy P do on trace X" in milliseconds, with no GPU.
 
 mod engine;
+mod estimates;
 mod metrics;
 mod model;
 pub mod trace;
 
-pub use engine::{Setup, run};
+pub use engine::{Setup, run, run_with};
+pub use estimates::{Carma, Columns, Estimates, Quality};
 pub use metrics::{Metrics, TaskRecord, lower_bound};
 pub use model::{Model, Sharing};
 

@@ -277,3 +277,40 @@ fn runs_are_reproducible() {
     let s = setup(4, Policy::Lug, MemoryLine::Faketensor, Sharing::Mps);
     assert_eq!(run(&trace, &s), run(&trace, &s));
 }
+
+#[test]
+fn carma_in_the_loop_learns_a_repeated_job_from_history() {
+    // The same job twice, the second after the first finished. Its job
+    // file says nothing of memory and names no summary: the chain's first
+    // answer is "a whole GPU"; the second comes from history, the first
+    // run's measured peak (1,000 MiB) plus the minimum margin (256 MiB).
+    // A task without a job file is told "unknown".
+    let jobs = tempfile::tempdir().unwrap();
+    std::fs::write(jobs.path().join("a.rad"), "gpus: 1\npython train.py\n").unwrap();
+    let mut first = task(0.0, 1, 10.0, 1000.0, 0.3);
+    first.task = "a.rad".into();
+    let mut again = task(100.0, 1, 10.0, 1000.0, 0.3);
+    again.task = "a.rad".into();
+    let stranger = task(200.0, 1, 10.0, 1000.0, 0.3);
+    let trace = [first, again, stranger];
+    let setup = setup(1, Policy::Magm, MemoryLine::None, Sharing::Mps);
+    let settings = crate::config::Config::load(None).unwrap().estimate;
+    let mut carma = Carma::new(&trace, jobs.path(), &settings).unwrap();
+    let m = run_with(&trace, &setup, &mut carma);
+    assert_eq!(m.tasks, 3);
+    let q = carma.quality();
+    assert_eq!((q.estimated, q.whole_gpu, q.without_job_file), (2, 1, 1));
+    assert!(close(q.mean_overestimate_mib, 256.0), "{q:?}");
+    assert_eq!(q.under_by_2gib, 0);
+}
+
+#[test]
+fn a_job_file_that_is_not_a_job_is_an_error_naming_it() {
+    let jobs = tempfile::tempdir().unwrap();
+    std::fs::write(jobs.path().join("a.rad"), "gpus: two\nrun\n").unwrap();
+    let mut t = task(0.0, 1, 10.0, 1000.0, 0.3);
+    t.task = "a.rad".into();
+    let settings = crate::config::Config::load(None).unwrap().estimate;
+    let err = Carma::new(&[t], jobs.path(), &settings).unwrap_err();
+    assert!(err.contains("a.rad:1:"), "{err}");
+}
