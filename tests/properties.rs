@@ -47,6 +47,7 @@ use std::sync::LazyLock;
 
 use carma::config::{Config, ConfigError};
 use carma::estimate::Analytic;
+use carma::estimate::analytic::{Layered, Optimizer};
 use carma::estimate::ensemble::feature_vector;
 use carma::estimate::history::{Fingerprint, History, Record};
 use carma::rad::{
@@ -1359,8 +1360,13 @@ proptest! {
     ) {
         let bytes = mutated(&start, &edits);
         if let Ok(summary) = Summary::parse(&String::from_utf8_lossy(&bytes)) {
-            let analytic = Analytic { context_mib: 1400, default_seq_len: 512 };
-            if let Ok(answer) = analytic.estimate(&summary.features, batch) {
+            let analytic = Analytic {
+                context_mib: 1400,
+                default_seq_len: 512,
+                optimizer: Optimizer::Adam,
+                layered: Layered::Training,
+            };
+            if let Ok(answer) = analytic.estimate(&summary.features, batch, "--seq_len 99999999999") {
                 prop_assert!(answer.mib >= analytic.context_mib, "{:?}", answer);
             }
             let _ = feature_vector(&summary.features, batch);
@@ -1413,6 +1419,8 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("estimate", "history_min_margin_mib"),
     ("estimate", "context_mib"),
     ("estimate", "transformer_seq_len"),
+    ("estimate", "optimizer"),
+    ("estimate", "analytic_formula"),
     ("mps", "enabled"),
     ("mps", "control"),
     ("mps", "pipe_dir"),

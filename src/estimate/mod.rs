@@ -11,7 +11,8 @@
 //!    GPUMemNet data map summary features to a memory bucket. Only MLPs and
 //!    CNNs: there is no training data for transformers, which go on to
 //!    history and the analytic formula.
-//! 4. **analytic** ([`Analytic`]) — Horus, or a transformer-aware formula.
+//! 4. **analytic** ([`Analytic`]) — what PyTorch keeps while training, or
+//!    a transformer-aware formula (Horus on request).
 //! 5. **whole-gpu** — nothing is known: ask for an idle GPU.
 //!
 //! The chain does no job-file parsing: callers hand it an
@@ -110,6 +111,8 @@ pub struct Settings {
     pub history_min_margin_mib: u64,
     pub context_mib: u64,
     pub transformer_seq_len: u64,
+    pub optimizer: analytic::Optimizer,
+    pub analytic_formula: analytic::Layered,
 }
 
 impl Settings {
@@ -158,6 +161,8 @@ impl Settings {
         Analytic {
             context_mib: self.context_mib,
             default_seq_len: self.transformer_seq_len,
+            optimizer: self.optimizer,
+            layered: self.analytic_formula,
         }
     }
 }
@@ -435,10 +440,11 @@ impl Chain {
                 })
             }
             EstimatorKind::Analytic => {
-                let a = self
-                    .settings
-                    .analytic()
-                    .estimate(&summary()?.features, batch()?)?;
+                let a = self.settings.analytic().estimate(
+                    &summary()?.features,
+                    batch()?,
+                    &input.command,
+                )?;
                 Ok(Answer {
                     need: Need::Mib(a.mib),
                     bucket: None,

@@ -86,7 +86,7 @@ fn a_batch_beyond_the_training_data_is_declined() {
     let chain = Chain::new(&settings(dir.path()));
     let e = chain.estimate(&job("dlrm.model", 32_768));
     assert_eq!(e.source, Some(EstimatorKind::Analytic));
-    assert_eq!(e.formula, Some(Formula::Horus));
+    assert_eq!(e.formula, Some(Formula::Training));
     let (_, why) = &e.declined[2];
     assert!(why.contains("batch_size = 32768"), "{why}");
 }

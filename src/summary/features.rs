@@ -275,6 +275,17 @@ pub struct ModelFeatures {
     pub family: Family,
     /// Present when the family is a transformer read from a module print.
     pub transformer: Option<TransformerShape>,
+    /// Parameters of embedding tables (a subset of `params_total`). An
+    /// embedding is a lookup: its parameters are memory once, not per
+    /// sample, and its output is the only activation it adds.
+    pub embedding_params: u64,
+    /// Of those, tables trained with sparse gradients (`sparse=True`, and
+    /// `EmbeddingBag`, which recommenders such as DLRM build sparse): the
+    /// gradient holds only the rows a batch touched, not a dense copy.
+    pub sparse_embedding_params: u64,
+    /// The summary shows 16-bit weights or activations (`float16`,
+    /// `bfloat16`): activations take 2 bytes an element instead of 4.
+    pub half_precision: bool,
 }
 
 /// Collects layers one by one and derives the features at the end.
@@ -287,6 +298,8 @@ pub struct FeatureBuilder {
     params_in_layers: u64,
     act_votes: Vec<(ActivationFn, u32)>,
     attention_seen: bool,
+    embedding_params: u64,
+    sparse_embedding_params: u64,
 }
 
 impl FeatureBuilder {
@@ -295,6 +308,30 @@ impl FeatureBuilder {
     /// outputs repeat a child's); they are ignored if they are.
     pub fn add(&mut self, kind: LayerKind, outputs: Option<u64>, params: u64) {
         self.add_times(kind, outputs, params, 1);
+    }
+
+    /// Counts one leaf layer by its class name and call arguments (`args`
+    /// is empty where the format has none): as [`FeatureBuilder::add_times`]
+    /// with the kind [`LayerKind::classify`] gives, and an embedding that
+    /// is sparse (`sparse=True`, or an `EmbeddingBag`) noted as such.
+    /// Returns the kind.
+    pub fn add_named(
+        &mut self,
+        name: &str,
+        args: &str,
+        outputs: Option<u64>,
+        params: u64,
+        times: u64,
+    ) -> LayerKind {
+        let kind = LayerKind::classify(name);
+        self.add_times(kind, outputs, params, times);
+        let bag = name.to_ascii_lowercase().contains("embeddingbag");
+        if kind == LayerKind::Embedding && (bag || args.replace(' ', "").contains("sparse=True")) {
+            self.sparse_embedding_params = self
+                .sparse_embedding_params
+                .saturating_add(params.saturating_mul(times));
+        }
+        kind
     }
 
     /// [`FeatureBuilder::add`] for `times` identical layers at once. A
@@ -342,6 +379,9 @@ impl FeatureBuilder {
             }
             LayerKind::Embedding => {
                 count(&mut self.layers.embedding);
+                self.embedding_params = self
+                    .embedding_params
+                    .saturating_add(params.saturating_mul(times));
                 sum(&mut a.other);
             }
             LayerKind::Activation(f) => {
@@ -409,6 +449,9 @@ impl FeatureBuilder {
             activation_fn,
             family,
             transformer: None,
+            embedding_params: self.embedding_params,
+            sparse_embedding_params: self.sparse_embedding_params,
+            half_precision: false,
         }
     }
 }

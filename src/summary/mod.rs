@@ -92,11 +92,12 @@ impl Summary {
     /// Detects the format of `text` and reads it.
     pub fn parse(text: &str) -> Result<Summary, SummaryError> {
         let format = detect(text)?;
-        let (features, notes) = match format {
+        let (mut features, notes) = match format {
             Format::Torchsummary => (torchsummary::parse(text)?, Vec::new()),
             Format::Torchinfo => (torchinfo::parse(text)?, Vec::new()),
             Format::ModulePrint => module_print::parse(text)?,
         };
+        features.half_precision = mentions_half_precision(text);
         Ok(Summary {
             format,
             features,
@@ -104,6 +105,14 @@ impl Summary {
             notes,
         })
     }
+}
+
+/// Whether a summary shows 16-bit tensors: torchinfo and module prints
+/// of half models name their dtype (`torch.float16`, `bfloat16`).
+fn mentions_half_precision(text: &str) -> bool {
+    ["float16", "bfloat16", "torch.half"]
+        .iter()
+        .any(|dtype| text.contains(dtype))
 }
 
 /// SHA-256 of `bytes` as lower-case hex.

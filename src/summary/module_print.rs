@@ -159,6 +159,9 @@ struct ShapeEvidence {
     widest_block_linear: Option<u64>,
     widest_linear: u64,
     largest_embedding: Option<u64>,
+    /// Width of the largest embedding: the residual stream's, for models
+    /// whose projections print no widths (GPT-2's `Conv1D()`).
+    embedding_width: Option<u64>,
     position_rows: Option<u64>,
     longest_list: u64,
     fused_attention: bool,
@@ -227,14 +230,14 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                 }
                 note_names(&mut builder, &mut evidence, name);
                 let in_block = stack.iter().any(|f| f.name == "ModuleList");
-                let kind = LayerKind::classify(name);
-                note_shape(&mut evidence, kind, key, args, in_block);
-                builder.add_times(
-                    kind,
+                let kind = builder.add_named(
+                    name,
+                    args,
                     None,
                     params.unwrap_or(0),
                     repeat.saturating_mul(times),
                 );
+                note_shape(&mut evidence, kind, key, args, in_block);
             }
             Line::Close { params } => {
                 let Some(frame) = stack.pop() else {
@@ -307,14 +310,21 @@ fn note_shape(
     in_block: bool,
 ) {
     match kind {
-        LayerKind::Linear => {
-            if let Some(width) = keyword_arg(args, "in_features") {
+        // GPT-2's projections are `Conv1D(nf=3840, nx=1280)`: a linear
+        // layer with output width `nf` and input width `nx`.
+        LayerKind::Linear | LayerKind::Conv => {
+            let (input, output) = if kind == LayerKind::Linear {
+                ("in_features", "out_features")
+            } else {
+                ("nx", "nf")
+            };
+            if let Some(width) = keyword_arg(args, input) {
                 match evidence.linear_inputs.iter_mut().find(|(w, _)| *w == width) {
                     Some((_, n)) => *n += 1,
                     None => evidence.linear_inputs.push((width, 1)),
                 }
             }
-            if let Some(out) = keyword_arg(args, "out_features") {
+            if let Some(out) = keyword_arg(args, output) {
                 evidence.widest_linear = evidence.widest_linear.max(out);
                 if in_block {
                     evidence.widest_block_linear =
@@ -324,9 +334,12 @@ fn note_shape(
         }
         LayerKind::Embedding => {
             if let Some(rows) = positional_arg(args, 0) {
-                evidence.largest_embedding =
-                    Some(evidence.largest_embedding.unwrap_or(0).max(rows));
-                if key.contains("position") {
+                if rows > evidence.largest_embedding.unwrap_or(0) {
+                    evidence.largest_embedding = Some(rows);
+                    evidence.embedding_width = positional_arg(args, 1);
+                }
+                // BERT's `position_embeddings`, GPT-2's `wpe`.
+                if key.contains("position") || key == "wpe" {
                     evidence.position_rows = Some(rows);
                 }
             }
@@ -344,8 +357,9 @@ fn shape_from(evidence: &ShapeEvidence) -> Option<TransformerShape> {
         .fold(None::<(u64, u64)>, |best, &(w, n)| match best {
             Some((_, m)) if m >= n => best,
             _ => Some((w, n)),
-        })?
-        .0;
+        })
+        .map(|(w, _)| w)
+        .or(evidence.embedding_width)?;
     Some(TransformerShape {
         hidden,
         blocks: evidence.longest_list,

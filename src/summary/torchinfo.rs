@@ -21,8 +21,8 @@ use nom::{
 };
 
 use super::{
-    FeatureBuilder, LayerKind, ModelFeatures, SummaryError, body_rows, count, depth_idx,
-    footer_totals, numbered, per_sample, rule_below_header, shapes, type_name,
+    FeatureBuilder, ModelFeatures, SummaryError, body_rows, count, depth_idx, footer_totals,
+    numbered, per_sample, rule_below_header, shapes, type_name,
 };
 
 /// One cell of a row after the layer name.
@@ -166,7 +166,7 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
             Cell::Count(n) => n,
             _ => 0,
         };
-        builder.add(LayerKind::classify(r.name), outputs, params);
+        builder.add_named(r.name, "", outputs, params, 1);
     }
     let mut totals = footer_totals(lines)?;
     if let Some(dims) = root_input {

@@ -86,7 +86,7 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
         if matches!(kind, LayerKind::Other | LayerKind::Container) && r.params == 0 {
             continue;
         }
-        builder.add(kind, Some(per_sample(&r.shapes)), r.params);
+        builder.add_named(r.name, "", Some(per_sample(&r.shapes)), r.params, 1);
     }
     if rows == 0 {
         return Err(SummaryError {
