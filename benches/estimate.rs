@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
 
-use carma::estimate::load_models;
+use carma::estimate::{BucketScheme, load_models};
 use carma::summary::{Family, Summary};
 
 /// Median over rounds of the mean seconds per call of `f`.
@@ -74,7 +74,9 @@ fn main() -> Result<(), String> {
         let features = Summary::parse(&read(name)?)
             .map_err(|e| e.to_string())?
             .features;
-        let model = models.family(family).ok_or("no model for the family")?;
+        let model = models
+            .family(family, BucketScheme::Fine)
+            .ok_or("no model for the family")?;
         let seconds = time_per_call(20_000, || {
             black_box(model.predict(black_box(&features), batch, 0.7, 0.1).ok());
         });

@@ -50,7 +50,9 @@ fn a_legacy_job_is_estimated_by_the_estimators_asked_for() {
     assert_eq!(v["batch_size"], 32);
     assert_eq!(v["features"]["family"], "cnn");
     let mib = v["mib"].as_u64().unwrap();
-    assert!([8000, 16000, 24000, 32000, 40000].contains(&mib), "{mib}");
+    // An upper edge of the fine CNN buckets, and not more than 2 GiB under
+    // the measured peak (3,934 MiB).
+    assert!(mib % 1000 == 0 && mib + 2048 >= 3934, "{mib}");
     assert!(v["bucket"]["range"].is_string());
 }
 

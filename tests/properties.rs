@@ -1405,6 +1405,7 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("oom", "signatures"),
     ("oom", "stderr_tail_bytes"),
     ("estimate", "order"),
+    ("estimate", "model"),
     ("estimate", "quantile"),
     ("estimate", "out_of_range_tolerance"),
     ("estimate", "models_dir"),

@@ -89,6 +89,41 @@ pub fn feature_vector(f: &ModelFeatures, batch_size: u64) -> Option<FeatureVecto
     ])
 }
 
+/// Which buckets an ensemble classifies into.
+///
+/// `Published` are GPUMemNet's (8,000 MiB wide for CNNs): kept so carma can
+/// be compared with the published figures and because the mission names
+/// that classifier. `Fine` are at most 1 GiB wide, so the estimate is close
+/// to the memory itself: a CNN peaking at 600 MiB is no longer told 8,000.
+/// Fine edges include every published edge, so a fine answer maps onto
+/// exactly one published bucket for comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BucketScheme {
+    #[default]
+    Fine,
+    Published,
+}
+
+impl BucketScheme {
+    /// Both schemes; the model file holds an ensemble of each per family.
+    pub const ALL: [BucketScheme; 2] = [BucketScheme::Fine, BucketScheme::Published];
+
+    /// The name used in the configuration and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BucketScheme::Fine => "fine",
+            BucketScheme::Published => "published",
+        }
+    }
+}
+
+impl std::fmt::Display for BucketScheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Memory buckets: `upper_edges[i]` is the upper edge of bucket `i`; one
 /// more bucket lies above the last edge and means "a whole GPU".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,12 +152,31 @@ impl Buckets {
         }
     }
 
-    /// The buckets of a family with training data.
-    pub fn of(family: Family) -> Option<Buckets> {
-        match family {
-            Family::Mlp => Some(Buckets::mlp()),
-            Family::Cnn => Some(Buckets::cnn()),
-            Family::Transformer | Family::Other => None,
+    /// Fine MLP buckets: (0,1500], then 250 MiB wide up to 5,000 (the MLP
+    /// data run from 1,443 to 4,925 MiB), >5000.
+    pub fn fine_mlp() -> Buckets {
+        Buckets {
+            upper_edges: (1500..=5000).step_by(250).collect(),
+            upper_inclusive: true,
+        }
+    }
+
+    /// Fine CNN buckets: 1,000 MiB wide up to 40,000, >=40000.
+    pub fn fine_cnn() -> Buckets {
+        Buckets {
+            upper_edges: (1000..=40_000).step_by(1000).collect(),
+            upper_inclusive: false,
+        }
+    }
+
+    /// The buckets of a family with training data, in a scheme.
+    pub fn of(family: Family, scheme: BucketScheme) -> Option<Buckets> {
+        match (family, scheme) {
+            (Family::Mlp, BucketScheme::Published) => Some(Buckets::mlp()),
+            (Family::Cnn, BucketScheme::Published) => Some(Buckets::cnn()),
+            (Family::Mlp, BucketScheme::Fine) => Some(Buckets::fine_mlp()),
+            (Family::Cnn, BucketScheme::Fine) => Some(Buckets::fine_cnn()),
+            (Family::Transformer | Family::Other, _) => None,
         }
     }
 
@@ -158,13 +212,26 @@ impl Buckets {
             .map_or(Need::WholeGpu, |&edge| Need::Mib(edge))
     }
 
-    /// The bucket written as a range, for people: `(2000, 3000]`.
-    pub fn label(&self, bucket: usize) -> String {
-        let lower = bucket
+    /// The lower edge of a bucket (0 for the first).
+    fn lower(&self, bucket: usize) -> u64 {
+        bucket
             .checked_sub(1)
             .and_then(|b| self.upper_edges.get(b))
             .copied()
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// The bucket of `coarser` that holds bucket `bucket` of these (finer)
+    /// buckets, found by a value inside it: its lower edge, or one above
+    /// it when lower edges are excluded.
+    pub fn coarsen(&self, bucket: usize, coarser: &Buckets) -> usize {
+        let inside = self.lower(bucket) + u64::from(self.upper_inclusive);
+        coarser.of_mib(inside)
+    }
+
+    /// The bucket written as a range, for people: `(2000, 3000]`.
+    pub fn label(&self, bucket: usize) -> String {
+        let lower = self.lower(bucket);
         match (self.upper_edges.get(bucket), self.upper_inclusive) {
             (Some(upper), true) => format!("({lower}, {upper}]"),
             (Some(upper), false) => format!("[{lower}, {upper})"),
@@ -197,6 +264,7 @@ impl Default for TrainParams {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FamilyEnsemble {
     pub family: Family,
+    pub scheme: BucketScheme,
     pub buckets: Buckets,
     /// Feature names at training time; loading checks them against
     /// [`FEATURE_NAMES`] so a model never meets vectors it was not made for.
@@ -264,10 +332,12 @@ impl FamilyEnsemble {
     /// examples and parameters give the same trees.
     pub fn train(
         family: Family,
-        buckets: Buckets,
+        scheme: BucketScheme,
         examples: &[Example],
         params: &TrainParams,
     ) -> Result<FamilyEnsemble, String> {
+        let buckets = Buckets::of(family, scheme)
+            .ok_or_else(|| format!("no buckets for the {family} family"))?;
         let (records, targets) = matrix(examples, &buckets)?;
         let feature_max = records
             .columns()
@@ -284,7 +354,7 @@ impl FamilyEnsemble {
             .bootstrap_proportion(1.0)
             .feature_proportion(params.feature_proportion)
             .fit(&dataset)
-            .map_err(|e| format!("training the {family} ensemble: {e}"))?;
+            .map_err(|e| format!("training the {family} {scheme} ensemble: {e}"))?;
         let trees = fitted
             .models
             .into_iter()
@@ -293,6 +363,7 @@ impl FamilyEnsemble {
             .collect::<Result<Vec<_>, String>>()?;
         Ok(FamilyEnsemble {
             family,
+            scheme,
             buckets,
             feature_names: FEATURE_NAMES.iter().map(|s| s.to_string()).collect(),
             feature_max,
@@ -396,7 +467,7 @@ pub struct Ensemble {
 pub const MODEL_FILE: &str = "memory-ensemble.json";
 
 /// The layout version of [`MODEL_FILE`].
-pub const MODEL_FORMAT: u32 = 1;
+pub const MODEL_FORMAT: u32 = 2;
 
 impl Ensemble {
     /// Reads and checks a model file's text.
@@ -420,9 +491,11 @@ impl Ensemble {
         serde_json::to_string(self).map_err(|e| e.to_string())
     }
 
-    /// The ensemble of a family, if one was trained.
-    pub fn family(&self, family: Family) -> Option<&FamilyEnsemble> {
-        self.families.iter().find(|f| f.family == family)
+    /// The ensemble of a family in a bucket scheme, if one was trained.
+    pub fn family(&self, family: Family, scheme: BucketScheme) -> Option<&FamilyEnsemble> {
+        self.families
+            .iter()
+            .find(|f| f.family == family && f.scheme == scheme)
     }
 }
 
@@ -447,6 +520,26 @@ mod tests {
         assert_eq!(cnn.of_mib(8000), 1);
         assert_eq!(cnn.of_mib(42_000), 5);
         assert_eq!(cnn.label(5), ">=40000");
+    }
+
+    #[test]
+    fn fine_buckets_refine_the_published_ones() {
+        for family in [Family::Mlp, Family::Cnn] {
+            let fine = Buckets::of(family, BucketScheme::Fine).unwrap();
+            let published = Buckets::of(family, BucketScheme::Published).unwrap();
+            for edge in &published.upper_edges {
+                assert!(fine.upper_edges.contains(edge), "{family}: {edge}");
+            }
+        }
+        let fine = Buckets::fine_cnn();
+        assert_eq!(fine.coarsen(7, &Buckets::cnn()), 0, "[7000, 8000)");
+        assert_eq!(fine.coarsen(8, &Buckets::cnn()), 1, "[8000, 9000)");
+        assert_eq!(fine.coarsen(40, &Buckets::cnn()), 5, ">=40000");
+        let fine = Buckets::fine_mlp();
+        assert_eq!(fine.label(2), "(1750, 2000]");
+        assert_eq!(fine.coarsen(2, &Buckets::mlp()), 0);
+        assert_eq!(fine.coarsen(3, &Buckets::mlp()), 1);
+        assert_eq!(fine.coarsen(fine.len() - 1, &Buckets::mlp()), 4, ">5000");
     }
 
     #[test]

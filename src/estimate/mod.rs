@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use analytic::{Analytic, AnalyticAnswer, Formula};
-pub use ensemble::{BucketAnswer, Buckets, Ensemble, FamilyEnsemble, TrainParams};
+pub use ensemble::{BucketAnswer, BucketScheme, Buckets, Ensemble, FamilyEnsemble, TrainParams};
 pub use history::{Fingerprint, History, Record};
 
 use crate::rad::{LegacyRules, TaskSpec};
@@ -102,6 +102,7 @@ impl std::str::FromStr for EstimatorKind {
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub order: Vec<EstimatorKind>,
+    pub model: BucketScheme,
     pub quantile: f64,
     pub out_of_range_tolerance: f64,
     pub models_dir: PathBuf,
@@ -417,7 +418,7 @@ impl Chain {
                 let summary = summary()?;
                 let models = self.ensemble.as_ref().map_err(Clone::clone)?;
                 let family = summary.features.family;
-                let model = models.family(family).ok_or_else(|| {
+                let model = models.family(family, self.settings.model).ok_or_else(|| {
                     format!("no training data for the {family} family (only MLP and CNN)")
                 })?;
                 let answer = model
