@@ -1407,6 +1407,7 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("estimate", "order"),
     ("estimate", "model"),
     ("estimate", "quantile"),
+    ("estimate", "fine_margin"),
     ("estimate", "out_of_range_tolerance"),
     ("estimate", "models_dir"),
     ("estimate", "history_dir"),

@@ -42,7 +42,7 @@ pub struct Args {
 const FAMILIES: [Family; 2] = [Family::Mlp, Family::Cnn];
 
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
-    let quantile = Config::load(config_path)?.estimate.quantile;
+    let rule = Config::load(config_path)?.estimate.decision_rule();
     let params = TrainParams {
         trees: args.trees,
         seed: args.seed,
@@ -70,7 +70,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         for (family, examples, load) in &loaded {
             for scheme in BucketScheme::ALL {
                 let report = cross_validation::cross_validate(
-                    *family, scheme, examples, &params, folds, quantile,
+                    *family, scheme, examples, &params, folds, rule,
                 )
                 .map_err(anyhow::Error::msg)?;
                 reports.push((report, load.clone()));
@@ -142,18 +142,33 @@ fn print_reports(reports: &[(Report, LoadReport)], params: &TrainParams, json: b
             params.trees,
             params.seed
         );
-        println!("  q = {}: {}", c.quantile, summary_line(c));
+        println!("  {}: {}", rule_text(c), summary_line(c));
         println!("  confusion on the published buckets (rows: true, columns: predicted):");
         for (label, row) in r.buckets.iter().zip(&c.confusion) {
             let cells: Vec<String> = row.iter().map(|n| format!("{n:>5}")).collect();
             println!("    {label:>16} {}", cells.join(""));
         }
         println!("  trade-off:");
-        for s in &r.sweep {
-            println!("    q = {:<4} {}", s.quantile, summary_line(s));
+        for s in r.sweep.iter().chain(&r.margin_sweep) {
+            println!("    {:<18} {}", rule_text(s), summary_line(s));
+        }
+        match r.calibrated_margin {
+            Some(m) => println!(
+                "  smallest margin leaving no held-out run more than 2 GiB under at q = {}: {m:.2}",
+                c.quantile
+            ),
+            None if r.scheme == BucketScheme::Fine => {
+                println!("  no margin up to 100% leaves every held-out run within 2 GiB")
+            }
+            None => {}
         }
     }
     Ok(())
+}
+
+/// A decision rule for people: `q = 0.7, + 20%`.
+fn rule_text(s: &Scores) -> String {
+    format!("q = {}, + {:.0}%", s.quantile, 100.0 * s.margin)
 }
 
 /// One decision rule's scores: published-protocol shares, then MiB terms.

@@ -9,9 +9,14 @@
 //! Folds are stratified by published bucket and shuffled with a seed, so
 //! every fold holds the rare high-memory buckets in proportion, a run
 //! reproduces, and both bucket schemes are scored on the same folds.
-//! The decision rule is applied to the held-out votes for several `q`, so
-//! one run shows the whole trade-off between accuracy and underestimation;
-//! nothing is tuned on the held-out folds.
+//! The decision rule is applied to the held-out votes for several `q` and
+//! margins, so one run shows the whole trade-off between accuracy and
+//! underestimation. Published-protocol shares judge the bucket the votes
+//! chose (the margin is a safety allowance on top, like placement's); MiB
+//! terms judge the estimate, margin included. The report also gives the
+//! smallest margin that left no held-out row more than 2 GiB under (a
+//! split-conformal correction at level 1 - 1/n): it informs the configured
+//! margin but is not applied by itself.
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
@@ -19,13 +24,21 @@ use serde::Serialize;
 
 use super::dataset::{Example, OOM_CRASH_MIB};
 use super::ensemble::{
-    BucketScheme, Buckets, FamilyEnsemble, TrainParams, conservative_bucket, feature_vector,
+    BucketScheme, Buckets, DecisionRule, FamilyEnsemble, TrainParams, conservative_bucket,
+    feature_vector,
 };
 use crate::sched::Need;
 use crate::summary::Family;
 
 /// The `q` values every report shows besides the configured one.
 pub const QUANTILE_SWEEP: [f64; 6] = [0.5, 0.6, 0.7, 0.8, 0.9, 0.95];
+
+/// The fine-bucket margins every report shows at the configured `q`.
+pub const MARGIN_SWEEP: [f64; 6] = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25];
+
+/// Step and largest value of the margin search for the calibrated margin.
+const MARGIN_STEP: f64 = 0.01;
+const MARGIN_MAX: f64 = 1.0;
 
 /// An underestimate by more than this is counted apart: placement keeps
 /// `placement.margin_mib` (2 GiB by default) free beyond every estimate,
@@ -36,6 +49,8 @@ pub const SEVERE_UNDER_MIB: u64 = 2048;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Scores {
     pub quantile: f64,
+    /// The margin added to fine answers (0 for published buckets).
+    pub margin: f64,
     /// Share of predictions in the true published bucket.
     pub accuracy: f64,
     /// Share of predictions below the true published bucket.
@@ -43,7 +58,8 @@ pub struct Scores {
     /// Share of predictions above the true published bucket.
     pub above: f64,
     /// Mean of estimate minus measured peak, MiB (negative: under). A
-    /// whole-GPU answer counts as `OOM_CRASH_MIB`, as crashed runs do.
+    /// whole-GPU answer, or one above `OOM_CRASH_MIB`, counts as
+    /// `OOM_CRASH_MIB`, as crashed runs do.
     pub mean_over_mib: f64,
     /// Mean of |estimate - measured peak|, MiB.
     pub mean_abs_error_mib: f64,
@@ -70,8 +86,15 @@ pub struct Report {
     pub support: Vec<usize>,
     /// The configured decision rule.
     pub configured: Scores,
-    /// The rule at each `q` of [`QUANTILE_SWEEP`].
+    /// The rule at each `q` of [`QUANTILE_SWEEP`], configured margin.
     pub sweep: Vec<Scores>,
+    /// The rule at each margin of [`MARGIN_SWEEP`], configured `q` (fine
+    /// buckets only).
+    pub margin_sweep: Vec<Scores>,
+    /// At the configured `q`: the smallest margin (in steps of 0.01) that
+    /// leaves no held-out row more than 2 GiB under its peak; `None` when
+    /// even 100% does not (fine buckets only).
+    pub calibrated_margin: Option<f64>,
 }
 
 /// Assigns each example a fold: within each bucket, a seeded shuffle dealt
@@ -106,7 +129,7 @@ pub fn cross_validate(
     examples: &[Example],
     params: &TrainParams,
     folds: usize,
-    q: f64,
+    rule: DecisionRule,
 ) -> Result<Report, String> {
     if folds < 2 || examples.len() < folds {
         return Err(format!(
@@ -148,6 +171,8 @@ pub fn cross_validate(
         fold_of: &fold_of,
         shares: &shares,
     };
+    let fine = scheme == BucketScheme::Fine;
+    let margin = rule.margin_for(scheme);
     let mut support = vec![0; published.len()];
     for &l in &labels {
         support[l] += 1;
@@ -159,8 +184,24 @@ pub fn cross_validate(
         rows: examples.len(),
         buckets: (0..published.len()).map(|b| published.label(b)).collect(),
         support,
-        configured: held_out.score(q),
-        sweep: QUANTILE_SWEEP.iter().map(|&q| held_out.score(q)).collect(),
+        configured: held_out.score(rule.quantile, margin),
+        sweep: QUANTILE_SWEEP
+            .iter()
+            .map(|&q| held_out.score(q, margin))
+            .collect(),
+        margin_sweep: if fine {
+            MARGIN_SWEEP
+                .iter()
+                .map(|&m| held_out.score(rule.quantile, m))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        calibrated_margin: if fine {
+            held_out.calibrated_margin(rule.quantile)
+        } else {
+            None
+        },
     })
 }
 
@@ -176,7 +217,15 @@ struct HeldOut<'a> {
 }
 
 impl HeldOut<'_> {
-    fn score(&self, q: f64) -> Scores {
+    /// The smallest margin with no row more than 2 GiB under at `q`.
+    fn calibrated_margin(&self, q: f64) -> Option<f64> {
+        let steps = (MARGIN_MAX / MARGIN_STEP).round() as u32;
+        (0..=steps)
+            .map(|k| f64::from(k) * MARGIN_STEP)
+            .find(|&m| self.score(q, m).under_2gib == 0.0)
+    }
+
+    fn score(&self, q: f64, margin: f64) -> Scores {
         let n_published = self.published.len();
         let mut confusion = vec![vec![0; n_published]; n_published];
         let mut fold_hits = vec![(0usize, 0usize); self.folds];
@@ -195,8 +244,10 @@ impl HeldOut<'_> {
             } else {
                 above += 1;
             }
-            let estimate = match self.buckets.need(bucket) {
-                Need::Mib(mib) => mib,
+            // A need beyond the GPU is placed as a whole GPU (see
+            // `sched`), which counts as crashed runs do.
+            let estimate = match self.buckets.need_with_margin(bucket, margin) {
+                Need::Mib(mib) => mib.min(OOM_CRASH_MIB),
                 _ => OOM_CRASH_MIB,
             };
             let error = estimate as f64 - e.peak_mib as f64;
@@ -209,6 +260,7 @@ impl HeldOut<'_> {
         let hits: usize = fold_hits.iter().map(|h| h.0).sum();
         Scores {
             quantile: q,
+            margin,
             accuracy: hits as f64 / n,
             below: below as f64 / n,
             above: above as f64 / n,

@@ -30,7 +30,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use analytic::{Analytic, AnalyticAnswer, Formula};
-pub use ensemble::{BucketAnswer, BucketScheme, Buckets, Ensemble, FamilyEnsemble, TrainParams};
+pub use ensemble::{
+    BucketAnswer, BucketScheme, Buckets, DecisionRule, Ensemble, FamilyEnsemble, TrainParams,
+};
 pub use history::{Fingerprint, History, Record};
 
 use crate::rad::{LegacyRules, TaskSpec};
@@ -104,6 +106,7 @@ pub struct Settings {
     pub order: Vec<EstimatorKind>,
     pub model: BucketScheme,
     pub quantile: f64,
+    pub fine_margin: f64,
     pub out_of_range_tolerance: f64,
     pub models_dir: PathBuf,
     pub history_dir: PathBuf,
@@ -143,15 +146,24 @@ impl Settings {
                 self.quantile
             ));
         }
-        if !(self.out_of_range_tolerance >= 0.0 && self.history_margin >= 0.0) {
-            return Err(
-                "estimate.out_of_range_tolerance and estimate.history_margin must be >= 0".into(),
-            );
+        if !(self.out_of_range_tolerance >= 0.0
+            && self.history_margin >= 0.0
+            && self.fine_margin >= 0.0)
+        {
+            return Err("estimate.out_of_range_tolerance, estimate.history_margin and estimate.fine_margin must be >= 0".into());
         }
         if self.transformer_seq_len == 0 {
             return Err("estimate.transformer_seq_len must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// The ensemble's decision rule.
+    pub fn decision_rule(&self) -> DecisionRule {
+        DecisionRule {
+            quantile: self.quantile,
+            margin: self.fine_margin,
+        }
     }
 
     /// The analytic estimator's part of the settings.
@@ -269,7 +281,11 @@ impl Estimate {
             None => format!("{need} (no estimator answered)"),
         };
         if let Some(b) = &self.bucket {
-            text.push_str(&format!(" (bucket {} MiB at q = {})", b.range, b.quantile));
+            text.push_str(&format!(" (bucket {} MiB at q = {}", b.range, b.quantile));
+            if b.margin > 0.0 {
+                text.push_str(&format!(", + {:.0}%", 100.0 * b.margin));
+            }
+            text.push(')');
         }
         if let Some(f) = self.formula {
             text.push_str(&format!(" ({f:?} formula)"));
@@ -425,12 +441,12 @@ impl Chain {
                     .predict(
                         &summary.features,
                         batch()?,
-                        self.settings.quantile,
+                        self.settings.decision_rule(),
                         self.settings.out_of_range_tolerance,
                     )
                     .map_err(|d| d.to_string())?;
                 Ok(Answer {
-                    need: model.buckets.need(answer.index),
+                    need: model.need(&answer),
                     bucket: Some(answer),
                     formula: None,
                 })

@@ -65,7 +65,11 @@ fn a_cnn_gets_a_bucket_from_the_ensemble() {
     let e = chain.estimate(&job("mnist_cnn_64.model", 32));
     assert_eq!(e.source, Some(EstimatorKind::Ensemble), "{e:?}");
     let bucket = e.bucket.as_ref().unwrap();
-    assert_eq!(e.need, Buckets::fine_cnn().need(bucket.index));
+    assert_eq!(bucket.margin, chain.settings.fine_margin);
+    assert_eq!(
+        e.need,
+        Buckets::fine_cnn().need_with_margin(bucket.index, bucket.margin)
+    );
     assert!((bucket.shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
     let reasons: Vec<_> = e.declined.iter().map(|(k, _)| *k).collect();
     assert_eq!(reasons, [EstimatorKind::Declared, EstimatorKind::History]);
