@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
 
-use carma::estimate::load_models;
+use carma::estimate::{BucketScheme, DecisionRule, load_models};
 use carma::summary::{Family, Summary};
 
 /// Median over rounds of the mean seconds per call of `f`.
@@ -65,6 +65,10 @@ fn main() -> Result<(), String> {
     });
     println!("  (digest alone: {:.1} µs)", seconds * 1e6);
     let models = load_models(Path::new(""))?;
+    let rule = DecisionRule {
+        quantile: 0.7,
+        margin: 0.2,
+    };
     println!("ensemble prediction (features -> votes of all trees -> bucket):");
     for (name, family, batch) in [
         ("resnet50_32.model", Family::Cnn, 32),
@@ -74,9 +78,11 @@ fn main() -> Result<(), String> {
         let features = Summary::parse(&read(name)?)
             .map_err(|e| e.to_string())?
             .features;
-        let model = models.family(family).ok_or("no model for the family")?;
+        let model = models
+            .family(family, BucketScheme::Fine)
+            .ok_or("no model for the family")?;
         let seconds = time_per_call(20_000, || {
-            black_box(model.predict(black_box(&features), batch, 0.7, 0.1).ok());
+            black_box(model.predict(black_box(&features), batch, rule, 0.1).ok());
         });
         println!(
             "  {name:<26} {family} model, {} trees {:>8.2} µs",

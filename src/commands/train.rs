@@ -1,5 +1,7 @@
 //! `carma train`: trains the memory-estimator ensembles on the GPUMemNet
-//! data and writes the model file, or cross-validates them.
+//! data and writes the model file, or cross-validates them. Both bucket
+//! schemes are trained and scored (on the same folds), so the file serves
+//! either `estimate.model` and one run shows what the fine buckets gain.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,10 +10,10 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use carma::config::Config;
-use carma::estimate::cross_validation::{self, Report};
+use carma::estimate::cross_validation::{self, Report, Scores};
 use carma::estimate::dataset::{self, LoadReport};
 use carma::estimate::ensemble::{MODEL_FILE, MODEL_FORMAT};
-use carma::estimate::{Buckets, Ensemble, FamilyEnsemble, TrainParams};
+use carma::estimate::{BucketScheme, Ensemble, FamilyEnsemble, TrainParams};
 use carma::summary::Family;
 
 #[derive(clap::Args)]
@@ -40,7 +42,7 @@ pub struct Args {
 const FAMILIES: [Family; 2] = [Family::Mlp, Family::Cnn];
 
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
-    let quantile = Config::load(config_path)?.estimate.quantile;
+    let rule = Config::load(config_path)?.estimate.decision_rule();
     let params = TrainParams {
         trees: args.trees,
         seed: args.seed,
@@ -61,25 +63,27 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
             report.oom_crash,
             dataset::OOM_CRASH_MIB
         );
-        let buckets = Buckets::of(family).context("a family without buckets")?;
-        loaded.push((family, buckets, examples, report));
+        loaded.push((family, examples, report));
     }
     if let Some(folds) = args.cv {
         let mut reports = Vec::new();
-        for (family, buckets, examples, load) in &loaded {
-            let report = cross_validation::cross_validate(
-                *family, buckets, examples, &params, folds, quantile,
-            )
-            .map_err(anyhow::Error::msg)?;
-            reports.push((report, load.clone()));
+        for (family, examples, load) in &loaded {
+            for scheme in BucketScheme::ALL {
+                let report = cross_validation::cross_validate(
+                    *family, scheme, examples, &params, folds, rule,
+                )
+                .map_err(anyhow::Error::msg)?;
+                reports.push((report, load.clone()));
+            }
         }
         print_reports(&reports, &params, args.json)?;
     }
     if let Some(out) = &args.out {
         let families = loaded
             .iter()
-            .map(|(family, buckets, examples, _)| {
-                FamilyEnsemble::train(*family, buckets.clone(), examples, &params)
+            .flat_map(|(family, examples, _)| {
+                BucketScheme::ALL
+                    .map(|scheme| FamilyEnsemble::train(*family, scheme, examples, &params))
             })
             .collect::<Result<Vec<_>, String>>()
             .map_err(anyhow::Error::msg)?;
@@ -106,16 +110,20 @@ fn write_models(out: &Path, ensemble: &Ensemble) -> Result<PathBuf> {
 
 fn print_reports(reports: &[(Report, LoadReport)], params: &TrainParams, json: bool) -> Result<()> {
     if json {
-        let families: serde_json::Map<String, serde_json::Value> = reports
-            .iter()
-            .map(|(r, load)| {
-                let mut value = serde_json::to_value(r)?;
-                if let Some(map) = value.as_object_mut() {
-                    map.insert("data".into(), serde_json::to_value(load)?);
-                }
-                Ok((r.family.to_string(), value))
-            })
-            .collect::<Result<_, serde_json::Error>>()?;
+        // families.<family>.<scheme>: the report, with what loading kept.
+        let mut families = serde_json::Map::new();
+        for (r, load) in reports {
+            let mut value = serde_json::to_value(r)?;
+            if let Some(map) = value.as_object_mut() {
+                map.insert("data".into(), serde_json::to_value(load)?);
+            }
+            let family = families
+                .entry(r.family.to_string())
+                .or_insert_with(|| json!({}));
+            if let Some(map) = family.as_object_mut() {
+                map.insert(r.scheme.to_string(), value);
+            }
+        }
         let out = json!({ "params": params, "families": families });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -123,8 +131,9 @@ fn print_reports(reports: &[(Report, LoadReport)], params: &TrainParams, json: b
     for (r, load) in reports {
         let c = &r.configured;
         println!(
-            "{}: {} rows ({} read, {} left-out shapes, {} broken), {}-fold stratified CV, {} trees, seed {}",
+            "{} {} buckets: {} rows ({} read, {} left-out shapes, {} broken), {}-fold stratified CV, {} trees, seed {}",
             r.family,
+            r.scheme,
             r.rows,
             load.rows_read,
             load.left_out_shapes,
@@ -133,28 +142,45 @@ fn print_reports(reports: &[(Report, LoadReport)], params: &TrainParams, json: b
             params.trees,
             params.seed
         );
-        println!(
-            "  q = {}: accuracy {:.4}, below true {:.2}%, above true {:.2}%",
-            c.quantile,
-            c.accuracy,
-            100.0 * c.below,
-            100.0 * c.above
-        );
-        println!("  confusion (rows: true bucket, columns: predicted):");
+        println!("  {}: {}", rule_text(c), summary_line(c));
+        println!("  confusion on the published buckets (rows: true, columns: predicted):");
         for (label, row) in r.buckets.iter().zip(&c.confusion) {
             let cells: Vec<String> = row.iter().map(|n| format!("{n:>5}")).collect();
             println!("    {label:>16} {}", cells.join(""));
         }
         println!("  trade-off:");
-        for s in &r.sweep {
-            println!(
-                "    q = {:<4} accuracy {:.4}  below {:>5.2}%  above {:>5.2}%",
-                s.quantile,
-                s.accuracy,
-                100.0 * s.below,
-                100.0 * s.above
-            );
+        for s in r.sweep.iter().chain(&r.margin_sweep) {
+            println!("    {:<18} {}", rule_text(s), summary_line(s));
+        }
+        match r.calibrated_margin {
+            Some(m) => println!(
+                "  smallest margin leaving no held-out run more than 2 GiB under at q = {}: {m:.2}",
+                c.quantile
+            ),
+            None if r.scheme == BucketScheme::Fine => {
+                println!("  no margin up to 100% leaves every held-out run within 2 GiB")
+            }
+            None => {}
         }
     }
     Ok(())
+}
+
+/// A decision rule for people: `q = 0.7, + 20%`.
+fn rule_text(s: &Scores) -> String {
+    format!("q = {}, + {:.0}%", s.quantile, 100.0 * s.margin)
+}
+
+/// One decision rule's scores: published-protocol shares, then MiB terms.
+fn summary_line(s: &Scores) -> String {
+    format!(
+        "accuracy {:.4}  below {:>5.2}%  above {:>5.2}% | mean over {:>6.0} MiB  MAE {:>6.0} MiB  under {:>5.2}%  >2 GiB under {:>5.2}%",
+        s.accuracy,
+        100.0 * s.below,
+        100.0 * s.above,
+        s.mean_over_mib,
+        s.mean_abs_error_mib,
+        100.0 * s.under,
+        100.0 * s.under_2gib
+    )
 }

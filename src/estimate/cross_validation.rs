@@ -1,52 +1,100 @@
 //! Stratified k-fold cross-validation of a family's ensemble, reported as
 //! the published comparison does: accuracy and the share of predictions
-//! below the true bucket, plus the share above and the confusion matrix.
+//! below the true bucket, plus the share above and the confusion matrix,
+//! all on the published buckets (a fine answer is mapped onto the
+//! published bucket that holds it); and in MiB, which is what placement
+//! pays: mean overestimate, mean absolute error, the share of
+//! underestimates and of those more than 2 GiB under the measured peak.
 //!
-//! Folds are stratified by bucket and shuffled with a seed, so every fold
-//! holds the rare high-memory buckets in proportion and a run reproduces.
-//! The decision rule is applied to the held-out votes for several `q`, so
-//! one run shows the whole trade-off between accuracy and underestimation;
-//! nothing is tuned on the held-out folds.
+//! Folds are stratified by published bucket and shuffled with a seed, so
+//! every fold holds the rare high-memory buckets in proportion, a run
+//! reproduces, and both bucket schemes are scored on the same folds.
+//! The decision rule is applied to the held-out votes for several `q` and
+//! margins, so one run shows the whole trade-off between accuracy and
+//! underestimation. Published-protocol shares judge the bucket the votes
+//! chose (the margin is a safety allowance on top, like placement's); MiB
+//! terms judge the estimate, margin included. The report also gives the
+//! smallest margin that left no held-out row more than 2 GiB under (a
+//! split-conformal correction at level 1 - 1/n): it informs the configured
+//! margin but is not applied by itself.
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 
-use super::dataset::Example;
-use super::ensemble::{Buckets, FamilyEnsemble, TrainParams, conservative_bucket, feature_vector};
+use super::dataset::{Example, OOM_CRASH_MIB};
+use super::ensemble::{
+    BucketScheme, Buckets, DecisionRule, FamilyEnsemble, TrainParams, conservative_bucket,
+    feature_vector,
+};
+use crate::sched::Need;
 use crate::summary::Family;
 
 /// The `q` values every report shows besides the configured one.
 pub const QUANTILE_SWEEP: [f64; 6] = [0.5, 0.6, 0.7, 0.8, 0.9, 0.95];
 
+/// The fine-bucket margins every report shows at the configured `q`.
+pub const MARGIN_SWEEP: [f64; 6] = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25];
+
+/// Step and largest value of the margin search for the calibrated margin.
+const MARGIN_STEP: f64 = 0.01;
+const MARGIN_MAX: f64 = 1.0;
+
+/// An underestimate by more than this is counted apart: placement keeps
+/// `placement.margin_mib` (2 GiB by default) free beyond every estimate,
+/// so a smaller one is absorbed and a larger one risks an OOM crash.
+pub const SEVERE_UNDER_MIB: u64 = 2048;
+
 /// Scores of one decision rule over all held-out predictions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Scores {
     pub quantile: f64,
+    /// The margin added to fine answers (0 for published buckets).
+    pub margin: f64,
+    /// Share of predictions in the true published bucket.
     pub accuracy: f64,
-    /// Share of predictions below the true bucket (underestimates).
+    /// Share of predictions below the true published bucket.
     pub below: f64,
-    /// Share of predictions above the true bucket (overestimates).
+    /// Share of predictions above the true published bucket.
     pub above: f64,
+    /// Mean of estimate minus measured peak, MiB (negative: under). A
+    /// whole-GPU answer, or one above `OOM_CRASH_MIB`, counts as
+    /// `OOM_CRASH_MIB`, as crashed runs do.
+    pub mean_over_mib: f64,
+    /// Mean of |estimate - measured peak|, MiB.
+    pub mean_abs_error_mib: f64,
+    /// Share of estimates below the measured peak.
+    pub under: f64,
+    /// Share of estimates more than [`SEVERE_UNDER_MIB`] below the peak.
+    pub under_2gib: f64,
     /// Accuracy of each fold.
     pub fold_accuracy: Vec<f64>,
-    /// `confusion[true][predicted]`.
+    /// `confusion[true][predicted]`, published buckets.
     pub confusion: Vec<Vec<usize>>,
 }
 
-/// A family's cross-validation result.
+/// A family's cross-validation result for one bucket scheme.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub family: Family,
+    pub scheme: BucketScheme,
     pub folds: usize,
     pub rows: usize,
+    /// The published buckets the shares and the confusion refer to.
     pub buckets: Vec<String>,
-    /// Rows per true bucket.
+    /// Rows per true published bucket.
     pub support: Vec<usize>,
     /// The configured decision rule.
     pub configured: Scores,
-    /// The rule at each `q` of [`QUANTILE_SWEEP`].
+    /// The rule at each `q` of [`QUANTILE_SWEEP`], configured margin.
     pub sweep: Vec<Scores>,
+    /// The rule at each margin of [`MARGIN_SWEEP`], configured `q` (fine
+    /// buckets only).
+    pub margin_sweep: Vec<Scores>,
+    /// At the configured `q`: the smallest margin (in steps of 0.01) that
+    /// leaves no held-out row more than 2 GiB under its peak; `None` when
+    /// even 100% does not (fine buckets only).
+    pub calibrated_margin: Option<f64>,
 }
 
 /// Assigns each example a fold: within each bucket, a seeded shuffle dealt
@@ -73,15 +121,15 @@ pub fn stratified_folds(labels: &[usize], folds: usize, seed: u64) -> Vec<usize>
     fold_of
 }
 
-/// Cross-validates a family's ensemble with `folds` folds and reports the
-/// decision rule at `q` and at the sweep.
+/// Cross-validates a family's ensemble in `scheme` with `folds` folds and
+/// reports the decision rule at `q` and at the sweep.
 pub fn cross_validate(
     family: Family,
-    buckets: &Buckets,
+    scheme: BucketScheme,
     examples: &[Example],
     params: &TrainParams,
     folds: usize,
-    q: f64,
+    rule: DecisionRule,
 ) -> Result<Report, String> {
     if folds < 2 || examples.len() < folds {
         return Err(format!(
@@ -89,9 +137,12 @@ pub fn cross_validate(
             examples.len()
         ));
     }
+    let no_buckets = || format!("no buckets for the {family} family");
+    let buckets = Buckets::of(family, scheme).ok_or_else(no_buckets)?;
+    let published = Buckets::of(family, BucketScheme::Published).ok_or_else(no_buckets)?;
     let labels: Vec<usize> = examples
         .iter()
-        .map(|e| buckets.of_mib(e.peak_mib))
+        .map(|e| published.of_mib(e.peak_mib))
         .collect();
     let fold_of = stratified_folds(&labels, folds, params.seed);
     // Held-out vote shares of every row.
@@ -103,7 +154,7 @@ pub fn cross_validate(
             .filter(|(_, f)| **f != fold)
             .map(|(e, _)| e.clone())
             .collect();
-        let model = FamilyEnsemble::train(family, buckets.clone(), &train, params)?;
+        let model = FamilyEnsemble::train(family, scheme, &train, params)?;
         for (i, e) in examples.iter().enumerate() {
             if fold_of[i] == fold {
                 let x = feature_vector(&e.features, e.batch_size)
@@ -112,57 +163,117 @@ pub fn cross_validate(
             }
         }
     }
-    let score = |q: f64| score(buckets.len(), folds, &labels, &fold_of, &shares, q);
-    let mut support = vec![0; buckets.len()];
+    let held_out = HeldOut {
+        buckets: &buckets,
+        published: &published,
+        folds,
+        examples,
+        fold_of: &fold_of,
+        shares: &shares,
+    };
+    let fine = scheme == BucketScheme::Fine;
+    let margin = rule.margin_for(scheme);
+    let mut support = vec![0; published.len()];
     for &l in &labels {
         support[l] += 1;
     }
     Ok(Report {
         family,
+        scheme,
         folds,
         rows: examples.len(),
-        buckets: (0..buckets.len()).map(|b| buckets.label(b)).collect(),
+        buckets: (0..published.len()).map(|b| published.label(b)).collect(),
         support,
-        configured: score(q),
-        sweep: QUANTILE_SWEEP.iter().map(|&q| score(q)).collect(),
+        configured: held_out.score(rule.quantile, margin),
+        sweep: QUANTILE_SWEEP
+            .iter()
+            .map(|&q| held_out.score(q, margin))
+            .collect(),
+        margin_sweep: if fine {
+            MARGIN_SWEEP
+                .iter()
+                .map(|&m| held_out.score(rule.quantile, m))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        calibrated_margin: if fine {
+            held_out.calibrated_margin(rule.quantile)
+        } else {
+            None
+        },
     })
 }
 
-fn score(
-    n_buckets: usize,
+/// The held-out votes of every row and what scoring them needs.
+struct HeldOut<'a> {
+    /// The buckets the ensemble voted on.
+    buckets: &'a Buckets,
+    published: &'a Buckets,
     folds: usize,
-    labels: &[usize],
-    fold_of: &[usize],
-    shares: &[Vec<f64>],
-    q: f64,
-) -> Scores {
-    let mut confusion = vec![vec![0; n_buckets]; n_buckets];
-    let mut fold_hits = vec![(0usize, 0usize); folds];
-    let (mut below, mut above) = (0, 0);
-    for ((&truth, &fold), s) in labels.iter().zip(fold_of).zip(shares) {
-        let predicted = conservative_bucket(s, q);
-        confusion[truth][predicted] += 1;
-        fold_hits[fold].1 += 1;
-        if predicted == truth {
-            fold_hits[fold].0 += 1;
-        } else if predicted < truth {
-            below += 1;
-        } else {
-            above += 1;
-        }
+    examples: &'a [Example],
+    fold_of: &'a [usize],
+    shares: &'a [Vec<f64>],
+}
+
+impl HeldOut<'_> {
+    /// The smallest margin with no row more than 2 GiB under at `q`.
+    fn calibrated_margin(&self, q: f64) -> Option<f64> {
+        let steps = (MARGIN_MAX / MARGIN_STEP).round() as u32;
+        (0..=steps)
+            .map(|k| f64::from(k) * MARGIN_STEP)
+            .find(|&m| self.score(q, m).under_2gib == 0.0)
     }
-    let n = labels.len().max(1) as f64;
-    let hits: usize = fold_hits.iter().map(|h| h.0).sum();
-    Scores {
-        quantile: q,
-        accuracy: hits as f64 / n,
-        below: below as f64 / n,
-        above: above as f64 / n,
-        fold_accuracy: fold_hits
-            .iter()
-            .map(|&(h, t)| h as f64 / t.max(1) as f64)
-            .collect(),
-        confusion,
+
+    fn score(&self, q: f64, margin: f64) -> Scores {
+        let n_published = self.published.len();
+        let mut confusion = vec![vec![0; n_published]; n_published];
+        let mut fold_hits = vec![(0usize, 0usize); self.folds];
+        let (mut below, mut above, mut under, mut under_2gib) = (0, 0, 0, 0);
+        let (mut over_sum, mut abs_sum) = (0.0, 0.0);
+        for ((e, &fold), s) in self.examples.iter().zip(self.fold_of).zip(self.shares) {
+            let bucket = conservative_bucket(s, q);
+            let truth = self.published.of_mib(e.peak_mib);
+            let predicted = self.buckets.coarsen(bucket, self.published);
+            confusion[truth][predicted] += 1;
+            fold_hits[fold].1 += 1;
+            if predicted == truth {
+                fold_hits[fold].0 += 1;
+            } else if predicted < truth {
+                below += 1;
+            } else {
+                above += 1;
+            }
+            // A need beyond the GPU is placed as a whole GPU (see
+            // `sched`), which counts as crashed runs do.
+            let estimate = match self.buckets.need_with_margin(bucket, margin) {
+                Need::Mib(mib) => mib.min(OOM_CRASH_MIB),
+                _ => OOM_CRASH_MIB,
+            };
+            let error = estimate as f64 - e.peak_mib as f64;
+            over_sum += error;
+            abs_sum += error.abs();
+            under += usize::from(estimate < e.peak_mib);
+            under_2gib += usize::from(estimate + SEVERE_UNDER_MIB < e.peak_mib);
+        }
+        let n = self.examples.len().max(1) as f64;
+        let hits: usize = fold_hits.iter().map(|h| h.0).sum();
+        Scores {
+            quantile: q,
+            margin,
+            accuracy: hits as f64 / n,
+            below: below as f64 / n,
+            above: above as f64 / n,
+            mean_over_mib: over_sum / n,
+            mean_abs_error_mib: abs_sum / n,
+            under: under as f64 / n,
+            under_2gib: under_2gib as f64 / n,
+            fold_accuracy: fold_hits
+                .iter()
+                .map(|&(h, t)| h as f64 / t.max(1) as f64)
+                .collect(),
+            confusion,
+        }
     }
 }
 

@@ -89,6 +89,41 @@ pub fn feature_vector(f: &ModelFeatures, batch_size: u64) -> Option<FeatureVecto
     ])
 }
 
+/// Which buckets an ensemble classifies into.
+///
+/// `Published` are GPUMemNet's (8,000 MiB wide for CNNs): kept so carma can
+/// be compared with the published figures and because the mission names
+/// that classifier. `Fine` are at most 1 GiB wide, so the estimate is close
+/// to the memory itself: a CNN peaking at 600 MiB is no longer told 8,000.
+/// Fine edges include every published edge, so a fine answer maps onto
+/// exactly one published bucket for comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BucketScheme {
+    #[default]
+    Fine,
+    Published,
+}
+
+impl BucketScheme {
+    /// Both schemes; the model file holds an ensemble of each per family.
+    pub const ALL: [BucketScheme; 2] = [BucketScheme::Fine, BucketScheme::Published];
+
+    /// The name used in the configuration and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BucketScheme::Fine => "fine",
+            BucketScheme::Published => "published",
+        }
+    }
+}
+
+impl std::fmt::Display for BucketScheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Memory buckets: `upper_edges[i]` is the upper edge of bucket `i`; one
 /// more bucket lies above the last edge and means "a whole GPU".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,12 +152,31 @@ impl Buckets {
         }
     }
 
-    /// The buckets of a family with training data.
-    pub fn of(family: Family) -> Option<Buckets> {
-        match family {
-            Family::Mlp => Some(Buckets::mlp()),
-            Family::Cnn => Some(Buckets::cnn()),
-            Family::Transformer | Family::Other => None,
+    /// Fine MLP buckets: (0,1500], then 250 MiB wide up to 5,000 (the MLP
+    /// data run from 1,443 to 4,925 MiB), >5000.
+    pub fn fine_mlp() -> Buckets {
+        Buckets {
+            upper_edges: (1500..=5000).step_by(250).collect(),
+            upper_inclusive: true,
+        }
+    }
+
+    /// Fine CNN buckets: 1,000 MiB wide up to 40,000, >=40000.
+    pub fn fine_cnn() -> Buckets {
+        Buckets {
+            upper_edges: (1000..=40_000).step_by(1000).collect(),
+            upper_inclusive: false,
+        }
+    }
+
+    /// The buckets of a family with training data, in a scheme.
+    pub fn of(family: Family, scheme: BucketScheme) -> Option<Buckets> {
+        match (family, scheme) {
+            (Family::Mlp, BucketScheme::Published) => Some(Buckets::mlp()),
+            (Family::Cnn, BucketScheme::Published) => Some(Buckets::cnn()),
+            (Family::Mlp, BucketScheme::Fine) => Some(Buckets::fine_mlp()),
+            (Family::Cnn, BucketScheme::Fine) => Some(Buckets::fine_cnn()),
+            (Family::Transformer | Family::Other, _) => None,
         }
     }
 
@@ -153,18 +207,39 @@ impl Buckets {
     /// The need a bucket stands for: its upper edge, or a whole GPU for
     /// the open bucket at the top.
     pub fn need(&self, bucket: usize) -> Need {
+        self.need_with_margin(bucket, 0.0)
+    }
+
+    /// The need a bucket stands for, its upper edge raised by the share
+    /// `margin` (rounded up to a MiB).
+    pub fn need_with_margin(&self, bucket: usize, margin: f64) -> Need {
         self.upper_edges
             .get(bucket)
-            .map_or(Need::WholeGpu, |&edge| Need::Mib(edge))
+            .map_or(Need::WholeGpu, |&edge| {
+                Need::Mib((edge as f64 * (1.0 + margin)).ceil() as u64)
+            })
+    }
+
+    /// The lower edge of a bucket (0 for the first).
+    fn lower(&self, bucket: usize) -> u64 {
+        bucket
+            .checked_sub(1)
+            .and_then(|b| self.upper_edges.get(b))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The bucket of `coarser` that holds bucket `bucket` of these (finer)
+    /// buckets, found by a value inside it: its lower edge, or one above
+    /// it when lower edges are excluded.
+    pub fn coarsen(&self, bucket: usize, coarser: &Buckets) -> usize {
+        let inside = self.lower(bucket) + u64::from(self.upper_inclusive);
+        coarser.of_mib(inside)
     }
 
     /// The bucket written as a range, for people: `(2000, 3000]`.
     pub fn label(&self, bucket: usize) -> String {
-        let lower = bucket
-            .checked_sub(1)
-            .and_then(|b| self.upper_edges.get(b))
-            .copied()
-            .unwrap_or(0);
+        let lower = self.lower(bucket);
         match (self.upper_edges.get(bucket), self.upper_inclusive) {
             (Some(upper), true) => format!("({lower}, {upper}]"),
             (Some(upper), false) => format!("[{lower}, {upper})"),
@@ -197,6 +272,7 @@ impl Default for TrainParams {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FamilyEnsemble {
     pub family: Family,
+    pub scheme: BucketScheme,
     pub buckets: Buckets,
     /// Feature names at training time; loading checks them against
     /// [`FEATURE_NAMES`] so a model never meets vectors it was not made for.
@@ -216,6 +292,32 @@ pub struct BucketAnswer {
     pub shares: Vec<f64>,
     /// The `q` of the decision rule.
     pub quantile: f64,
+    /// The share added to the bucket's upper edge (0 for published
+    /// buckets).
+    pub margin: f64,
+}
+
+/// How the votes become an answer: the bucket at the quantile `quantile`
+/// of the votes, its upper edge raised by `margin` for fine buckets.
+///
+/// Why a relative margin: held-out errors of the fine buckets grow with
+/// the memory (a 30 GB network misjudged by 10% is 3 GB under, a 2 GB one
+/// 200 MiB), so the margin that keeps large networks within 2 GiB costs
+/// small ones little. Published buckets get none: they are wide already.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DecisionRule {
+    pub quantile: f64,
+    pub margin: f64,
+}
+
+impl DecisionRule {
+    /// The margin this rule adds to answers in `scheme`.
+    pub fn margin_for(self, scheme: BucketScheme) -> f64 {
+        match scheme {
+            BucketScheme::Fine => self.margin,
+            BucketScheme::Published => 0.0,
+        }
+    }
 }
 
 /// Why the ensemble has no answer for an input.
@@ -264,10 +366,12 @@ impl FamilyEnsemble {
     /// examples and parameters give the same trees.
     pub fn train(
         family: Family,
-        buckets: Buckets,
+        scheme: BucketScheme,
         examples: &[Example],
         params: &TrainParams,
     ) -> Result<FamilyEnsemble, String> {
+        let buckets = Buckets::of(family, scheme)
+            .ok_or_else(|| format!("no buckets for the {family} family"))?;
         let (records, targets) = matrix(examples, &buckets)?;
         let feature_max = records
             .columns()
@@ -284,7 +388,7 @@ impl FamilyEnsemble {
             .bootstrap_proportion(1.0)
             .feature_proportion(params.feature_proportion)
             .fit(&dataset)
-            .map_err(|e| format!("training the {family} ensemble: {e}"))?;
+            .map_err(|e| format!("training the {family} {scheme} ensemble: {e}"))?;
         let trees = fitted
             .models
             .into_iter()
@@ -293,6 +397,7 @@ impl FamilyEnsemble {
             .collect::<Result<Vec<_>, String>>()?;
         Ok(FamilyEnsemble {
             family,
+            scheme,
             buckets,
             feature_names: FEATURE_NAMES.iter().map(|s| s.to_string()).collect(),
             feature_max,
@@ -337,13 +442,13 @@ impl FamilyEnsemble {
         votes.iter().map(|&v| f64::from(v) / total).collect()
     }
 
-    /// The bucket for a model run with `batch_size`, by the decision rule
-    /// with quantile `q`; declines inputs the trees cannot judge.
+    /// The bucket for a model run with `batch_size`, by the decision
+    /// rule; declines inputs the trees cannot judge.
     pub fn predict(
         &self,
         features: &ModelFeatures,
         batch_size: u64,
-        q: f64,
+        rule: DecisionRule,
         tolerance: f64,
     ) -> Result<BucketAnswer, Decline> {
         let x = feature_vector(features, batch_size).ok_or(Decline::NoActivations)?;
@@ -358,13 +463,19 @@ impl FamilyEnsemble {
             }
         }
         let shares = self.shares(&x);
-        let index = conservative_bucket(&shares, q);
+        let index = conservative_bucket(&shares, rule.quantile);
         Ok(BucketAnswer {
             index,
             range: self.buckets.label(index),
             shares,
-            quantile: q,
+            quantile: rule.quantile,
+            margin: rule.margin_for(self.scheme),
         })
+    }
+
+    /// The need an answer of this ensemble stands for.
+    pub fn need(&self, answer: &BucketAnswer) -> Need {
+        self.buckets.need_with_margin(answer.index, answer.margin)
     }
 }
 
@@ -396,7 +507,7 @@ pub struct Ensemble {
 pub const MODEL_FILE: &str = "memory-ensemble.json";
 
 /// The layout version of [`MODEL_FILE`].
-pub const MODEL_FORMAT: u32 = 1;
+pub const MODEL_FORMAT: u32 = 2;
 
 impl Ensemble {
     /// Reads and checks a model file's text.
@@ -420,9 +531,11 @@ impl Ensemble {
         serde_json::to_string(self).map_err(|e| e.to_string())
     }
 
-    /// The ensemble of a family, if one was trained.
-    pub fn family(&self, family: Family) -> Option<&FamilyEnsemble> {
-        self.families.iter().find(|f| f.family == family)
+    /// The ensemble of a family in a bucket scheme, if one was trained.
+    pub fn family(&self, family: Family, scheme: BucketScheme) -> Option<&FamilyEnsemble> {
+        self.families
+            .iter()
+            .find(|f| f.family == family && f.scheme == scheme)
     }
 }
 
@@ -439,6 +552,8 @@ mod tests {
         assert_eq!(mlp.of_mib(5001), 4);
         assert_eq!(mlp.need(1), Need::Mib(3000));
         assert_eq!(mlp.need(4), Need::WholeGpu);
+        assert_eq!(mlp.need_with_margin(1, 0.15), Need::Mib(3450));
+        assert_eq!(mlp.need_with_margin(4, 0.15), Need::WholeGpu);
         assert_eq!(mlp.label(0), "(0, 2000]");
         assert_eq!(mlp.label(4), ">5000");
         let cnn = Buckets::cnn();
@@ -447,6 +562,26 @@ mod tests {
         assert_eq!(cnn.of_mib(8000), 1);
         assert_eq!(cnn.of_mib(42_000), 5);
         assert_eq!(cnn.label(5), ">=40000");
+    }
+
+    #[test]
+    fn fine_buckets_refine_the_published_ones() {
+        for family in [Family::Mlp, Family::Cnn] {
+            let fine = Buckets::of(family, BucketScheme::Fine).unwrap();
+            let published = Buckets::of(family, BucketScheme::Published).unwrap();
+            for edge in &published.upper_edges {
+                assert!(fine.upper_edges.contains(edge), "{family}: {edge}");
+            }
+        }
+        let fine = Buckets::fine_cnn();
+        assert_eq!(fine.coarsen(7, &Buckets::cnn()), 0, "[7000, 8000)");
+        assert_eq!(fine.coarsen(8, &Buckets::cnn()), 1, "[8000, 9000)");
+        assert_eq!(fine.coarsen(40, &Buckets::cnn()), 5, ">=40000");
+        let fine = Buckets::fine_mlp();
+        assert_eq!(fine.label(2), "(1750, 2000]");
+        assert_eq!(fine.coarsen(2, &Buckets::mlp()), 0);
+        assert_eq!(fine.coarsen(3, &Buckets::mlp()), 1);
+        assert_eq!(fine.coarsen(fine.len() - 1, &Buckets::mlp()), 4, ">5000");
     }
 
     #[test]

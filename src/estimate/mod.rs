@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use analytic::{Analytic, AnalyticAnswer, Formula};
-pub use ensemble::{BucketAnswer, Buckets, Ensemble, FamilyEnsemble, TrainParams};
+pub use ensemble::{
+    BucketAnswer, BucketScheme, Buckets, DecisionRule, Ensemble, FamilyEnsemble, TrainParams,
+};
 pub use history::{Fingerprint, History, Record};
 
 use crate::rad::{LegacyRules, TaskSpec};
@@ -103,7 +105,9 @@ impl std::str::FromStr for EstimatorKind {
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub order: Vec<EstimatorKind>,
+    pub model: BucketScheme,
     pub quantile: f64,
+    pub fine_margin: f64,
     pub out_of_range_tolerance: f64,
     pub models_dir: PathBuf,
     pub history_dir: PathBuf,
@@ -145,15 +149,24 @@ impl Settings {
                 self.quantile
             ));
         }
-        if !(self.out_of_range_tolerance >= 0.0 && self.history_margin >= 0.0) {
-            return Err(
-                "estimate.out_of_range_tolerance and estimate.history_margin must be >= 0".into(),
-            );
+        if !(self.out_of_range_tolerance >= 0.0
+            && self.history_margin >= 0.0
+            && self.fine_margin >= 0.0)
+        {
+            return Err("estimate.out_of_range_tolerance, estimate.history_margin and estimate.fine_margin must be >= 0".into());
         }
         if self.transformer_seq_len == 0 {
             return Err("estimate.transformer_seq_len must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// The ensemble's decision rule.
+    pub fn decision_rule(&self) -> DecisionRule {
+        DecisionRule {
+            quantile: self.quantile,
+            margin: self.fine_margin,
+        }
     }
 
     /// The analytic estimator's part of the settings.
@@ -273,7 +286,11 @@ impl Estimate {
             None => format!("{need} (no estimator answered)"),
         };
         if let Some(b) = &self.bucket {
-            text.push_str(&format!(" (bucket {} MiB at q = {})", b.range, b.quantile));
+            text.push_str(&format!(" (bucket {} MiB at q = {}", b.range, b.quantile));
+            if b.margin > 0.0 {
+                text.push_str(&format!(", + {:.0}%", 100.0 * b.margin));
+            }
+            text.push(')');
         }
         if let Some(f) = self.formula {
             text.push_str(&format!(" ({f:?} formula)"));
@@ -422,19 +439,19 @@ impl Chain {
                 let summary = summary()?;
                 let models = self.ensemble.as_ref().map_err(Clone::clone)?;
                 let family = summary.features.family;
-                let model = models.family(family).ok_or_else(|| {
+                let model = models.family(family, self.settings.model).ok_or_else(|| {
                     format!("no training data for the {family} family (only MLP and CNN)")
                 })?;
                 let answer = model
                     .predict(
                         &summary.features,
                         batch()?,
-                        self.settings.quantile,
+                        self.settings.decision_rule(),
                         self.settings.out_of_range_tolerance,
                     )
                     .map_err(|d| d.to_string())?;
                 Ok(Answer {
-                    need: model.buckets.need(answer.index),
+                    need: model.need(&answer),
                     bucket: Some(answer),
                     formula: None,
                 })

@@ -37,9 +37,11 @@ fn job(model: &str, batch: u64) -> EstimateInput {
 #[test]
 fn the_built_in_models_load() {
     let models = load_models(Path::new("")).unwrap();
-    assert!(models.family(Family::Mlp).is_some());
-    assert!(models.family(Family::Cnn).is_some());
-    assert!(models.family(Family::Transformer).is_none());
+    for scheme in BucketScheme::ALL {
+        assert!(models.family(Family::Mlp, scheme).is_some());
+        assert!(models.family(Family::Cnn, scheme).is_some());
+        assert!(models.family(Family::Transformer, scheme).is_none());
+    }
 }
 
 #[test]
@@ -63,7 +65,11 @@ fn a_cnn_gets_a_bucket_from_the_ensemble() {
     let e = chain.estimate(&job("mnist_cnn_64.model", 32));
     assert_eq!(e.source, Some(EstimatorKind::Ensemble), "{e:?}");
     let bucket = e.bucket.as_ref().unwrap();
-    assert_eq!(e.need, Buckets::cnn().need(bucket.index));
+    assert_eq!(bucket.margin, chain.settings.fine_margin);
+    assert_eq!(
+        e.need,
+        Buckets::fine_cnn().need_with_margin(bucket.index, bucket.margin)
+    );
     assert!((bucket.shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
     let reasons: Vec<_> = e.declined.iter().map(|(k, _)| *k).collect();
     assert_eq!(reasons, [EstimatorKind::Declared, EstimatorKind::History]);
@@ -171,7 +177,8 @@ fn training_is_deterministic() {
         ..TrainParams::default()
     };
     let train = || {
-        let model = FamilyEnsemble::train(Family::Cnn, Buckets::cnn(), &subset, &params).unwrap();
+        let model =
+            FamilyEnsemble::train(Family::Cnn, BucketScheme::Fine, &subset, &params).unwrap();
         Ensemble {
             format: ensemble::MODEL_FORMAT,
             params,
