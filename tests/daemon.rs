@@ -7,7 +7,7 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use common::{CARMA, Spool, fake_job, stderr, stdout};
+use common::{CARMA, Spool, executable, fake_job, stderr, stdout};
 
 #[test]
 fn dropped_and_submitted_jobs_all_end_in_done() {
@@ -392,13 +392,9 @@ fn under_mps_the_daemon_runs_the_control_daemon_and_caps_each_job() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("mps-calls");
     let control = dir.path().join("nvidia-cuda-mps-control");
-    let script = |path: &std::path::Path, text: String| {
-        fs::write(path, text).unwrap();
-        fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    };
-    script(
+    executable(
         &control,
-        format!(
+        &format!(
             "#!/bin/sh\necho \"args=$* pipe=$CUDA_MPS_PIPE_DIRECTORY\" >> {0}\n\
              if [ \"$1\" != -d ]; then cat >> {0}; fi\n",
             record.display()
@@ -407,9 +403,9 @@ fn under_mps_the_daemon_runs_the_control_daemon_and_caps_each_job() {
     let modes = dir.path().join("modes");
     fs::write(&modes, "SIM-0, Default\n").unwrap();
     let smi = dir.path().join("nvidia-smi");
-    script(
+    executable(
         &smi,
-        format!(
+        &format!(
             "#!/bin/sh\ncase \"$1\" in\n\
              --query-gpu=*) cat {0} ;;\n\
              -i) echo \"$2, $4\" > {0}; echo \"$*\" >> {0}.calls ;;\n\
@@ -465,22 +461,15 @@ fn compute_modes_saved_by_a_crashed_daemon_are_the_ones_restored() {
     let modes = dir.path().join("modes");
     fs::write(&modes, "SIM-0, Exclusive_Process\n").unwrap();
     let smi = dir.path().join("nvidia-smi");
-    fs::write(
+    executable(
         &smi,
-        format!(
+        &format!(
             "#!/bin/sh\ncase \"$1\" in\n--query-gpu=*) cat {0} ;;\n-i) echo \"$2, $4\" > {0} ;;\nesac\n",
             modes.display()
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let control = dir.path().join("control");
-    fs::write(&control, "#!/bin/sh\ncat >/dev/null\n").unwrap();
-    fs::set_permissions(
-        &control,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    executable(&control, "#!/bin/sh\ncat >/dev/null\n");
     let mut spool = Spool::with_config(
         "1x40GiB",
         &format!(

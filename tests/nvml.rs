@@ -8,12 +8,11 @@ mod common;
 
 use std::fmt::Write as _;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{Spool, stderr, stdout};
+use common::{Spool, executable, stderr, stdout};
 
 /// The fake library, compiled once per test run.
 fn fake_library() -> &'static Path {
@@ -277,9 +276,9 @@ fn fake_dcgmi(dir: &Path, first: &str) -> PathBuf {
     let script = dir.join("dcgmi");
     let control = dir.join("dcgmi.txt");
     fs::write(&control, first).unwrap();
-    fs::write(
+    executable(
         &script,
-        format!(
+        &format!(
             "#!/bin/bash\n\
              echo \"$*\" > {dir}/dcgmi.args\n\
              echo '#Entity   SMACT        SMOCC        DRAMA'\n\
@@ -296,9 +295,7 @@ fn fake_dcgmi(dir: &Path, first: &str) -> PathBuf {
             dir = dir.display(),
             control = control.display(),
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    );
     script
 }
 

@@ -323,6 +323,13 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Writes an executable script (a fake `nvidia-smi`, MPS control, ...).
+pub fn executable(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::write(path, text).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// A keyed job that runs `carma fake-train`.
 pub fn fake_job(name: &str, extra_directives: &str, mem: &str, secs: f64) -> String {
     format!(
