@@ -40,6 +40,9 @@ impl fmt::Display for Gate {
     }
 }
 
+/// How far below a threshold an average must be to count as below it.
+const STRICTLY: f64 = 1e-9;
+
 /// A GPU's activity averaged over the window.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Load {
@@ -79,24 +82,43 @@ impl Activity {
         self.dram.record(at, sample.dram.unwrap_or(1.0));
     }
 
-    /// The averages over the window ending at `now`.
-    pub fn load(&self, now: Time) -> Load {
+    /// The averages over the window ending at `now` that `rules` look at:
+    /// occupancy and DRAM activity only matter (and are only averaged, on
+    /// every placement's path) when the prototype gate sees busy SMs.
+    pub fn load(&self, now: Time, rules: &PlacementRules) -> Load {
+        let smact = self.smact.average(now);
+        let busy = rules.gate == Gate::Prototype && smact >= rules.smact_cap;
+        let average = |window: &SmactWindow| if busy { window.average(now) } else { 0.0 };
         Load {
-            smact: self.smact.average(now),
-            occupancy: self.occupancy.average(now),
-            dram: self.dram.average(now),
+            smact,
+            occupancy: average(&self.occupancy),
+            dram: average(&self.dram),
         }
     }
 
     /// The earliest time at or after `now` at which `rules` admit this GPU
     /// if no new sample arrives; `None` if they never will.
+    ///
+    /// The prototype's thresholds refuse at equality, so its averages must
+    /// fall strictly below them: a GPU that sits exactly at a threshold
+    /// never opens by itself (a deadline "now" would wake the driver for
+    /// nothing, over and over).
     pub fn opens_at(&self, now: Time, rules: &PlacementRules) -> Option<Time> {
-        let smact = self.smact.falls_to(now, rules.smact_cap);
         match rules.gate {
-            Gate::Smact => smact,
+            // A window whose latest value is above the cap never falls
+            // below it without a new sample: checked first, as it is cheap.
+            Gate::Smact if self.smact.last() > rules.smact_cap => None,
+            Gate::Smact => self.smact.falls_to(now, rules.smact_cap),
             Gate::Prototype => {
-                let occupancy = self.occupancy.falls_to(now, rules.occupancy_cap);
-                let dram = self.dram.falls_to(now, rules.dram_cap);
+                let below = |window: &SmactWindow, cap: f64| {
+                    let cap = cap - STRICTLY;
+                    (window.last() <= cap)
+                        .then(|| window.falls_to(now, cap))
+                        .flatten()
+                };
+                let smact = below(&self.smact, rules.smact_cap);
+                let occupancy = below(&self.occupancy, rules.occupancy_cap);
+                let dram = below(&self.dram, rules.dram_cap);
                 let quiet = occupancy.zip(dram).map(|(o, d)| o.max(d));
                 [smact, quiet].into_iter().flatten().min()
             }
@@ -105,29 +127,36 @@ impl Activity {
 }
 
 impl PlacementRules {
-    /// Why a GPU with this load may not take a newcomer; `None` when it
-    /// may.
-    pub(super) fn refuses(&self, load: &Load) -> Option<String> {
+    /// Whether a GPU with this load is too busy to take a newcomer. On
+    /// every placement's path, so it allocates nothing.
+    pub(super) fn refuses(&self, load: &Load) -> bool {
         match self.gate {
-            Gate::Smact if load.smact > self.smact_cap => {
-                Some(format!("SMACT {:.2} > {:.2}", load.smact, self.smact_cap))
+            Gate::Smact => load.smact > self.smact_cap,
+            Gate::Prototype => {
+                load.smact >= self.smact_cap
+                    && (load.occupancy >= self.occupancy_cap || load.dram >= self.dram_cap)
             }
-            Gate::Prototype
-                if load.smact >= self.smact_cap
-                    && (load.occupancy >= self.occupancy_cap || load.dram >= self.dram_cap) =>
-            {
-                Some(format!(
-                    "SMACT {:.2} >= {:.2} with occupancy {:.2} (cap {:.2}), DRAM {:.2} (cap {:.2})",
-                    load.smact,
-                    self.smact_cap,
-                    load.occupancy,
-                    self.occupancy_cap,
-                    load.dram,
-                    self.dram_cap
-                ))
-            }
-            _ => None,
         }
+    }
+
+    /// Why a GPU with this load may not take a newcomer, for people;
+    /// `None` when it may.
+    pub(super) fn refusal(&self, load: &Load) -> Option<String> {
+        if !self.refuses(load) {
+            return None;
+        }
+        Some(match self.gate {
+            Gate::Smact => format!("SMACT {:.2} > {:.2}", load.smact, self.smact_cap),
+            Gate::Prototype => format!(
+                "SMACT {:.2} >= {:.2} with occupancy {:.2} (cap {:.2}), DRAM {:.2} (cap {:.2})",
+                load.smact,
+                self.smact_cap,
+                load.occupancy,
+                self.occupancy_cap,
+                load.dram,
+                self.dram_cap
+            ),
+        })
     }
 }
 
@@ -153,24 +182,18 @@ mod tests {
     #[test]
     fn the_prototype_gate_needs_busy_sms_and_full_warps_or_a_busy_bus() {
         let p = rules(Gate::Prototype);
-        assert!(p.refuses(&load(0.85, 0.50, 0.10)).is_some());
-        assert!(p.refuses(&load(0.85, 0.10, 0.40)).is_some());
-        assert!(
-            p.refuses(&load(0.80, 0.45, 0.00)).is_some(),
-            "thresholds count"
-        );
-        assert!(
-            p.refuses(&load(0.95, 0.30, 0.30)).is_none(),
-            "busy SMs alone"
-        );
-        assert!(p.refuses(&load(0.79, 0.90, 0.90)).is_none(), "SMs not busy");
+        assert!(p.refuses(&load(0.85, 0.50, 0.10)));
+        assert!(p.refuses(&load(0.85, 0.10, 0.40)));
+        assert!(p.refuses(&load(0.80, 0.45, 0.00)), "thresholds count");
+        assert!(!p.refuses(&load(0.95, 0.30, 0.30)), "busy SMs alone");
+        assert!(!p.refuses(&load(0.79, 0.90, 0.90)), "SMs not busy");
     }
 
     #[test]
     fn the_smact_gate_looks_at_sms_only() {
         let p = rules(Gate::Smact);
-        assert!(p.refuses(&load(0.81, 0.0, 0.0)).is_some());
-        assert!(p.refuses(&load(0.80, 1.0, 1.0)).is_none());
+        assert!(p.refuses(&load(0.81, 0.0, 0.0)));
+        assert!(!p.refuses(&load(0.80, 1.0, 1.0)));
     }
 
     fn sample(smact: f64, occupancy: Option<f64>, dram: Option<f64>) -> GpuSample {
@@ -190,9 +213,9 @@ mod tests {
         let p = rules(Gate::Prototype);
         let mut a = Activity::new(30.0);
         a.record(Time::ZERO, &sample(0.9, None, None));
-        assert!(p.refuses(&a.load(Time::from_secs(1))).is_some());
+        assert!(p.refuses(&a.load(Time::from_secs(1), &p)));
         a.record(Time::from_secs(100), &sample(0.9, Some(0.1), Some(0.1)));
-        assert!(p.refuses(&a.load(Time::from_secs(200))).is_none());
+        assert!(!p.refuses(&a.load(Time::from_secs(200), &p)));
     }
 
     #[test]
@@ -206,10 +229,23 @@ mod tests {
         a.record(Time::from_secs(100), &sample(0.9, Some(0.0), Some(0.0)));
         let now = Time::from_secs(100);
         let open = a.opens_at(now, &p).unwrap().as_secs_f64();
+        assert!(p.refuses(&a.load(now, &p)));
         // Occupancy reaches 0.45 after 30 * (0.9 - 0.45) / 0.9 = 15 s;
         // DRAM reaches 0.40 after 30 * 0.5 / 0.9 = 16.7 s: the later one.
         assert!((open - 116.667).abs() < 1e-2, "{open}");
         assert_eq!(rules(Gate::Smact).smact_cap, p.smact_cap);
         assert_eq!(a.opens_at(now, &rules(Gate::Smact)), None);
+    }
+
+    #[test]
+    fn a_gpu_exactly_at_a_threshold_does_not_open_by_itself() {
+        // SMACT 0.80 and occupancy unknown: refused (thresholds count), and
+        // no deadline, or the driver would be woken at once, forever.
+        let p = rules(Gate::Prototype);
+        let mut a = Activity::new(30.0);
+        a.record(Time::ZERO, &sample(0.8, None, None));
+        let now = Time::from_secs(100);
+        assert!(p.refuses(&a.load(now, &p)));
+        assert_eq!(a.opens_at(now, &p), None);
     }
 }

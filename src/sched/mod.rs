@@ -286,7 +286,7 @@ impl Scheduler {
             .gpus
             .iter()
             .zip(&self.load)
-            .filter(|&(g, load)| g.healthy && p.refuses(load).is_some())
+            .filter(|&(g, load)| g.healthy && p.refuses(load))
             .filter_map(|(g, _)| g.activity.opens_at(self.now, p))
             // A hair later than the exact crossing, so the average is
             // below the cap even after rounding.
@@ -355,7 +355,7 @@ impl Scheduler {
                         .total_mib
                         .saturating_sub(gpu.used_mib)
                         .saturating_sub(self.ledger.outstanding(g, self.now));
-                    if let Some(busy) = p.refuses(&self.load[g]) {
+                    if let Some(busy) = p.refusal(&self.load[g]) {
                         busy
                     } else if free < need {
                         format!("{} free < {}", format_mib(free), format_mib(need))
@@ -551,7 +551,7 @@ impl Scheduler {
             None => {}
         }
         for (load, gpu) in self.load.iter_mut().zip(&self.gpus) {
-            *load = gpu.activity.load(self.now);
+            *load = gpu.activity.load(self.now, &self.rules.placement);
         }
         loop {
             let (queue_is_recovery, task) = match (self.recovery.front(), self.main.front()) {
@@ -707,7 +707,7 @@ impl Scheduler {
             Want::Idle(_) => self.is_idle(index),
             Want::Free { free_mib: need, .. } => {
                 free_mib >= need
-                    && p.refuses(load).is_none()
+                    && !p.refuses(load)
                     && gpu
                         .occupants
                         .iter()
