@@ -104,13 +104,22 @@ fn one_bad_file_among_good_ones_is_reported_and_the_rest_still_checked() {
 const BERT_LEGACY: &str =
     "# legacy\nconda activate tf\npython b.py\n  bert_base.model\nwiki\n32\nexclusive\n1\n";
 
+/// A legacy job naming `bert_base.model`, beside `summaries`, checked:
+/// accepted whatever the summaries are. Returns its path and the output.
+fn check_bert_beside(summaries: &[&str], json: bool) -> (TempDir, PathBuf, Output) {
+    let dir = TempDir::new().unwrap();
+    for name in summaries {
+        write(&dir, name, "(a model summary)\n");
+    }
+    let rad = write(&dir, "bert.rad", BERT_LEGACY);
+    let output = carma_check(&[&rad], json);
+    assert!(output.status.success(), "{}", stderr(&output));
+    (dir, rad, output)
+}
+
 #[test]
 fn a_summary_name_with_the_wrong_case_is_used_with_a_warning() {
-    let dir = TempDir::new().unwrap();
-    write(&dir, "BERT_base.model", "(a model summary)\n");
-    let rad = write(&dir, "bert.rad", BERT_LEGACY);
-    let output = carma_check(&[&rad], false);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let (_dir, rad, output) = check_bert_beside(&["BERT_base.model"], false);
     let errors = stderr(&output);
     assert!(
         errors.contains(&format!(
@@ -129,12 +138,7 @@ fn a_summary_name_with_the_wrong_case_is_used_with_a_warning() {
 
 #[test]
 fn two_summaries_matching_but_for_case_are_not_guessed_between() {
-    let dir = TempDir::new().unwrap();
-    write(&dir, "BERT_base.model", "(a model summary)\n");
-    write(&dir, "Bert_Base.model", "(another)\n");
-    let rad = write(&dir, "bert.rad", BERT_LEGACY);
-    let output = carma_check(&[&rad], true);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let (_dir, _, output) = check_bert_beside(&["BERT_base.model", "Bert_Base.model"], true);
     let checked: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(checked["model"], serde_json::Value::Null);
     let warning = checked["warnings"][0].as_str().unwrap();
@@ -144,11 +148,7 @@ fn two_summaries_matching_but_for_case_are_not_guessed_between() {
 
 #[test]
 fn a_missing_summary_is_a_warning_with_a_suggestion() {
-    let dir = TempDir::new().unwrap();
-    write(&dir, "BERT_base_v2.model", "(a model summary)\n");
-    let rad = write(&dir, "bert.rad", BERT_LEGACY);
-    let output = carma_check(&[&rad], false);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let (_dir, rad, output) = check_bert_beside(&["BERT_base_v2.model"], false);
     let errors = stderr(&output);
     assert!(
         errors.contains(&format!(
