@@ -50,10 +50,16 @@ fn a_legacy_job_is_estimated_by_the_estimators_asked_for() {
     assert_eq!(v["batch_size"], 32);
     assert_eq!(v["features"]["family"], "cnn");
     let mib = v["mib"].as_u64().unwrap();
-    // A fine CNN bucket's upper edge plus the margin, and not more than
-    // 2 GiB under the measured peak (3,934 MiB).
+    // A fine CNN bucket's upper edge plus the margin, moved from the
+    // data's context to the configured one, and not more than 2 GiB under
+    // the measured peak (3,934 MiB).
     let margin = v["bucket"]["margin"].as_f64().unwrap();
-    let edge = (mib as f64 / (1.0 + margin)).round() as u64;
+    let context = carma::config::Config::load(None)
+        .unwrap()
+        .estimate
+        .context_mib;
+    let learned = mib + carma::estimate::dataset::MEASURED_CONTEXT_MIB - context;
+    let edge = (learned as f64 / (1.0 + margin)).round() as u64;
     assert!(edge % 1000 == 0 && mib + 2048 >= 3934, "{mib}");
     assert!(v["bucket"]["range"].is_string());
 }

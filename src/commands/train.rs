@@ -13,7 +13,7 @@ use carma::config::Config;
 use carma::estimate::cross_validation::{self, Report, Scores};
 use carma::estimate::dataset::{self, LoadReport};
 use carma::estimate::ensemble::{MODEL_FILE, MODEL_FORMAT};
-use carma::estimate::{BucketScheme, Ensemble, FamilyEnsemble, TrainParams};
+use carma::estimate::{Analytic, BucketScheme, Ensemble, FamilyEnsemble, TrainParams};
 use carma::summary::Family;
 
 #[derive(clap::Args)]
@@ -41,8 +41,18 @@ pub struct Args {
 
 const FAMILIES: [Family; 2] = [Family::Mlp, Family::Cnn];
 
+/// Folds of the held-out answers the combining floor is learned on.
+const COMBINE_FOLDS: usize = 3;
+
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
-    let rule = Config::load(config_path)?.estimate.decision_rule();
+    let settings = Config::load(config_path)?.estimate;
+    let rule = settings.decision_rule();
+    // The combining rule is learned against the formula as it answers on
+    // the data's own stack.
+    let analytic = Analytic {
+        context_mib: dataset::MEASURED_CONTEXT_MIB,
+        ..settings.analytic()
+    };
     let params = TrainParams {
         trees: args.trees,
         seed: args.seed,
@@ -70,7 +80,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         for (family, examples, load) in &loaded {
             for scheme in BucketScheme::ALL {
                 let report = cross_validation::cross_validate(
-                    *family, scheme, examples, &params, folds, rule,
+                    *family, scheme, examples, &params, folds, rule, &analytic,
                 )
                 .map_err(anyhow::Error::msg)?;
                 reports.push((report, load.clone()));
@@ -82,8 +92,26 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         let families = loaded
             .iter()
             .flat_map(|(family, examples, _)| {
-                BucketScheme::ALL
-                    .map(|scheme| FamilyEnsemble::train(*family, scheme, examples, &params))
+                BucketScheme::ALL.map(|scheme| {
+                    let mut model = FamilyEnsemble::train(*family, scheme, examples, &params)?;
+                    let learned = cross_validation::learn_combination(
+                        *family,
+                        scheme,
+                        examples,
+                        &params,
+                        COMBINE_FOLDS,
+                        rule,
+                        &analytic,
+                    )?;
+                    log::info!(
+                        "{family} {scheme}: combining floor {} (held out: mean over {:.0} MiB, {:.2}% more than 2 GiB under)",
+                        learned.floor,
+                        learned.mean_over_mib,
+                        100.0 * learned.under_2gib
+                    );
+                    model.analytic_floor = Some(learned.floor);
+                    Ok(model)
+                })
             })
             .collect::<Result<Vec<_>, String>>()
             .map_err(anyhow::Error::msg)?;
@@ -162,6 +190,13 @@ fn print_reports(reports: &[(Report, LoadReport)], params: &TrainParams, json: b
             }
             None => {}
         }
+        let k = &r.combined;
+        println!(
+            "  with the analytic formula, learned floor {}: mean over {:.0} MiB, >2 GiB under {:.2}%",
+            k.floor,
+            k.mean_over_mib,
+            100.0 * k.under_2gib
+        );
     }
     Ok(())
 }

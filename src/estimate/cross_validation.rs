@@ -22,6 +22,8 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 
+use super::analytic::Analytic;
+use super::combine::{FloorScore, Row, learn_floor};
 use super::dataset::{Example, OOM_CRASH_MIB};
 use super::ensemble::{
     BucketScheme, Buckets, DecisionRule, FamilyEnsemble, TrainParams, conservative_bucket,
@@ -95,6 +97,9 @@ pub struct Report {
     /// leaves no held-out row more than 2 GiB under its peak; `None` when
     /// even 100% does not (fine buckets only).
     pub calibrated_margin: Option<f64>,
+    /// The learned combining floor with the analytic formula at the
+    /// configured rule, scored on the same held-out rows.
+    pub combined: FloorScore,
 }
 
 /// Assigns each example a fold: within each bucket, a seeded shuffle dealt
@@ -130,13 +135,8 @@ pub fn cross_validate(
     params: &TrainParams,
     folds: usize,
     rule: DecisionRule,
+    analytic: &Analytic,
 ) -> Result<Report, String> {
-    if folds < 2 || examples.len() < folds {
-        return Err(format!(
-            "cross-validation needs at least 2 folds and as many rows ({folds} folds, {} rows)",
-            examples.len()
-        ));
-    }
     let no_buckets = || format!("no buckets for the {family} family");
     let buckets = Buckets::of(family, scheme).ok_or_else(no_buckets)?;
     let published = Buckets::of(family, BucketScheme::Published).ok_or_else(no_buckets)?;
@@ -144,25 +144,7 @@ pub fn cross_validate(
         .iter()
         .map(|e| published.of_mib(e.peak_mib))
         .collect();
-    let fold_of = stratified_folds(&labels, folds, params.seed);
-    // Held-out vote shares of every row.
-    let mut shares: Vec<Vec<f64>> = vec![Vec::new(); examples.len()];
-    for fold in 0..folds {
-        let train: Vec<Example> = examples
-            .iter()
-            .zip(&fold_of)
-            .filter(|(_, f)| **f != fold)
-            .map(|(e, _)| e.clone())
-            .collect();
-        let model = FamilyEnsemble::train(family, scheme, &train, params)?;
-        for (i, e) in examples.iter().enumerate() {
-            if fold_of[i] == fold {
-                let x = feature_vector(&e.features, e.batch_size)
-                    .ok_or("a training example has no activation counts")?;
-                shares[i] = model.shares(&x);
-            }
-        }
-    }
+    let (fold_of, shares) = held_out_shares(family, scheme, examples, params, folds)?;
     let held_out = HeldOut {
         buckets: &buckets,
         published: &published,
@@ -202,7 +184,111 @@ pub fn cross_validate(
         } else {
             None
         },
+        combined: learn_floor(&combination_rows(
+            &buckets,
+            examples,
+            &shares,
+            (rule.quantile, margin),
+            analytic,
+        )),
     })
+}
+
+/// Each row's fold and the vote shares of the ensemble trained without
+/// that fold, on folds stratified by published bucket.
+pub fn held_out_shares(
+    family: Family,
+    scheme: BucketScheme,
+    examples: &[Example],
+    params: &TrainParams,
+    folds: usize,
+) -> Result<(Vec<usize>, Vec<Vec<f64>>), String> {
+    if folds < 2 || examples.len() < folds {
+        return Err(format!(
+            "cross-validation needs at least 2 folds and as many rows ({folds} folds, {} rows)",
+            examples.len()
+        ));
+    }
+    let published = Buckets::of(family, BucketScheme::Published)
+        .ok_or_else(|| format!("no buckets for the {family} family"))?;
+    let labels: Vec<usize> = examples
+        .iter()
+        .map(|e| published.of_mib(e.peak_mib))
+        .collect();
+    let fold_of = stratified_folds(&labels, folds, params.seed);
+    let mut shares: Vec<Vec<f64>> = vec![Vec::new(); examples.len()];
+    for fold in 0..folds {
+        let train: Vec<Example> = examples
+            .iter()
+            .zip(&fold_of)
+            .filter(|(_, f)| **f != fold)
+            .map(|(e, _)| e.clone())
+            .collect();
+        let model = FamilyEnsemble::train(family, scheme, &train, params)?;
+        for (i, e) in examples.iter().enumerate() {
+            if fold_of[i] == fold {
+                let x = feature_vector(&e.features, e.batch_size)
+                    .ok_or("a training example has no activation counts")?;
+                shares[i] = model.shares(&x);
+            }
+        }
+    }
+    Ok((fold_of, shares))
+}
+
+/// Learns the family's combining floor (see [`super::combine`]) from
+/// held-out ensemble answers under `rule` and the analytic formula's
+/// answers on the same rows, both in the data's own frame (`analytic`
+/// with the data's measured context).
+pub fn learn_combination(
+    family: Family,
+    scheme: BucketScheme,
+    examples: &[Example],
+    params: &TrainParams,
+    folds: usize,
+    rule: DecisionRule,
+    analytic: &Analytic,
+) -> Result<FloorScore, String> {
+    let buckets =
+        Buckets::of(family, scheme).ok_or_else(|| format!("no buckets for the {family} family"))?;
+    let (_, shares) = held_out_shares(family, scheme, examples, params, folds)?;
+    let margin = rule.margin_for(scheme);
+    let rows = combination_rows(
+        &buckets,
+        examples,
+        &shares,
+        (rule.quantile, margin),
+        analytic,
+    );
+    Ok(learn_floor(&rows))
+}
+
+/// Held-out ensemble answers beside the formula's, for the combining
+/// rule; rows the formula cannot judge are left out.
+fn combination_rows(
+    buckets: &Buckets,
+    examples: &[Example],
+    shares: &[Vec<f64>],
+    (quantile, margin): (f64, f64),
+    analytic: &Analytic,
+) -> Vec<Row> {
+    examples
+        .iter()
+        .zip(shares)
+        .filter_map(|(e, s)| {
+            let bucket = conservative_bucket(s, quantile);
+            let ensemble_mib = match buckets.need_with_margin(bucket, margin) {
+                Need::Mib(mib) => mib.min(OOM_CRASH_MIB),
+                _ => OOM_CRASH_MIB,
+            };
+            let analytic_mib = analytic.estimate(&e.features, e.batch_size, "").ok()?.mib;
+            Some(Row {
+                ensemble_mib,
+                analytic_mib,
+                peak_mib: e.peak_mib,
+            })
+        })
+        .collect()
 }
 
 /// The held-out votes of every row and what scoring them needs.

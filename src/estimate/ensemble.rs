@@ -280,6 +280,10 @@ pub struct FamilyEnsemble {
     /// Largest value of each feature in the training data.
     pub feature_max: Vec<f64>,
     pub trees: Vec<FlatTree>,
+    /// The learned combining floor (see [`super::combine`]); absent in
+    /// model files written before it was learned, which then never combine.
+    #[serde(default)]
+    pub analytic_floor: Option<f64>,
 }
 
 /// A bucket chosen by the decision rule, with the votes behind it.
@@ -402,6 +406,7 @@ impl FamilyEnsemble {
             feature_names: FEATURE_NAMES.iter().map(|s| s.to_string()).collect(),
             feature_max,
             trees,
+            analytic_floor: None,
         })
     }
 
@@ -416,6 +421,12 @@ impl FamilyEnsemble {
         }
         if self.trees.is_empty() {
             return Err(format!("the {} model has no trees", self.family));
+        }
+        if let Some(floor) = self.analytic_floor.filter(|f| !(0.0..=1.0).contains(f)) {
+            return Err(format!(
+                "the {} model's combining floor {floor} is outside [0, 1]",
+                self.family
+            ));
         }
         if self.feature_max.len() != FEATURE_NAMES.len() {
             return Err(format!(

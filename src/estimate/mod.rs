@@ -20,6 +20,7 @@
 //! share it.
 
 pub mod analytic;
+pub mod combine;
 pub mod cross_validation;
 pub mod dataset;
 pub mod ensemble;
@@ -247,6 +248,15 @@ impl EstimateInput {
     }
 }
 
+/// Two answers combined by the learned rule (see [`combine`]), in MiB
+/// at the configured context.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Combined {
+    pub ensemble_mib: u64,
+    pub analytic_mib: u64,
+    pub floor: f64,
+}
+
 /// The chain's answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
@@ -257,6 +267,9 @@ pub struct Estimate {
     pub bucket: Option<BucketAnswer>,
     /// The formula, when the analytic estimator answered.
     pub formula: Option<Formula>,
+    /// When the analytic formula lowered the ensemble's answer by the
+    /// learned rule: what each said.
+    pub combined: Option<Combined>,
     /// Estimators asked before the answer, and why each declined.
     pub declined: Vec<(EstimatorKind, String)>,
     /// Where the declaration was read, when `declared` answered.
@@ -269,6 +282,7 @@ impl Estimate {
     pub fn source_text(&self) -> String {
         match (self.source, &self.declared_by) {
             (Some(source), Some(by)) if !by.is_empty() => format!("{source}: {by}"),
+            (Some(source), _) if self.combined.is_some() => format!("{source}+analytic"),
             (Some(source), _) => source.name().to_string(),
             (None, _) => "none".to_string(),
         }
@@ -295,6 +309,12 @@ impl Estimate {
         if let Some(f) = self.formula {
             text.push_str(&format!(" ({f:?} formula)"));
         }
+        if let Some(c) = self.combined {
+            text.push_str(&format!(
+                " (lowered from {} MiB by the analytic formula's {} MiB, floor {})",
+                c.ensemble_mib, c.analytic_mib, c.floor
+            ));
+        }
         if let Some(by) = self.declared_by.as_ref().filter(|by| !by.is_empty()) {
             text.push_str(&format!(" ({by})"));
         }
@@ -307,6 +327,7 @@ struct Answer {
     need: Need,
     bucket: Option<BucketAnswer>,
     formula: Option<Formula>,
+    combined: Option<Combined>,
 }
 
 impl Answer {
@@ -315,6 +336,7 @@ impl Answer {
             need,
             bucket: None,
             formula: None,
+            combined: None,
         }
     }
 }
@@ -364,6 +386,13 @@ impl Chain {
         }
     }
 
+    /// A need learned from the GPUMemNet data moved from the context its
+    /// stack paid to the configured one (never below the configured one).
+    fn in_configured_frame(&self, mib: u64) -> u64 {
+        mib.saturating_sub(dataset::MEASURED_CONTEXT_MIB)
+            .saturating_add(self.settings.context_mib)
+    }
+
     /// The history store the chain reads; the daemon records finished
     /// jobs' peaks into it.
     pub fn history(&self) -> &History {
@@ -379,13 +408,14 @@ impl Chain {
     pub fn estimate_with(&self, order: &[EstimatorKind], input: &EstimateInput) -> Estimate {
         let mut declined = Vec::new();
         for &kind in order {
-            match self.ask(kind, input) {
+            match self.ask(kind, input, order) {
                 Ok(answer) => {
                     return Estimate {
                         need: answer.need,
                         source: Some(kind),
                         bucket: answer.bucket,
                         formula: answer.formula,
+                        combined: answer.combined,
                         declined,
                         declared_by: (kind == EstimatorKind::Declared)
                             .then(|| input.declared_by.clone()),
@@ -399,12 +429,18 @@ impl Chain {
             source: None,
             bucket: None,
             formula: None,
+            combined: None,
             declined,
             declared_by: None,
         }
     }
 
-    fn ask(&self, kind: EstimatorKind, input: &EstimateInput) -> Result<Answer, String> {
+    fn ask(
+        &self,
+        kind: EstimatorKind,
+        input: &EstimateInput,
+        order: &[EstimatorKind],
+    ) -> Result<Answer, String> {
         let summary = || {
             input
                 .summary
@@ -442,18 +478,53 @@ impl Chain {
                 let model = models.family(family, self.settings.model).ok_or_else(|| {
                     format!("no training data for the {family} family (only MLP and CNN)")
                 })?;
+                let batch = batch()?;
                 let answer = model
                     .predict(
                         &summary.features,
-                        batch()?,
+                        batch,
                         self.settings.decision_rule(),
                         self.settings.out_of_range_tolerance,
                     )
                     .map_err(|d| d.to_string())?;
+                let Need::Mib(learned) = model.need(&answer) else {
+                    return Ok(Answer {
+                        need: model.need(&answer),
+                        bucket: Some(answer),
+                        formula: None,
+                        combined: None,
+                    });
+                };
+                // The rule was learned in the data's frame: combine there,
+                // then move to the configured context.
+                let formula = model
+                    .analytic_floor
+                    .filter(|_| order.contains(&EstimatorKind::Analytic))
+                    .and_then(|floor| {
+                        let in_data = Analytic {
+                            context_mib: dataset::MEASURED_CONTEXT_MIB,
+                            ..self.settings.analytic()
+                        };
+                        let a = in_data.estimate(&summary.features, batch, &input.command);
+                        Some((floor, a.ok()?.mib))
+                    });
+                let (need, combined) = match formula {
+                    Some((floor, analytic_mib)) => {
+                        let (need, lowered) = combine::combine(learned, analytic_mib, floor);
+                        let combined = lowered.then(|| Combined {
+                            ensemble_mib: self.in_configured_frame(learned),
+                            analytic_mib: self.in_configured_frame(analytic_mib),
+                            floor,
+                        });
+                        (need, combined)
+                    }
+                    None => (learned, None),
+                };
                 Ok(Answer {
-                    need: model.need(&answer),
+                    need: Need::Mib(self.in_configured_frame(need)),
                     bucket: Some(answer),
                     formula: None,
+                    combined,
                 })
             }
             EstimatorKind::Analytic => {
@@ -466,6 +537,7 @@ impl Chain {
                     need: Need::Mib(a.mib),
                     bucket: None,
                     formula: Some(a.formula),
+                    combined: None,
                 })
             }
             EstimatorKind::WholeGpu => Ok(Answer::plain(Need::WholeGpu)),

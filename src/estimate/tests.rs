@@ -66,13 +66,62 @@ fn a_cnn_gets_a_bucket_from_the_ensemble() {
     assert_eq!(e.source, Some(EstimatorKind::Ensemble), "{e:?}");
     let bucket = e.bucket.as_ref().unwrap();
     assert_eq!(bucket.margin, chain.settings.fine_margin);
-    assert_eq!(
-        e.need,
-        Buckets::fine_cnn().need_with_margin(bucket.index, bucket.margin)
-    );
+    // The bucket's edge with the margin, moved from the context of the
+    // data's stack to the configured one.
+    let Need::Mib(learned) = Buckets::fine_cnn().need_with_margin(bucket.index, bucket.margin)
+    else {
+        panic!("{e:?}")
+    };
+    let moved = learned - dataset::MEASURED_CONTEXT_MIB + chain.settings.context_mib;
+    assert_eq!(e.need, Need::Mib(moved));
+    assert_eq!(e.combined, None, "the CNN models learned not to combine");
     assert!((bucket.shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
     let reasons: Vec<_> = e.declined.iter().map(|(k, _)| *k).collect();
     assert_eq!(reasons, [EstimatorKind::Declared, EstimatorKind::History]);
+}
+
+/// The chain with the built-in models, every family's combining floor
+/// set to `floor`.
+fn chain_with_floor(history: &Path, floor: f64) -> Chain {
+    let mut models = load_models(Path::new("")).unwrap();
+    for family in &mut models.families {
+        family.analytic_floor = Some(floor);
+    }
+    Chain::with_models(&settings(history), Ok(models))
+}
+
+#[test]
+fn the_learned_floor_lets_the_formula_lower_the_ensemble() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = job("mnist_cnn_64.model", 32);
+    let alone = chain_with_floor(dir.path(), 1.0).estimate(&input);
+    let Need::Mib(ensemble) = alone.need else {
+        panic!("{alone:?}")
+    };
+    let chain = chain_with_floor(dir.path(), 0.0);
+    let analytic = chain.estimate_with(&[EstimatorKind::Analytic], &input);
+    let Need::Mib(formula) = analytic.need else {
+        panic!("{analytic:?}")
+    };
+    assert!(formula < ensemble, "{formula} vs {ensemble}");
+    let e = chain.estimate(&input);
+    assert_eq!(e.need, Need::Mib(formula));
+    assert_eq!(e.source_text(), "ensemble+analytic");
+    let c = e.combined.unwrap();
+    assert_eq!(
+        (c.ensemble_mib, c.analytic_mib, c.floor),
+        (ensemble, formula, 0.0)
+    );
+    assert!(e.describe().contains("lowered from"), "{}", e.describe());
+    // A floor between the two bounds the lowering, in the data's frame.
+    let shift = dataset::MEASURED_CONTEXT_MIB - chain.settings.context_mib;
+    let half = chain_with_floor(dir.path(), 0.8).estimate(&input).need;
+    let bound = ((ensemble + shift) as f64 * 0.8).ceil() as u64 - shift;
+    assert!(bound > formula, "{bound} vs {formula}");
+    assert_eq!(half, Need::Mib(bound));
+    // Asked alone, the ensemble answers alone.
+    let only = chain.estimate_with(&[EstimatorKind::Ensemble], &input);
+    assert_eq!((only.need, only.combined), (Need::Mib(ensemble), None));
 }
 
 #[test]

@@ -12,8 +12,10 @@
 //! The optimizer is the one the job's command names (`--optimizer adam`),
 //! else the configured default; mixed precision is read from the summary's
 //! dtypes or the command's flags. The constant is the CUDA context plus
-//! library workspaces: the GPUMemNet data's smallest networks peak at
-//! about 1,400 MiB on the same GPU, which is that constant measured.
+//! library workspaces of the server's stack (`estimate.context_mib`); the
+//! GPUMemNet data's stack paid more (see
+//! [`crate::estimate::dataset::MEASURED_CONTEXT_MIB`]), and fits on that
+//! data use its constant.
 //!
 //! Formulas run in f64; [`with_context`] converts with `as u64`, which
 //! saturates, and adds the constant saturating too, because features and
