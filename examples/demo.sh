@@ -47,6 +47,6 @@ done
 echo
 "$carma" status
 echo
-"$carma" report --csv "$work/tasks.csv"
+"$carma" report --csv "$work/tasks.csv" --plot "$work/plots"
 echo
-echo "per-task CSV: $work/tasks.csv; the spool stays in $work"
+echo "per-task CSV: $work/tasks.csv; pictures: $work/plots; the spool stays in $work"

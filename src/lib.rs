@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod journal;
 pub mod mps;
 pub mod oom;
+pub mod plot;
 pub mod procfs;
 pub mod rad;
 pub mod report;

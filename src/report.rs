@@ -11,6 +11,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::gpu::log::Row;
+use crate::plot;
 use crate::simulate::{Metrics, TaskRecord};
 use crate::spool::record::{Launch, RunExit, read_json};
 use crate::spool::{Spool, SpoolError, State};
@@ -30,6 +31,9 @@ pub struct Report {
     pub cancelled: u32,
     /// Each GPU over the trace (first submission to last end).
     pub gpus: Vec<GpuSummary>,
+    /// The run as `carma report --plot` draws it.
+    #[serde(skip)]
+    pub picture: plot::Run,
 }
 
 /// One GPU over the trace, from the GPU log.
@@ -72,6 +76,7 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
     let mut rows = Vec::new();
     let mut reruns = 0;
     let (mut refused, mut cancelled) = (0, 0);
+    let mut bars = Vec::new();
     for state in [State::Done, State::Failed] {
         for name in spool.list(state)?.tasks {
             let record = spool.load_record(state, &name)?;
@@ -95,6 +100,15 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
                 let crashed = i + 1 < runs.len() || record.crashes as usize > i;
                 metrics.stopped(stopped, crashed);
                 peak = peak.max(exit.as_ref().and_then(|e| e.peak_mib));
+                let owner = owner_name(record.owner);
+                bars.extend(launch.gpus.iter().map(|&gpu| plot::Bar {
+                    gpu,
+                    start: launch.launched_at,
+                    end: stopped,
+                    task: name.to_string(),
+                    group: owner.clone(),
+                    crashed,
+                }));
                 gpus = launch
                     .gpus
                     .iter()
@@ -142,7 +156,9 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
         .iter()
         .filter_map(|r| r.ended_at)
         .fold(f64::NEG_INFINITY, f64::max);
-    let gpus = gpu_summaries(crate::gpu::log::read(spool.root()), start, end);
+    let log = crate::gpu::log::read(spool.root());
+    let picture = picture(spool, &log, bars, start, end);
+    let gpus = gpu_summaries(log, start, end);
     let integrals: Vec<(f64, f64)> = gpus
         .iter()
         .map(|g| (g.energy_j, g.smact * g.seconds))
@@ -155,9 +171,59 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
             refused,
             cancelled,
             gpus,
+            picture,
         },
         rows,
     ))
+}
+
+/// The user a task ran as, for colouring: the name where the system knows
+/// the uid, else the uid.
+fn owner_name(uid: Option<u32>) -> String {
+    match uid {
+        Some(uid) => nix::unistd::User::from_uid(uid.into())
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("uid {uid}"), |u| u.name),
+        None => "unknown".to_string(),
+    }
+}
+
+/// The run as pictures show it: the GPU log and the task runs over
+/// `[start, end]`, in seconds from `start`.
+fn picture(
+    spool: &Spool,
+    log: &[Row],
+    mut bars: Vec<plot::Bar>,
+    start: f64,
+    end: f64,
+) -> plot::Run {
+    if !(start.is_finite() && end.is_finite()) {
+        return plot::Run::default();
+    }
+    for bar in &mut bars {
+        bar.start -= start;
+        bar.end -= start;
+    }
+    let mut gpus: BTreeMap<usize, Vec<plot::Sample>> = BTreeMap::new();
+    for row in log.iter().filter(|r| r.time >= start && r.time <= end) {
+        gpus.entry(row.gpu).or_default().push(plot::Sample {
+            t: row.time - start,
+            smact: row.smact,
+            used_mib: row.used_mib as f64,
+            power_w: row.power_w,
+        });
+    }
+    plot::Run {
+        title: spool.root().display().to_string(),
+        gpu_count: gpus.keys().map(|g| g + 1).max().unwrap_or(0),
+        gpus: gpus
+            .into_iter()
+            .map(|(gpu, samples)| plot::GpuSeries { gpu, samples })
+            .collect(),
+        bars,
+        span: end - start,
+    }
 }
 
 /// Each run's launch and, when it ended normally, its exit, in order.

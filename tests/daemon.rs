@@ -81,6 +81,32 @@ fn an_underestimated_job_crashes_recovers_and_completes() {
         gpu["occupancy"].as_f64().is_some() && gpu["dram"].as_f64().is_some(),
         "{report}"
     );
+    // The pictures of the run: the GPU log's lines and both tasks' runs,
+    // the crashed one outlined in red.
+    let plots = spool.root.join("plots");
+    let out = spool
+        .carma()
+        .args(["report", "--plot"])
+        .arg(&plots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["gpus.svg", "gpus.png", "tasks.svg", "tasks.png"] {
+        assert!(plots.join(name).exists(), "{name}");
+    }
+    let gpus = fs::read_to_string(plots.join("gpus.svg")).unwrap();
+    assert!(gpus.contains("<polyline"), "no GPU log lines drawn");
+    let tasks = fs::read_to_string(plots.join("tasks.svg")).unwrap();
+    // Red outlines: the crashed run's bar and its legend entry.
+    assert_eq!(
+        tasks.matches("fill=\"none\" stroke=\"#FF0000\"").count(),
+        2,
+        "{tasks}"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use carma::config::Config;
-use carma::report;
+use carma::{plot, report};
 
 use super::spool_arg::SpoolArg;
 
@@ -21,6 +21,12 @@ pub struct Args {
     /// Also write one CSV row per task to this file.
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
+    /// Also draw the run into this directory: `gpus.svg`/`.png` (SM
+    /// activity, memory and power per GPU over time, from the GPU log) and
+    /// `tasks.svg`/`.png` (a Gantt chart of task runs per GPU, coloured by
+    /// user, OOM crashes outlined in red).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
 }
 
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
@@ -34,6 +40,9 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
             writer.serialize(row)?;
         }
         writer.flush()?;
+    }
+    if let Some(dir) = &args.plot {
+        plot_into(dir, &r.picture)?;
     }
     let m = &r.metrics;
     if args.json {
@@ -67,4 +76,17 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the run's pictures into `dir` and names them on stderr (stdout
+/// stays the report, JSON included).
+pub fn plot_into(dir: &Path, run: &plot::Run) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (kind, name) in [(plot::Kind::Timeline, "gpus"), (plot::Kind::Gantt, "tasks")] {
+        let files = plot::write(kind, &[run], &dir.join(name)).map_err(anyhow::Error::msg)?;
+        for f in files {
+            eprintln!("wrote {}", f.display());
+        }
+    }
+    Ok(())
 }
