@@ -26,7 +26,16 @@ struct Sim {
 impl Sim {
     fn new(sizes_mib: &[u64]) -> Sim {
         let spool = tempfile::tempdir().unwrap();
-        let gpus = SimGpus::open(spool.path(), sizes_mib, 50.0, 400.0).unwrap();
+        let gpus = SimGpus::open(
+            spool.path(),
+            sizes_mib,
+            carma::gpu::power::PowerCurve {
+                idle_w: 50.0,
+                max_w: 400.0,
+                exponent: 1.0,
+            },
+        )
+        .unwrap();
         Sim {
             _spool: spool,
             gpus,

@@ -1398,6 +1398,7 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("simulate", "ramp_s"),
     ("simulate", "idle_power_w"),
     ("simulate", "max_power_w"),
+    ("simulate", "power_exponent"),
     ("gpu", "nvml_library"),
     ("gpu", "metrics"),
     ("gpu", "dcgmi"),

@@ -58,13 +58,8 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
                 anyhow::anyhow!("--simulate-gpus {spec}: column {}: {}", e.column, e.message)
             })?;
             Box::new(
-                SimGpus::open(
-                    spool.root(),
-                    &sizes,
-                    config.simulate.idle_power_w,
-                    config.simulate.max_power_w,
-                )
-                .context("cannot set up the simulated GPUs")?,
+                SimGpus::open(spool.root(), &sizes, config.simulate.power())
+                    .context("cannot set up the simulated GPUs")?,
             )
         }
         None => {

@@ -11,6 +11,7 @@ mod config;
 pub mod dcgm;
 pub mod log;
 pub mod nvml;
+pub mod power;
 pub mod sim;
 mod source;
 

@@ -13,7 +13,7 @@
 //!   the core decides what happens next. Neighbours are unaffected (MPS
 //!   memory limits make the newcomer fail, not the others).
 //! - A GPU's SM activity is `min(1, Σ smact)` under MPS and the mean of its
-//!   tasks' under `streams`; its power is `idle + (max - idle) x SMACT`.
+//!   tasks' under `streams`; its power follows [`crate::gpu::power`].
 //! - The core sees a GPU sample whenever a GPU's state changes; since the
 //!   state is constant in between, that is exactly what 1 s sampling would
 //!   show, at a fraction of the cost.
@@ -375,10 +375,10 @@ impl Sim<'_> {
 
     /// Accumulates GPU `g`'s energy and SMACT-seconds up to `t`.
     fn integrate(&mut self, g: usize, t: f64) {
-        let model = &self.setup.model;
+        let power = self.setup.model.power();
         let gpu = &mut self.gpus[g];
         let dt = (t - gpu.integrated_to).max(0.0);
-        let watts = model.idle_power_w + (model.max_power_w - model.idle_power_w) * gpu.smact;
+        let watts = power.watts(gpu.smact);
         gpu.joules += watts * dt;
         gpu.smact_seconds += gpu.smact * dt;
         gpu.integrated_to = gpu.integrated_to.max(t);

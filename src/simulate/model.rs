@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use crate::gpu::power::PowerCurve;
+
 /// How tasks that share a GPU divide it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -22,6 +24,7 @@ pub struct Model {
     pub ramp_s: f64,
     pub idle_power_w: f64,
     pub max_power_w: f64,
+    pub power_exponent: f64,
 }
 
 impl Model {
@@ -33,12 +36,17 @@ impl Model {
                 self.ramp_s
             ));
         }
-        if !(self.idle_power_w >= 0.0 && self.max_power_w >= self.idle_power_w) {
-            return Err(format!(
-                "simulate: expected 0 <= idle_power_w ({}) <= max_power_w ({})",
-                self.idle_power_w, self.max_power_w
-            ));
+        self.power()
+            .validate()
+            .map_err(|e| format!("simulate: {e}"))
+    }
+
+    /// The GPUs' power curve.
+    pub fn power(&self) -> PowerCurve {
+        PowerCurve {
+            idle_w: self.idle_power_w,
+            max_w: self.max_power_w,
+            exponent: self.power_exponent,
         }
-        Ok(())
     }
 }

@@ -41,6 +41,13 @@ fn setup(gpus: usize, policy: Policy, estimator: MemoryLine, sharing: Sharing) -
     }
 }
 
+fn config_exponent() -> f64 {
+    crate::config::Config::load(None)
+        .unwrap()
+        .simulate
+        .power_exponent
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-3
 }
@@ -69,11 +76,12 @@ fn exclusive_is_first_in_first_out_with_head_of_line_blocking() {
     assert!(close(m.avg_exec_s, 47.5), "{m:?}");
     assert!(close(m.avg_jct_s, 140.0), "{m:?}");
     assert_eq!(m.oom_crashes, 0);
-    // Energy: both GPUs idle (55 W) except when running at SMACT 0.3
-    // (55 + 345 * 0.3 = 158.5 W). Busy GPU-seconds: A 100, B 2 x 50,
-    // C 30, D 10 = 240 of 360. Energy = 360 * 55 + 240 * 103.5 J.
+    // Energy: both GPUs idle (55 W) except when running at SMACT 0.3,
+    // 345 W x 0.3^exponent above idle. Busy GPU-seconds: A 100, B 2 x 50,
+    // C 30, D 10 = 240 of 360.
+    let above_idle = 345.0 * 0.3f64.powf(config_exponent());
     assert!(
-        close(m.energy_mj, (360.0 * 55.0 + 240.0 * 103.5) / 1e6),
+        close(m.energy_mj, (360.0 * 55.0 + 240.0 * above_idle) / 1e6),
         "{m:?}"
     );
     assert!(close(m.mean_utilization, 240.0 * 0.3 / 360.0), "{m:?}");

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use thiserror::Error;
 
+use super::power::PowerCurve;
 use super::{GpuBackend, GpuInfo, GpuReading, MetricSource, ProcessMemory};
 use state::{State, StateDir};
 
@@ -54,8 +55,7 @@ pub struct SimGpus {
     /// Where the state lives; jobs find it through [`STATE_DIR_VAR`].
     state: StateDir,
     inventory: Vec<GpuInfo>,
-    idle_power_w: f64,
-    max_power_w: f64,
+    power: PowerCurve,
     /// The last good readings and when they were taken: returned, marked
     /// with the error, while the state cannot be read, and the start of the
     /// next energy integration.
@@ -64,32 +64,19 @@ pub struct SimGpus {
 
 impl SimGpus {
     /// Opens the simulated GPUs of the spool at `spool`, one per entry of
-    /// `sizes_mib`, drawing `idle_power_w + (max_power_w - idle_power_w) *
-    /// smact` watts.
+    /// `sizes_mib`, drawing the watts `power` gives for their SM activity.
     ///
     /// An existing state with the same GPU sizes is kept, with its claims:
     /// the daemon restarts while fake jobs run. A state with other sizes, or
     /// one that cannot be read, is replaced (and the log says so): its
     /// claims would not fit the new GPUs.
-    pub fn open(
-        spool: &Path,
-        sizes_mib: &[u64],
-        idle_power_w: f64,
-        max_power_w: f64,
-    ) -> Result<SimGpus, SimError> {
+    pub fn open(spool: &Path, sizes_mib: &[u64], power: PowerCurve) -> Result<SimGpus, SimError> {
         if sizes_mib.is_empty() || sizes_mib.contains(&0) {
             return Err(SimError::Invalid(format!(
                 "every GPU needs memory, got {sizes_mib:?} MiB"
             )));
         }
-        if !(idle_power_w.is_finite() && max_power_w.is_finite())
-            || idle_power_w < 0.0
-            || max_power_w < idle_power_w
-        {
-            return Err(SimError::Invalid(format!(
-                "power must satisfy 0 <= idle <= max, got idle {idle_power_w} W, max {max_power_w} W"
-            )));
-        }
+        power.validate().map_err(SimError::Invalid)?;
         let state = StateDir::create(&spool.join(STATE_DIR))?;
         {
             let locked = state.lock()?;
@@ -131,8 +118,7 @@ impl SimGpus {
         Ok(SimGpus {
             state,
             inventory,
-            idle_power_w,
-            max_power_w,
+            power,
             last: None,
         })
     }
@@ -150,7 +136,7 @@ impl SimGpus {
             .enumerate()
             .map(|(index, gpu)| {
                 let smact = gpu.smact();
-                let power_w = self.idle_power_w + (self.max_power_w - self.idle_power_w) * smact;
+                let power_w = self.power.watts(smact);
                 // NVML's counter integrates power continuously; between two
                 // samples we know only the ends, so take the mean of both.
                 let energy_j = match &self.last {

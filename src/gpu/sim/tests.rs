@@ -1,6 +1,14 @@
+use crate::gpu::power::PowerCurve;
 use std::fs;
 use std::process::Command;
 use std::time::Duration;
+
+/// Power linear in SM activity, so expected watts are easy to state.
+const LINEAR: PowerCurve = PowerCurve {
+    idle_w: 50.0,
+    max_w: 400.0,
+    exponent: 1.0,
+};
 
 use super::*;
 use crate::procfs::ProcessId;
@@ -12,7 +20,7 @@ fn me() -> ProcessId {
 }
 
 fn open(spool: &Path, sizes: &[u64]) -> SimGpus {
-    SimGpus::open(spool, sizes, 50.0, 400.0).unwrap()
+    SimGpus::open(spool, sizes, LINEAR).unwrap()
 }
 
 /// Changes the state file as a fake job would.
@@ -241,14 +249,19 @@ fn a_corrupt_state_is_replaced_on_open() {
 #[test]
 fn nonsense_gpus_and_power_are_refused() {
     let spool = tempfile::tempdir().unwrap();
-    for (sizes, idle, max) in [
+    for (sizes, idle_w, max_w) in [
         (&[][..], 50.0, 400.0),
         (&[0][..], 50.0, 400.0),
         (&[GIB][..], 400.0, 50.0),
         (&[GIB][..], -1.0, 50.0),
         (&[GIB][..], 50.0, f64::NAN),
     ] {
-        let err = SimGpus::open(spool.path(), sizes, idle, max).err().unwrap();
+        let power = PowerCurve {
+            idle_w,
+            max_w,
+            ..LINEAR
+        };
+        let err = SimGpus::open(spool.path(), sizes, power).err().unwrap();
         assert!(matches!(err, SimError::Invalid(_)), "{err}");
     }
 }
