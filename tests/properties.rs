@@ -759,6 +759,7 @@ fn keyed_text(
         memory: v.memory.map(|(_, m)| m),
         published: PublishedEstimates::default(),
         retries: v.retries,
+        time: None,
     };
     KeyedFile {
         text,
@@ -854,6 +855,7 @@ fn legacy_file() -> impl Strategy<Value = KeyedFile> {
                         gpumemnet: need(3),
                     },
                     retries: None,
+                    time: None,
                 };
                 KeyedFile {
                     text,

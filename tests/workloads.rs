@@ -64,6 +64,7 @@ fn legacy(
             gpumemnet: Some(gpumemnet),
         },
         retries: None,
+        time: None,
     }
 }
 

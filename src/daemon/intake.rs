@@ -326,6 +326,7 @@ impl Daemon {
             exclusive: self.config.legacy.exclusive(&spec),
             user: Some(owner),
             max_retries: spec.retries,
+            time_limit: spec.time,
         };
         Ok(Task {
             name: name.clone(),
@@ -340,6 +341,7 @@ impl Daemon {
             supervisor: None,
             adopted: false,
             since: 0.0,
+            time_limit_s: None,
             peak_mib: 0,
             fingerprint: input.fingerprint(),
         })

@@ -103,6 +103,8 @@ struct Task {
     adopted: bool,
     /// When the current run was launched (Unix seconds).
     since: f64,
+    /// The current run's wall-time limit, seconds, as launched.
+    time_limit_s: Option<f64>,
     /// Most memory seen on one GPU during the current run, MiB.
     peak_mib: u64,
     /// The job's identity in the estimators' history.
@@ -420,8 +422,17 @@ impl Daemon {
                 task,
                 gpus,
                 limit_mib,
+                time_limit,
                 why,
-            } => self.launch(task, gpus, limit_mib, why),
+            } => self.launch(
+                task,
+                gpus,
+                runs::Limits {
+                    limit_mib,
+                    time_limit,
+                },
+                why,
+            ),
             Action::Complete { task } => self.finish(task, State::Done, None),
             Action::Recover { task, crashes, why } => self.recover(task, crashes, &why),
             Action::Fail { task, reason } => {
@@ -634,6 +645,7 @@ impl Daemon {
                     run: t.run,
                     gpus: t.gpus.clone(),
                     since: t.since,
+                    time_limit_s: t.time_limit_s,
                     peak_mib: t.peak_mib,
                     user: t.user.clone(),
                 })

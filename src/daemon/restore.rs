@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Result;
 use nix::sys::signal::{Signal, kill};
@@ -119,6 +120,7 @@ impl Daemon {
         task.since = launch
             .as_ref()
             .map_or(task.record.submitted_at, |l| l.launched_at);
+        task.time_limit_s = launch.as_ref().and_then(|l| l.time_limit_s);
         task.supervisor = supervisor::identity(&run_dir);
         task.adopted = true;
         let missing: Vec<String> = gpus
@@ -180,6 +182,7 @@ impl Daemon {
             memory: None,
             published: PublishedEstimates::default(),
             retries: None,
+            time: None,
         };
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {
@@ -198,6 +201,9 @@ impl Daemon {
                 exclusive: false,
                 user: record.owner.or(run_as.as_ref().map(|u| u.uid)),
                 max_retries: None,
+                time_limit: launch
+                    .and_then(|l| l.time_limit_s)
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok()),
             },
             spec,
             user: run_as.as_ref().map_or_else(
@@ -215,6 +221,7 @@ impl Daemon {
             supervisor: None,
             adopted: true,
             since: launch.map_or(0.0, |l| l.launched_at),
+            time_limit_s: None,
             peak_mib: 0,
             fingerprint,
         }

@@ -23,6 +23,15 @@ use crate::spool::record::{
 use crate::spool::{State, TASK_DIR_MODE, make_dir, sync_dir};
 use crate::supervisor;
 
+/// What a placement grants a run besides its GPUs (see
+/// [`crate::sched::Action::Launch`]).
+pub(super) struct Limits {
+    /// Memory per GPU, when the run got a share of its GPUs.
+    pub limit_mib: Option<u64>,
+    /// Wall time, when the run has a limit.
+    pub time_limit: Option<Duration>,
+}
+
 /// The work directory of a job dropped as a bare file: its user's, private.
 fn make_work_dir(path: &Path, owner: Option<u32>) -> std::io::Result<()> {
     match make_dir(path, 0o700) {
@@ -54,14 +63,8 @@ impl Daemon {
     /// written, the task directory is renamed into `running/` (the commit
     /// point), and the supervisor is started. A launch that fails here
     /// never started the job, so the task waits and is launched again.
-    pub(super) fn launch(
-        &mut self,
-        id: TaskId,
-        gpus: Vec<usize>,
-        limit_mib: Option<u64>,
-        why: String,
-    ) {
-        match self.start_run(id, &gpus, limit_mib, &why) {
+    pub(super) fn launch(&mut self, id: TaskId, gpus: Vec<usize>, limits: Limits, why: String) {
+        match self.start_run(id, &gpus, limits, &why) {
             Ok(()) => {
                 if self.launch_retry.succeeded() {
                     log::info!("launches work again");
@@ -111,10 +114,15 @@ impl Daemon {
         &mut self,
         id: TaskId,
         gpus: &[usize],
-        limit_mib: Option<u64>,
+        limits: Limits,
         why: &str,
     ) -> Result<(), String> {
+        let Limits {
+            limit_mib,
+            time_limit,
+        } = limits;
         let grace_s = self.config.daemon.cancel_grace_s;
+        let time_limit_grace_s = self.config.daemon.time_limit_grace_s;
         let job_path = self.config.daemon.job_path.clone();
         let mut carma_env = self.backend_env.clone();
         if self.mps.is_some() {
@@ -160,6 +168,8 @@ impl Daemon {
             run_as: task.run_as.clone(),
             env,
             grace_s,
+            time_limit_s: time_limit.map(|t| t.as_secs_f64()),
+            time_limit_grace_s,
         };
         let failed = |what: &str, e: std::io::Error| format!("{what}: {e}");
         if task.record.workdir.is_none() {
@@ -184,6 +194,7 @@ impl Daemon {
         task.run = run;
         task.gpus = gpus.to_vec();
         task.since = launch.launched_at;
+        task.time_limit_s = launch.time_limit_s;
         task.peak_mib = 0;
         task.adopted = false;
         let run_dir = running_dir.join(&run_name);
@@ -194,8 +205,11 @@ impl Daemon {
             || "none".to_string(),
             |e| format!("{} from {}", e.need, e.source),
         );
+        let time = time_limit.map_or_else(String::new, |t| {
+            format!("; time limit {}", crate::wall_time::format(t))
+        });
         log::info!(
-            "{name}: run {run} on GPU {} as {}: {why}; estimate {estimate}",
+            "{name}: run {run} on GPU {} as {}: {why}; estimate {estimate}{time}",
             indices.join(","),
             task.user
         );
@@ -312,6 +326,9 @@ impl Daemon {
     fn classify(&self, name: &str, exit: &RunExit, run_dir: &Path) -> Exit {
         if exit.succeeded() {
             return Exit::Success;
+        }
+        if exit.timed_out {
+            return Exit::TimeLimit;
         }
         if exit.cancelled {
             return Exit::Cancelled;

@@ -72,6 +72,9 @@ pub struct RunningTask {
     pub gpus: Vec<usize>,
     /// When this run was launched (Unix seconds).
     pub since: f64,
+    /// Its wall-time limit, seconds, if it has one.
+    #[serde(default)]
+    pub time_limit_s: Option<f64>,
     pub peak_mib: u64,
     pub user: String,
 }

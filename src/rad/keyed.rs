@@ -14,6 +14,8 @@
 //! Unknown keys are errors, never ignored: a misspelt `memmory:` that was
 //! silently dropped would turn into an OOM crash hours later.
 
+use std::time::Duration;
+
 use nom::{
     IResult, Parser,
     bytes::complete::take_while,
@@ -30,6 +32,7 @@ use super::text::{self, Line};
 use super::value::{self, Value};
 use crate::sched::Need;
 use crate::size;
+use crate::wall_time;
 
 /// The keys a keyed `.rad` understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,10 +45,11 @@ enum Key {
     Policy,
     Memory,
     Retries,
+    Time,
 }
 
 impl Key {
-    const ALL: [Key; 8] = [
+    const ALL: [Key; 9] = [
         Key::Name,
         Key::Model,
         Key::Dataset,
@@ -54,6 +58,7 @@ impl Key {
         Key::Policy,
         Key::Memory,
         Key::Retries,
+        Key::Time,
     ];
 
     fn spelling(self) -> &'static str {
@@ -66,6 +71,7 @@ impl Key {
             Key::Policy => "policy",
             Key::Memory => "memory",
             Key::Retries => "retries",
+            Key::Time => "time",
         }
     }
 }
@@ -125,6 +131,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
         memory: None,
         published: PublishedEstimates::default(),
         retries: None,
+        time: None,
     };
     let mut model_at = None;
     let mut seen: Vec<(Key, usize)> = Vec::new();
@@ -165,6 +172,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
                     "the number of re-runs after OOM (a non-negative integer)",
                 )?)
             }
+            Key::Time => spec.time = Some(time(&value)?),
         }
     }
     if spec.script.is_empty() {
@@ -206,6 +214,11 @@ fn name(value: &Value<'_>) -> Result<String, RadError> {
         )),
         None => Ok(name),
     }
+}
+
+/// A wall-time limit: `2h`, `90m`, `1:30:00`.
+fn time(value: &Value<'_>) -> Result<Duration, RadError> {
+    wall_time::parse(value.text).map_err(|e| value.error_at(e.column.saturating_sub(1), e.message))
 }
 
 /// Words that ask for a whole idle GPU instead of a size.

@@ -110,6 +110,7 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
             gpumemnet: memory(12),
         },
         retries: None,
+        time: None,
     };
     Ok(Parsed {
         spec,

@@ -7,6 +7,7 @@
 //! (policy, retries) are applied later.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -97,6 +98,17 @@ pub struct TaskSpec {
     pub published: PublishedEstimates,
     /// OOM re-runs this job allows; `None` takes the configured default.
     pub retries: Option<u32>,
+    /// Wall-time limit (`time:`); `None` takes the configured default. In
+    /// JSON, whole seconds.
+    #[serde(serialize_with = "seconds")]
+    pub time: Option<Duration>,
+}
+
+fn seconds<S: serde::Serializer>(time: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match time {
+        Some(t) => s.serialize_some(&t.as_secs()),
+        None => s.serialize_none(),
+    }
 }
 
 /// A need for people: exact MiB (what the file said, not a rounded GiB).
@@ -144,6 +156,8 @@ impl fmt::Display for TaskSpec {
                 need_text(&published.gpumemnet)
             )?;
         }
-        write!(f, "  retries     {}", or_dash(&self.retries))
+        writeln!(f, "  retries     {}", or_dash(&self.retries))?;
+        let time = self.time.map(crate::wall_time::format);
+        write!(f, "  time        {}", or_dash(&time))
     }
 }

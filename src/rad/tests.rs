@@ -107,6 +107,7 @@ fn the_design_example_reads_field_by_field() {
             memory: Some(Need::Mib(4096)),
             published: PublishedEstimates::default(),
             retries: None,
+            time: None,
         }
     );
 }
@@ -336,6 +337,21 @@ fn numbers_too_large_for_u32_are_named() {
 #[test]
 fn retries_may_be_zero_but_not_negative() {
     refused("retries: -1\nrun\n", 1, 10, &["re-runs", "non-negative"]);
+}
+
+#[test]
+fn time_limits_take_units_or_a_clock() {
+    let secs = |text: &str| spec(text).time.map(|t| t.as_secs());
+    assert_eq!(secs("time: 2h\nrun\n"), Some(7200));
+    assert_eq!(secs("time: 90m # an epoch or two\nrun\n"), Some(5400));
+    assert_eq!(secs("time: 1:30:00\nrun\n"), Some(5400));
+    assert_eq!(secs("gpus: 1\nrun\n"), None);
+    refused("time: 90\nrun\n", 1, 9, &["90m, not 90"]);
+    refused("time: 2hours\nrun\n", 1, 9, &["`o` is not a unit"]);
+    refused("time: 1:61:00\nrun\n", 1, 9, &["00 to 59"]);
+    refused("time: 0s\nrun\n", 1, 7, &["zero"]);
+    refused("time:\nrun\n", 1, 6, &["2h, 90m"]);
+    refused("tme: 2h\nrun\n", 1, 1, &["did you mean `time`?"]);
 }
 
 #[test]

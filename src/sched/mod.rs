@@ -37,7 +37,7 @@ use std::time::Duration;
 
 pub use gate::Gate;
 pub use policy::Policy;
-pub use rules::{MAX_SECONDS, PlacementRules, RecoveryMode, RecoveryRules, Rules};
+pub use rules::{MAX_SECONDS, PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};
 pub use task::{Demand, Exit, FailReason, Need, TaskId};
 
 use gate::{Activity, Load};
@@ -114,10 +114,17 @@ pub enum Action {
     /// Start `task` on `gpus`. `limit_mib` is the memory the placement
     /// granted per GPU (estimate + margin), `None` for a whole GPU: an MPS
     /// driver may cap the job there so a misestimate hurts only itself.
+    ///
+    /// `time_limit` is the wall time the job may run (its own or the
+    /// configured default): the driver stops it there (SIGTERM, then
+    /// SIGKILL after a grace) and reports [`Exit::TimeLimit`]. The driver
+    /// enforces it, not the core, so that a limit holds while the daemon
+    /// is down.
     Launch {
         task: TaskId,
         gpus: Vec<usize>,
         limit_mib: Option<u64>,
+        time_limit: Option<Duration>,
         why: String,
     },
     /// The task succeeded.
@@ -393,6 +400,13 @@ impl Scheduler {
             });
             return;
         }
+        if let Some(why) = self.rules.queue.refuses(demand.time_limit) {
+            actions.push(Action::Fail {
+                task,
+                reason: FailReason::Refused(why),
+            });
+            return;
+        }
         self.tasks.insert(
             task,
             Task {
@@ -494,6 +508,15 @@ impl Scheduler {
                 task,
                 reason: FailReason::Cancelled,
             },
+            Exit::TimeLimit => Action::Fail {
+                task,
+                reason: FailReason::TimeLimit(
+                    self.rules
+                        .queue
+                        .time_limit(t.demand.time_limit)
+                        .unwrap_or_default(),
+                ),
+            },
         };
         self.tasks.remove(&task);
         actions.push(outcome);
@@ -583,6 +606,7 @@ impl Scheduler {
             return None;
         }
         let user = t.demand.user;
+        let time_limit = self.rules.queue.time_limit(t.demand.time_limit);
         let policy = if want.is_sole() {
             Policy::Exclusive
         } else {
@@ -610,6 +634,7 @@ impl Scheduler {
         }
         Some(Action::Launch {
             task,
+            time_limit,
             why: explain(policy, idle_first, want, &candidates),
             limit_mib: match want {
                 Want::Free { free_mib, .. } if candidates.iter().all(|c| c.alone.is_none()) => {

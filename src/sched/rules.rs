@@ -1,14 +1,57 @@
 //! The thresholds the core decides by, as they appear in the configuration.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use super::{Gate, Policy};
+use crate::wall_time;
 
-/// Placement and recovery rules together: all the core is configured with.
+/// Placement, recovery and queue rules together: all the core is
+/// configured with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rules {
     pub placement: PlacementRules,
     pub recovery: RecoveryRules,
+    pub queue: QueueRules,
+}
+
+/// `[queue]`: what the queue allows each job; see the commented default
+/// configuration for meanings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueRules {
+    /// Wall-time limit of a job whose file gives none; 0: none.
+    pub default_time_s: f64,
+    /// Longest wall-time limit a job may ask for; 0: no maximum.
+    pub max_time_s: f64,
+}
+
+impl QueueRules {
+    /// The limit a job runs under: its own, else the configured default,
+    /// else the maximum (so that no job escapes a maximum by saying
+    /// nothing).
+    pub fn time_limit(&self, asked: Option<Duration>) -> Option<Duration> {
+        asked
+            .or_else(|| seconds(self.default_time_s))
+            .or_else(|| seconds(self.max_time_s))
+    }
+
+    /// Why a job asking for `asked` may not run here at all, if it may not.
+    pub fn refuses(&self, asked: Option<Duration>) -> Option<String> {
+        let max = seconds(self.max_time_s)?;
+        let asked = asked.filter(|&a| a > max)?;
+        Some(format!(
+            "time: {} is more than the maximum of {} (queue.max_time_s)",
+            wall_time::format(asked),
+            wall_time::format(max)
+        ))
+    }
+}
+
+/// A configured number of seconds, 0 meaning "none".
+fn seconds(s: f64) -> Option<Duration> {
+    (s > 0.0).then(|| Duration::from_secs_f64(s))
 }
 
 /// `[placement]`: see the commented default configuration for meanings.
@@ -77,6 +120,23 @@ impl Rules {
             return Err(format!(
                 "placement.reservation_ramp_s = {}: expected seconds >= 0 (at most a year)",
                 p.reservation_ramp_s
+            ));
+        }
+        let q = &self.queue;
+        for (key, value) in [
+            ("default_time_s", q.default_time_s),
+            ("max_time_s", q.max_time_s),
+        ] {
+            if !(0.0..=MAX_SECONDS).contains(&value) {
+                return Err(format!(
+                    "queue.{key} = {value}: expected seconds >= 0 (0: none; at most a year)"
+                ));
+            }
+        }
+        if q.max_time_s > 0.0 && q.default_time_s > q.max_time_s {
+            return Err(format!(
+                "queue.default_time_s = {}: more than queue.max_time_s = {}",
+                q.default_time_s, q.max_time_s
             ));
         }
         Ok(())

@@ -1,6 +1,9 @@
 //! What the core knows about a task: an id and what it asks for.
 
 use std::fmt;
+use std::time::Duration;
+
+use crate::wall_time;
 
 /// A task's identity inside the core. Drivers map their own names (spool
 /// directories, trace rows) to these numbers; the core never sees paths.
@@ -81,6 +84,9 @@ pub struct Demand {
     /// OOM crashes this task may survive; `None` takes the configured
     /// default.
     pub max_retries: Option<u32>,
+    /// The wall-time limit the task asked for; `None` takes the configured
+    /// default (see [`super::QueueRules::time_limit`]).
+    pub time_limit: Option<Duration>,
 }
 
 impl Demand {
@@ -92,6 +98,7 @@ impl Demand {
             exclusive: false,
             user: None,
             max_retries: None,
+            time_limit: None,
         }
     }
 }
@@ -107,6 +114,8 @@ pub enum Exit {
     Failed(String),
     /// Stopped on a user's request.
     Cancelled,
+    /// Stopped because it reached its wall-time limit.
+    TimeLimit,
 }
 
 /// Why a task ended up in `failed/`.
@@ -120,6 +129,11 @@ pub enum FailReason {
     Cancelled,
     /// No GPU set of this server could ever run it.
     Unplaceable(String),
+    /// It asks for more than the queue allows anyone (a longer time limit
+    /// than the maximum).
+    Refused(String),
+    /// It ran for its whole wall-time limit and was stopped.
+    TimeLimit(Duration),
 }
 
 impl fmt::Display for FailReason {
@@ -131,6 +145,12 @@ impl fmt::Display for FailReason {
             }
             FailReason::Cancelled => f.write_str("cancelled"),
             FailReason::Unplaceable(why) => write!(f, "cannot be placed: {why}"),
+            FailReason::Refused(why) => write!(f, "refused: {why}"),
+            FailReason::TimeLimit(limit) => write!(
+                f,
+                "time limit: stopped after its {} of wall time",
+                wall_time::format(*limit)
+            ),
         }
     }
 }

@@ -1050,3 +1050,90 @@ fn a_launch_that_could_not_start_goes_back_to_the_head_and_pauses_launches() {
         "{actions:?}"
     );
 }
+
+// Wall-time limits: the core hands the limit to the driver, refuses what
+// exceeds the maximum, and names the reason when the driver stops a task.
+
+#[test]
+fn a_launch_carries_the_tasks_own_limit_or_the_default() {
+    let mut r = rules(Policy::FirstFit);
+    r.queue.default_time_s = 3600.0;
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    let own = Demand {
+        time_limit: Some(Duration::from_secs(60)),
+        ..Demand::new(Need::Mib(GIB))
+    };
+    let mut actions = core.step(
+        s(0.0),
+        Event::Queued {
+            task: TaskId(1),
+            demand: own,
+        },
+    );
+    actions.extend(queue(&mut core, 0.0, 2, Need::Mib(GIB)));
+    let limits: Vec<Option<Duration>> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch { time_limit, .. } => Some(*time_limit),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        limits,
+        [
+            Some(Duration::from_secs(60)),
+            Some(Duration::from_secs(3600))
+        ]
+    );
+}
+
+#[test]
+fn a_limit_over_the_maximum_is_refused_and_a_stopped_task_fails_with_time_limit() {
+    let mut r = rules(Policy::FirstFit);
+    r.queue.max_time_s = 7200.0;
+    let mut core = Scheduler::new(r, &[40 * GIB]);
+    let greedy = Demand {
+        time_limit: Some(Duration::from_secs(3 * 3600)),
+        ..Demand::new(Need::Mib(GIB))
+    };
+    let actions = core.step(
+        s(0.0),
+        Event::Queued {
+            task: TaskId(1),
+            demand: greedy,
+        },
+    );
+    match actions.as_slice() {
+        [
+            Action::Fail {
+                reason: FailReason::Refused(why),
+                ..
+            },
+        ] => {
+            assert!(why.contains("3h") && why.contains("2h"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without a limit of its own a task runs under the maximum.
+    let actions = queue(&mut core, 1.0, 2, Need::Mib(GIB));
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Launch { time_limit: Some(t), .. }] if *t == Duration::from_secs(7200)
+    ));
+    let actions = core.step(
+        s(7201.0),
+        Event::Exited {
+            task: TaskId(2),
+            exit: Exit::TimeLimit,
+        },
+    );
+    match actions.as_slice() {
+        [Action::Fail { reason, .. }] => {
+            assert_eq!(
+                reason.to_string(),
+                "time limit: stopped after its 2h of wall time"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -14,6 +14,9 @@
 //!   memory limits make the newcomer fail, not the others).
 //! - A GPU's SM activity is `min(1, Σ smact)` under MPS and the mean of its
 //!   tasks' under `streams`; its power is `idle + (max - idle) x SMACT`.
+//! - A task launched with a wall-time limit is stopped when the limit
+//!   passes (the daemon's supervisor would do the same), its grace period
+//!   not modelled: it ends there, failed with "time limit".
 //! - The core sees a GPU sample whenever a GPU's state changes; since the
 //!   state is constant in between, that is exactly what 1 s sampling would
 //!   show, at a fraction of the cost.
@@ -50,6 +53,8 @@ enum Happening {
     Ramp(usize, u32),
     /// Task `n` finishes, if its rate was last set by `generation`.
     Finish(usize, u64),
+    /// Run `attempt` of task `n` reaches its wall-time limit.
+    TimeLimit(usize, u32),
     /// The core asked to be woken.
     Tick,
 }
@@ -202,6 +207,15 @@ impl Sim<'_> {
                     });
                 }
             }
+            Happening::TimeLimit(n, attempt) => {
+                if self.runs[n].as_ref().is_some_and(|r| r.attempt == attempt) {
+                    self.stop(n, false);
+                    self.feed(Event::Exited {
+                        task: TaskId(n as u64),
+                        exit: Exit::TimeLimit,
+                    });
+                }
+            }
             Happening::Tick => {
                 self.next_tick = None;
                 self.feed(Event::Tick);
@@ -227,7 +241,12 @@ impl Sim<'_> {
             let events = event.take().into_iter().chain(sample);
             for action in self.core.step_all(to_time(self.now), events) {
                 match action {
-                    Action::Launch { task, gpus, .. } => self.launch(task.0 as usize, gpus),
+                    Action::Launch {
+                        task,
+                        gpus,
+                        time_limit,
+                        ..
+                    } => self.launch(task.0 as usize, gpus, time_limit),
                     Action::Complete { task } => self.records[task.0 as usize].completed(self.now),
                     Action::Recover { .. } => {}
                     Action::Fail { task, .. } => self.records[task.0 as usize].failed(self.now),
@@ -244,7 +263,7 @@ impl Sim<'_> {
         }
     }
 
-    fn launch(&mut self, n: usize, gpus: Vec<usize>) {
+    fn launch(&mut self, n: usize, gpus: Vec<usize>, time_limit: Option<Time>) {
         let t = &self.trace[n];
         let attempt = self.records[n].launched(self.now);
         for &g in &gpus {
@@ -262,6 +281,10 @@ impl Sim<'_> {
             claimed: false,
         });
         self.schedule(ramp_at, Happening::Ramp(n, attempt));
+        if let Some(limit) = time_limit {
+            let at = self.now + limit.as_secs_f64();
+            self.schedule(at, Happening::TimeLimit(n, attempt));
+        }
         self.changed(&gpus);
     }
 

@@ -70,6 +70,9 @@ pub struct Metrics {
     pub avg_jct_s: f64,
     /// Runs that died of GPU out-of-memory.
     pub oom_crashes: u32,
+    /// Tasks that ended in failed/ (out of OOM retries, stopped at their
+    /// time limit, never placeable): the means above leave them out.
+    pub failed: usize,
     /// GPU energy over the trace, megajoules.
     pub energy_mj: f64,
     /// Mean GPU SM activity over the trace and all GPUs, 0..1.
@@ -108,6 +111,10 @@ impl Metrics {
             avg_exec_s: mean(&|r| r.exec),
             avg_jct_s: mean(&jct),
             oom_crashes: records.iter().map(|r| r.crashes).sum(),
+            failed: records
+                .iter()
+                .filter(|r| r.end.is_some() && !r.succeeded)
+                .count(),
             energy_mj: gpus.iter().map(|g| g.0).sum::<f64>() / 1e6,
             mean_utilization: if total > 0.0 && !gpus.is_empty() {
                 smact_seconds / (total * gpus.len() as f64)
@@ -133,6 +140,7 @@ impl std::fmt::Display for Metrics {
         writeln!(f, "  avg execution     {:.1} s", self.avg_exec_s)?;
         writeln!(f, "  avg JCT           {:.1} s", self.avg_jct_s)?;
         writeln!(f, "  OOM crashes       {}", self.oom_crashes)?;
+        writeln!(f, "  failed            {}", self.failed)?;
         writeln!(f, "  GPU energy        {:.4} MJ", self.energy_mj)?;
         write!(
             f,

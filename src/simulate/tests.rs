@@ -314,3 +314,21 @@ fn a_job_file_that_is_not_a_job_is_an_error_naming_it() {
     let err = Carma::new(&[t], jobs.path(), &settings).unwrap_err();
     assert!(err.contains("a.rad:1:"), "{err}");
 }
+
+#[test]
+fn a_task_at_its_time_limit_is_stopped_and_the_next_one_starts() {
+    // One GPU, exclusive, a default limit of 30 s. A (100 s) is stopped
+    // at 30 s and fails; B (10 s, queued behind it) runs from 30 to 40.
+    let trace = [
+        task(0.0, 1, 100.0, 1000.0, 0.3),
+        task(0.0, 1, 10.0, 1000.0, 0.3),
+    ];
+    let mut setup = setup(1, Policy::Exclusive, MemoryLine::Oracle, Sharing::Mps);
+    setup.rules.queue.default_time_s = 30.0;
+    let m = run(&trace, &setup);
+    assert_eq!(m.failed, 1, "{m:?}");
+    assert!(close(m.total_time_s, 40.0), "{m:?}");
+    // Only B completed: it waited 30 s and ran 10.
+    assert!(close(m.avg_wait_s, 30.0), "{m:?}");
+    assert!(close(m.avg_exec_s, 10.0), "{m:?}");
+}

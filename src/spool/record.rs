@@ -186,6 +186,12 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// Seconds between SIGTERM and SIGKILL when the job is cancelled.
     pub grace_s: f64,
+    /// Wall time the job may run, seconds; the supervisor stops it there.
+    #[serde(default)]
+    pub time_limit_s: Option<f64>,
+    /// Seconds between SIGTERM and SIGKILL at the time limit.
+    #[serde(default)]
+    pub time_limit_grace_s: f64,
 }
 
 /// A Linux user a job runs as.
@@ -216,6 +222,9 @@ pub struct RunExit {
     /// It was stopped on a user's request.
     #[serde(default)]
     pub cancelled: bool,
+    /// It was stopped at its wall-time limit.
+    #[serde(default)]
+    pub timed_out: bool,
     /// The most GPU memory seen in use by the job, MiB (from the daemon's
     /// monitor).
     #[serde(default)]
@@ -233,7 +242,7 @@ pub struct RunExit {
 impl RunExit {
     /// The run ended with status 0.
     pub fn succeeded(&self) -> bool {
-        self.code == Some(0) && self.error.is_none() && !self.cancelled
+        self.code == Some(0) && self.error.is_none() && !self.cancelled && !self.timed_out
     }
 
     /// How it ended, for people: `exit status 3`, `killed by SIGKILL`.
@@ -389,6 +398,7 @@ mod tests {
             code: Some(0),
             signal: None,
             cancelled: false,
+            timed_out: false,
             peak_mib: None,
             error: None,
             transient: false,

@@ -65,6 +65,8 @@ fn launch() -> Launch {
         }),
         env: vec![("CUDA_VISIBLE_DEVICES".into(), "0,3".into())],
         grace_s: 10.0,
+        time_limit_s: Some(7200.0),
+        time_limit_grace_s: 30.0,
     }
 }
 
@@ -75,6 +77,7 @@ fn run_exit() -> RunExit {
         code: None,
         signal: Some(9),
         cancelled: false,
+        timed_out: false,
         peak_mib: Some(5000),
         error: None,
         transient: false,
@@ -113,6 +116,7 @@ fn status() -> Status {
             run: 2,
             gpus: vec![0],
             since: 1_700_000_050.0,
+            time_limit_s: Some(7200.0),
             peak_mib: 5000,
             user: "ada".into(),
         }],
