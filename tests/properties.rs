@@ -760,6 +760,7 @@ fn keyed_text(
         published: PublishedEstimates::default(),
         retries: v.retries,
         time: None,
+        priority: None,
     };
     KeyedFile {
         text,
@@ -856,6 +857,7 @@ fn legacy_file() -> impl Strategy<Value = KeyedFile> {
                     },
                     retries: None,
                     time: None,
+                    priority: None,
                 };
                 KeyedFile {
                     text,

@@ -53,3 +53,151 @@ fn a_job_asking_for_more_than_the_maximum_time_is_refused() {
         "{reason}"
     );
 }
+
+/// A job that notes its start in `ledger` and holds the one GPU a while.
+fn ledger_job(name: &str, ledger: &std::path::Path, extra: &str) -> String {
+    format!(
+        "name: {name}\nmemory: whole\n{extra}echo {name} >> {}\nsleep 0.3\n",
+        ledger.display()
+    )
+}
+
+/// `carma ARGS`, which must succeed; its stdout.
+fn carma(spool: &Spool, args: &[&str]) -> String {
+    let out = spool.carma().args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", common::stderr(&out));
+    common::stdout(&out)
+}
+
+fn status(spool: &Spool) -> serde_json::Value {
+    serde_json::from_str(&fs::read_to_string(spool.root.join("status.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn holds_and_priorities_order_the_queue_and_survive_a_killed_daemon() {
+    // One GPU, taken by `first` until released by a file. Behind it:
+    // `low`, `held` and `urgent`, in that order. `held` is held, `urgent`
+    // gets priority 5. The daemon is killed and restarted: the hold and
+    // the priority are still there, and the queue runs urgent, low, and
+    // held only once released.
+    let mut spool = Spool::new("1x40GiB");
+    let ledger = spool.dir.path().join("ledger");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    spool.submit(
+        "first.rad",
+        &format!(
+            "name: first\nmemory: whole\nwhile [ ! -e {} ]; do sleep 0.05; done\n",
+            gate.display()
+        ),
+    );
+    spool.wait_count("running", 1, 10.0);
+    for name in ["low", "held", "urgent"] {
+        spool.submit(&format!("{name}.rad"), &ledger_job(name, &ledger, ""));
+    }
+    let said = carma(&spool, &["hold", "held"]);
+    assert!(said.contains("held, priority 0"), "{said}");
+    let said = carma(&spool, &["priority", "urgent", "5"]);
+    assert!(said.contains("priority 5"), "{said}");
+    spool.stop_daemon("KILL");
+    spool.start_daemon();
+    let waiting = status(&spool)["waiting"].clone();
+    let listed: Vec<(String, i64, bool, String)> = waiting
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            let name = w["name"].as_str().unwrap();
+            let stem = name.split_once('-').unwrap().1.to_owned();
+            let why = w["why"].as_str().unwrap().to_owned();
+            (
+                stem,
+                w["priority"].as_i64().unwrap(),
+                w["held"].as_bool().unwrap(),
+                why,
+            )
+        })
+        .collect();
+    assert_eq!(listed[0].0, "urgent", "{listed:?}");
+    assert_eq!((listed[0].1, listed[0].2), (5, false));
+    assert!(listed[0].3.starts_with("needs an idle GPU"), "{listed:?}");
+    assert_eq!(listed[1].0, "low");
+    assert!(
+        listed[1].3.contains("-urgent (priority 5 > 0)"),
+        "{listed:?}"
+    );
+    assert_eq!((listed[2].0.as_str(), listed[2].2), ("held", true));
+    assert!(listed[2].3.starts_with("held (carma release"), "{listed:?}");
+    let shown = carma(&spool, &["show", "held"]);
+    assert!(shown.contains("priority   0, held"), "{shown}");
+    let shown = carma(&spool, &["status"]);
+    assert!(shown.contains("priority 5: needs an idle GPU"), "{shown}");
+
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 3, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "urgent\nlow\n");
+    carma(&spool, &["release", "held"]);
+    spool.wait_count("done", 4, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "urgent\nlow\nheld\n");
+}
+
+#[test]
+fn users_change_only_their_own_tasks_and_only_within_their_priorities() {
+    // A root daemon serves alice and bob. Bob may not hold alice's task;
+    // alice may lower her task's priority but not raise it above 0, and a
+    // job file of hers asking for priority 5 is refused.
+    let Some((alice, bob)) = common::two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let blocker = spool.submit_as(
+        &alice,
+        "a",
+        &[("blocker.rad", "name: blocker\nmemory: whole\nsleep 30\n")],
+    );
+    let waiting = spool.submit_as(
+        &alice,
+        "b",
+        &[("waiting.rad", "name: waiting\nmemory: whole\ntrue\n")],
+    );
+    spool.wait_count("running", 1, 10.0);
+    let out = bob.carma(&spool, &format!("hold {waiting}"));
+    assert!(!out.status.success(), "{}", common::stdout(&out));
+    assert!(
+        common::stderr(&out).contains("refused"),
+        "{}",
+        common::stderr(&out)
+    );
+    let out = alice.carma(&spool, &format!("priority {waiting} 5"));
+    assert!(!out.status.success(), "{}", common::stdout(&out));
+    let out = alice.carma(&spool, &format!("priority {waiting} -3"));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(common::stdout(&out).contains("priority -3"));
+    let out = alice.carma(&spool, &format!("hold {waiting}"));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        spool
+            .daemon_log()
+            .contains("hold refused: requested by uid")
+    );
+
+    let greedy = spool.submit_as(
+        &alice,
+        "c",
+        &[("greedy.rad", "name: greedy\npriority: 5\ntrue\n")],
+    );
+    spool.wait_for("greedy to be refused", 10.0, || {
+        spool
+            .find(&greedy)
+            .is_some_and(|(state, _)| state == "failed")
+    });
+    let (_, dir) = spool.find(&greedy).unwrap();
+    let reason = fs::read_to_string(dir.join("reason")).unwrap();
+    assert!(
+        reason.contains("users may give priorities from -1000 to 0"),
+        "{reason}"
+    );
+    let out = alice.carma(&spool, &format!("cancel {blocker}"));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+}

@@ -65,6 +65,7 @@ fn legacy(
         },
         retries: None,
         time: None,
+        priority: None,
     }
 }
 

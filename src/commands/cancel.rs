@@ -4,7 +4,6 @@
 //! whether the task waits or runs and may signal supervisors that run as
 //! root; this command waits until the task reaches `failed/`.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use anyhow::{Context, Result};
 
 use carma::config::Config;
 use carma::spool::State;
+use carma::spool::request::{Request, Verb};
 
 use super::spool_arg::SpoolArg;
 use super::task_arg::find;
@@ -38,16 +38,13 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         eprintln!("carma: {name} already ended (it is in {state}/)");
         return Ok(ExitCode::FAILURE);
     }
-    let request = spool.cancel_dir().join(name.as_str());
-    // Never through a link someone planted under the request's name.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&request)
-        .with_context(|| format!("cannot write the request {}", request.display()))?;
+    let request = Request {
+        verb: Verb::Cancel,
+        task: name.to_string(),
+    };
+    spool
+        .leave_request(&request)
+        .with_context(|| format!("cannot leave the request cancel/{request}"))?;
     if !spool.daemon_running() {
         println!(
             "{name}: cancellation requested; no daemon runs now, it takes effect when one starts"

@@ -162,7 +162,15 @@ fn print_human(out: &Output) {
     for (label, names) in [("recovery", &status.recovery), ("pending", &status.pending)] {
         println!("{label} ({})", names.len());
         for name in names.iter().take(20) {
-            println!("  {name}");
+            match status.waiting.iter().find(|w| w.name == *name) {
+                Some(w) => println!(
+                    "  {name}  {}, priority {}: {}",
+                    w.user,
+                    w.priority,
+                    shorten(&w.why)
+                ),
+                None => println!("  {name}"),
+            }
         }
         if names.len() > 20 {
             println!("  ... and {} more", names.len() - 20);

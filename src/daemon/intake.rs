@@ -244,13 +244,22 @@ impl Daemon {
                         demand: task.demand.clone(),
                     }
                 };
+                let held = task.record.held;
                 log::info!(
-                    "{name}: queued in {state} ({} GPU(s), {} each)",
+                    "{name}: queued in {state} ({} GPU(s), {} each, priority {}{})",
                     task.demand.gpus,
-                    task.demand.need
+                    task.demand.need,
+                    task.demand.priority,
+                    if held { ", held" } else { "" }
                 );
                 self.tasks.insert(name.seq(), task);
                 self.events.push(event);
+                if held {
+                    self.events.push(Event::Hold {
+                        task: name.id(),
+                        held,
+                    });
+                }
             }
             Err(reason) => self.reject(&name, state, &reason),
         }
@@ -306,6 +315,13 @@ impl Daemon {
         let JobFile { spec, warnings } =
             rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &job))?;
         let (run_as, user) = self.run_as(owner)?;
+        let refused = spec
+            .priority
+            .filter(|_| !super::requests::privileged(owner))
+            .and_then(|p| self.config.queue.priority_refusal(p));
+        if let Some(why) = refused {
+            return Err(why);
+        }
         let (input, summary_warning) = EstimateInput::from_spec(&spec, &job, &self.config.legacy);
         if record.estimate.is_none() {
             // Said once, when the job is first estimated; a restart that
@@ -327,6 +343,7 @@ impl Daemon {
             user: Some(owner),
             max_retries: spec.retries,
             time_limit: spec.time,
+            priority: record.priority.or(spec.priority).unwrap_or(0),
         };
         Ok(Task {
             name: name.clone(),
@@ -451,108 +468,6 @@ impl Daemon {
         }
         self.take_entries(entries, listing.odd);
         self.cancel_due = true;
-    }
-
-    /// Acts on the requests in `cancel/`: a waiting task is failed as
-    /// cancelled, a running one's supervisor is asked to stop its job.
-    /// Only the task's owner, root, or the daemon's user may cancel.
-    pub(super) fn cancel_requests(&mut self) {
-        let dir = self.spool.cancel_dir();
-        let Ok(entries) = fs::read_dir(&dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let Some(request) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if request.starts_with('.') {
-                continue;
-            }
-            let path = entry.path();
-            let meta = fs::symlink_metadata(&path).ok();
-            if meta.as_ref().is_some_and(|m| !m.is_file()) {
-                // A request is an empty regular file; anything else (a
-                // directory squatting a task's request name, a link) only
-                // stands in the way of the real one.
-                log::warn!("cancel/{request}: not a regular file; removed");
-                let _ = match meta.is_some_and(|m| m.is_dir()) {
-                    true => fs::remove_dir_all(&path),
-                    false => fs::remove_file(&path),
-                };
-                continue;
-            }
-            let requester = meta.map(|m| m.uid());
-            if self.cancel(&request, requester) {
-                let _ = fs::remove_file(&path);
-            } else {
-                // Not yet possible: try again next turn of the loop.
-                self.cancel_due = true;
-            }
-        }
-    }
-
-    /// Carries out one request; false when it must wait (the task is not
-    /// loaded yet, or its supervisor has not said who it is yet).
-    fn cancel(&mut self, request: &str, requester: Option<u32>) -> bool {
-        let named = |name: &TaskName| name.as_str() == request || name.seq().to_string() == request;
-        if let Some(c) = self.closing.values().find(|c| named(&c.name)) {
-            log::info!("{}: cancel: it already ended", c.name);
-            return true;
-        }
-        let task = self.tasks.values().find(|t| named(&t.name));
-        let Some(task) = task else {
-            return match self.spool.find(request) {
-                Ok((State::Done | State::Failed, name)) => {
-                    log::info!("{name}: cancel: it already ended");
-                    true
-                }
-                Ok((state, name)) => {
-                    log::debug!("{name}: cancel waits until the task in {state}/ is taken");
-                    false
-                }
-                Err(e) => {
-                    log::warn!("cancel {request}: {e}");
-                    true
-                }
-            };
-        };
-        let allowed = requester.is_some_and(|uid| {
-            uid == 0 || Some(uid) == task.demand.user || uid == Uid::effective().as_raw()
-        });
-        if !allowed {
-            log::warn!(
-                "{}: cancel refused: requested by uid {} who does not own it",
-                task.name,
-                requester.unwrap_or(u32::MAX)
-            );
-            return true;
-        }
-        let name = task.name.clone();
-        if task.state != State::Running {
-            log::info!("{name}: cancelled while waiting");
-            self.events.push(Event::Cancel { task: name.id() });
-            return true;
-        }
-        let run_dir = self
-            .spool
-            .task_dir(State::Running, &name)
-            .join(format!("run-{}", task.run));
-        match crate::supervisor::cancel(&run_dir) {
-            Ok(true) => {
-                log::info!("{name}: cancelling: job asked to stop");
-                true
-            }
-            // Started but not yet identified: soon.
-            Ok(false) if crate::supervisor::is_running(&run_dir) => false,
-            Ok(false) => {
-                log::info!("{name}: cancel: its run already ended");
-                true
-            }
-            Err(e) => {
-                log::error!("{name}: cancel: cannot signal its supervisor: {e}");
-                true
-            }
-        }
     }
 }
 

@@ -26,6 +26,7 @@ mod environment;
 mod intake;
 mod loose;
 mod monitor;
+mod requests;
 mod restore;
 mod runs;
 mod script;
@@ -50,11 +51,11 @@ use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
 use crate::mps::Mps;
 use crate::procfs::ProcessId;
 use crate::rad::TaskSpec;
-use crate::sched::{Action, Demand, Event, GpuSample, Scheduler, TaskId, Time};
+use crate::sched::{Action, Demand, Event, GpuSample, Place, Scheduler, TaskId, Time};
 use crate::spool::record::{RunAs, TaskRecord, unix_now};
 use crate::spool::{PRIVATE, PUBLIC, Spool, State, TaskName, write_replace};
 use backoff::Backoff;
-use status::{GpuStatus, RunningTask, Status};
+use status::{GpuStatus, RunningTask, Status, WaitingTask};
 use watch::Change;
 
 /// What the loop's helper threads tell it.
@@ -598,10 +599,12 @@ impl Daemon {
         for t in self.tasks.values() {
             by_state.insert((t.state, t.name.seq()), t);
         }
+        let waiting = self.waiting();
         let names = |state: State| -> Vec<String> {
-            by_state
-                .range((state, 0)..=(state, u64::MAX))
-                .map(|(_, t)| t.name.to_string())
+            waiting
+                .iter()
+                .filter(|(s, _)| *s == state)
+                .map(|(_, w)| w.name.clone())
                 .collect()
         };
         let running: Vec<&Task> = by_state
@@ -652,6 +655,7 @@ impl Daemon {
                 .collect(),
             recovery: names(State::Recovery),
             pending: names(State::Pending),
+            waiting: waiting.into_iter().map(|(_, w)| w).collect(),
             head_waits_for: self.core.head_waits_for().map(|w| {
                 let name = self
                     .tasks
@@ -662,6 +666,52 @@ impl Daemon {
             adopted: self.adopted.iter().cloned().collect(),
             ending: self.closing.values().map(|c| c.name.to_string()).collect(),
         }
+    }
+
+    /// Waiting tasks in dispatch order, each with the state directory it
+    /// waits in and why it waits.
+    fn waiting(&self) -> Vec<(State, WaitingTask)> {
+        let name = |id: TaskId| {
+            self.tasks
+                .get(&id.0)
+                .map_or_else(|| format!("task {}", id.0), |t| t.name.to_string())
+        };
+        let head_why = self.core.head_waits_for().map(|w| w.why);
+        self.core
+            .places()
+            .into_iter()
+            .filter_map(|(id, place)| {
+                let t = self.tasks.get(&id.0)?;
+                let why = match place {
+                    Place::Held => format!("held (carma release {} lets it run)", t.name),
+                    Place::Head => head_why.clone().unwrap_or_default(),
+                    Place::Behind { head, by_priority } => {
+                        let priority = self.tasks.get(&head.0).map_or(0, |h| h.demand.priority);
+                        match by_priority {
+                            true => format!(
+                                "behind {} (priority {priority} > {})",
+                                name(head),
+                                t.demand.priority
+                            ),
+                            false => format!("behind {}", name(head)),
+                        }
+                    }
+                };
+                let task = WaitingTask {
+                    name: t.name.to_string(),
+                    user: t.user.clone(),
+                    priority: t.demand.priority,
+                    held: t.record.held,
+                    why,
+                };
+                // A recovering task whose move failed waits in running/.
+                let state = match t.state {
+                    State::Running => State::Recovery,
+                    state => state,
+                };
+                Some((state, task))
+            })
+            .collect()
     }
 
     fn write_status(&mut self) {

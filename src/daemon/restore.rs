@@ -183,6 +183,7 @@ impl Daemon {
             published: PublishedEstimates::default(),
             retries: None,
             time: None,
+            priority: None,
         };
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {
@@ -204,6 +205,7 @@ impl Daemon {
                 time_limit: launch
                     .and_then(|l| l.time_limit_s)
                     .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+                priority: record.priority.unwrap_or(0),
             },
             spec,
             user: run_as.as_ref().map_or_else(

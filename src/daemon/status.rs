@@ -22,6 +22,10 @@ pub struct Status {
     /// Waiting tasks in the order they will be placed.
     pub recovery: Vec<String>,
     pub pending: Vec<String>,
+    /// Every waiting task in the order it will be placed (recovery first),
+    /// with its priority, hold and why it waits.
+    #[serde(default)]
+    pub waiting: Vec<WaitingTask>,
     /// Why the head of the queue waits, when something waits: its name and
     /// what it needs, then per GPU what is missing (`000042-resnet50 needs
     /// 8GiB free on a GPU; GPU 0: 3GiB free < 8GiB`).
@@ -62,6 +66,18 @@ pub struct GpuStatus {
     pub error: Option<String>,
     /// carma tasks running on it.
     pub tasks: Vec<String>,
+}
+
+/// A task waiting for its turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitingTask {
+    pub name: String,
+    pub user: String,
+    pub priority: i32,
+    pub held: bool,
+    /// Why it waits, for people: `held (carma release ...)`, `behind
+    /// 000041-bert (priority 5 > 0)`, or, for the head, what it needs.
+    pub why: String,
 }
 
 /// A task whose job runs now.

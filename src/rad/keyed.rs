@@ -46,10 +46,11 @@ enum Key {
     Memory,
     Retries,
     Time,
+    Priority,
 }
 
 impl Key {
-    const ALL: [Key; 9] = [
+    const ALL: [Key; 10] = [
         Key::Name,
         Key::Model,
         Key::Dataset,
@@ -59,6 +60,7 @@ impl Key {
         Key::Memory,
         Key::Retries,
         Key::Time,
+        Key::Priority,
     ];
 
     fn spelling(self) -> &'static str {
@@ -72,6 +74,7 @@ impl Key {
             Key::Memory => "memory",
             Key::Retries => "retries",
             Key::Time => "time",
+            Key::Priority => "priority",
         }
     }
 }
@@ -132,6 +135,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
         published: PublishedEstimates::default(),
         retries: None,
         time: None,
+        priority: None,
     };
     let mut model_at = None;
     let mut seen: Vec<(Key, usize)> = Vec::new();
@@ -173,6 +177,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
                 )?)
             }
             Key::Time => spec.time = Some(time(&value)?),
+            Key::Priority => spec.priority = Some(value::priority(&value)?),
         }
     }
     if spec.script.is_empty() {

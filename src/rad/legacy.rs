@@ -111,6 +111,7 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
         },
         retries: None,
         time: None,
+        priority: None,
     };
     Ok(Parsed {
         spec,

@@ -102,6 +102,10 @@ pub struct TaskSpec {
     /// JSON, whole seconds.
     #[serde(serialize_with = "seconds")]
     pub time: Option<Duration>,
+    /// Place among waiting tasks (`priority:`); `None` is 0. Whether the
+    /// owner may give it is the daemon's call (configuration), not the
+    /// parser's.
+    pub priority: Option<i32>,
 }
 
 fn seconds<S: serde::Serializer>(time: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -158,6 +162,7 @@ impl fmt::Display for TaskSpec {
         }
         writeln!(f, "  retries     {}", or_dash(&self.retries))?;
         let time = self.time.map(crate::wall_time::format);
-        write!(f, "  time        {}", or_dash(&time))
+        writeln!(f, "  time        {}", or_dash(&time))?;
+        write!(f, "  priority    {}", or_dash(&self.priority))
     }
 }

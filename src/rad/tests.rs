@@ -108,6 +108,7 @@ fn the_design_example_reads_field_by_field() {
             published: PublishedEstimates::default(),
             retries: None,
             time: None,
+            priority: None,
         }
     );
 }
@@ -352,6 +353,17 @@ fn time_limits_take_units_or_a_clock() {
     refused("time: 0s\nrun\n", 1, 7, &["zero"]);
     refused("time:\nrun\n", 1, 6, &["2h, 90m"]);
     refused("tme: 2h\nrun\n", 1, 1, &["did you mean `time`?"]);
+}
+
+#[test]
+fn priorities_are_signed_integers_within_a_million() {
+    assert_eq!(spec("priority: -5\nrun\n").priority, Some(-5));
+    assert_eq!(spec("priority: +7\nrun\n").priority, Some(7));
+    let words = ["a priority (an integer from -1000000 to 1000000)"];
+    refused("priority: high\nrun\n", 1, 11, &words);
+    refused("priority: 1000001\nrun\n", 1, 11, &words);
+    refused("priority: 1.5\nrun\n", 1, 11, &words);
+    refused("priority: --1\nrun\n", 1, 11, &words);
 }
 
 #[test]

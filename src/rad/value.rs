@@ -92,6 +92,26 @@ pub(super) fn count(value: &Value<'_>, what: &str) -> Result<u32, RadError> {
     })
 }
 
+/// Priorities a job file may write: wide enough for any scheme, narrow
+/// enough that no arithmetic on them overflows.
+pub(super) const PRIORITY_LIMIT: i32 = 1_000_000;
+
+/// A priority: an integer, optionally signed, within ±[`PRIORITY_LIMIT`].
+pub(super) fn priority(value: &Value<'_>) -> Result<i32, RadError> {
+    let what = format!("a priority (an integer from -{PRIORITY_LIMIT} to {PRIORITY_LIMIT})");
+    let (negative, digits) = match value.text.strip_prefix(['-', '+']) {
+        Some(rest) => (value.text.starts_with('-'), rest),
+        None => (false, value.text),
+    };
+    let parsed: IResult<&str, &str> = all_consuming(digit1).parse(digits);
+    let magnitude = parsed
+        .ok()
+        .and_then(|(_, d)| d.parse::<i32>().ok())
+        .filter(|&m| m <= PRIORITY_LIMIT)
+        .ok_or_else(|| value.expected(&what))?;
+    Ok(if negative { -magnitude } else { magnitude })
+}
+
 /// Spellings of the policy hint: `collocation` is the legacy format's,
 /// `collocate` the keyed one's; both are accepted everywhere.
 const POLICIES: [(&str, PolicyHint); 3] = [

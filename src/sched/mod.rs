@@ -12,9 +12,11 @@
 //! the cap). The same code therefore runs live, in virtual time, and under
 //! unit tests.
 //!
-//! Dispatch is first-in first-out with the recovery queue ahead of the main
-//! queue. Only the head task is considered: if it cannot be placed, nothing
-//! behind it is (head-of-line blocking keeps large jobs from starving). A
+//! Dispatch takes the recovery queue ahead of the main queue, higher
+//! priorities first, then first-in first-out; held tasks are passed over
+//! ([`queue`]). Only the head task is considered: if it cannot be placed,
+//! nothing behind it is (head-of-line blocking keeps large jobs from
+//! starving). A
 //! GPU takes the head when it is healthy, its windowed SM activity is at or
 //! below the cap, and its free memory after outstanding reservations covers
 //! the task's estimate plus a margin. Tasks that need a whole GPU, ask for
@@ -28,15 +30,17 @@
 mod gate;
 mod ledger;
 mod policy;
+mod queue;
 mod rules;
 mod task;
 mod window;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::Duration;
 
 pub use gate::Gate;
 pub use policy::Policy;
+pub use queue::Place;
 pub use rules::{MAX_SECONDS, PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};
 pub use task::{Demand, Exit, FailReason, Need, TaskId};
 
@@ -77,6 +81,12 @@ pub enum Event {
     /// launched before `retry_at`: such errors hit every launch alike, and
     /// retrying at once would only spin.
     NotStarted { task: TaskId, retry_at: Time },
+    /// A task's owner (or root) holds a task (`held`), or releases it. A
+    /// held task keeps its place in the queue but is not launched; a
+    /// running one is not stopped, but waits if it comes back (recovery).
+    Hold { task: TaskId, held: bool },
+    /// A task's priority changed (`carma priority`).
+    Prioritize { task: TaskId, priority: i32 },
     /// A user cancelled a task. A queued one is dropped at once (and
     /// failed as cancelled); for a running one the driver stops the job
     /// and reports its exit as [`Exit::Cancelled`].
@@ -182,6 +192,12 @@ struct Task {
     /// GPUs while running (possibly none: a restarted daemon may find a
     /// task on a GPU that is gone).
     gpus: Vec<usize>,
+    /// Its priority now: the demand's, until changed.
+    priority: i32,
+    /// Passed over while it waits.
+    held: bool,
+    /// Arrival order, for first come first served among equals.
+    arrival: u64,
 }
 
 /// What a task asks of each GPU it is placed on.
@@ -199,8 +215,10 @@ pub struct Scheduler {
     rules: Rules,
     gpus: Vec<Gpu>,
     tasks: HashMap<TaskId, Task>,
-    recovery: VecDeque<TaskId>,
-    main: VecDeque<TaskId>,
+    /// Tasks waiting to be launched, in no order (see [`queue`]).
+    waiting: Vec<TaskId>,
+    /// Arrivals so far: the next task's arrival number.
+    arrivals: u64,
     ledger: Ledger,
     /// Round-robin position: the GPU index the cycle continues from.
     cursor: usize,
@@ -231,8 +249,8 @@ impl Scheduler {
             rules,
             gpus,
             tasks: HashMap::new(),
-            recovery: VecDeque::new(),
-            main: VecDeque::new(),
+            waiting: Vec::new(),
+            arrivals: 0,
             ledger: Ledger::new(gpu_total_mib.len()),
             cursor: 0,
             load: vec![Load::default(); gpu_total_mib.len()],
@@ -267,6 +285,16 @@ impl Scheduler {
                 } => self.adopt(task, demand, gpus, crashes),
                 Event::Exited { task, exit } => self.exited(task, exit, &mut actions),
                 Event::NotStarted { task, retry_at } => self.not_started(task, retry_at),
+                Event::Hold { task, held } => {
+                    if let Some(t) = self.tasks.get_mut(&task) {
+                        t.held = held;
+                    }
+                }
+                Event::Prioritize { task, priority } => {
+                    if let Some(t) = self.tasks.get_mut(&task) {
+                        t.priority = priority;
+                    }
+                }
                 Event::Cancel { task } => self.cancel(task, &mut actions),
                 Event::Sample(samples) => self.sample(samples),
                 Event::Tick => {}
@@ -281,9 +309,7 @@ impl Scheduler {
     /// lapses or a GPU's windowed SM activity falls to the cap. `None` when
     /// nothing waits or only an event can help.
     pub fn next_deadline(&self) -> Option<Time> {
-        if self.recovery.is_empty() && self.main.is_empty() {
-            return None;
-        }
+        self.head()?;
         let p = &self.rules.placement;
         if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
             return Some(hold);
@@ -307,7 +333,24 @@ impl Scheduler {
 
     /// Tasks waiting: (recovery queue, main queue).
     pub fn queued(&self) -> (usize, usize) {
-        (self.recovery.len(), self.main.len())
+        let recovering = self
+            .waiting
+            .iter()
+            .filter(|id| self.tasks.get(id).is_some_and(|t| t.crashes > 0))
+            .count();
+        (recovering, self.waiting.len() - recovering)
+    }
+
+    /// Every waiting task's place in the queue, in dispatch order.
+    pub fn places(&self) -> Vec<(TaskId, Place)> {
+        queue::places(&self.waiting, &self.tasks)
+    }
+
+    /// The task dispatch considers next: the first waiting one not held.
+    fn head(&self) -> Option<TaskId> {
+        queue::ordered(&self.waiting, &self.tasks)
+            .into_iter()
+            .find(|id| self.tasks.get(id).is_some_and(|t| !t.held))
     }
 
     /// Lets `gpu` take only tasks that hold it alone, whatever the policy:
@@ -332,7 +375,7 @@ impl Scheduler {
     /// missing, GPUs with the same reason named together. `None` when
     /// nothing waits.
     pub fn head_waits_for(&self) -> Option<Waiting> {
-        let &task = self.recovery.front().or(self.main.front())?;
+        let task = self.head()?;
         let t = self.tasks.get(&task)?;
         if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
             let why = format!(
@@ -407,20 +450,25 @@ impl Scheduler {
             });
             return;
         }
+        let arrival = self.arrive();
         self.tasks.insert(
             task,
             Task {
+                priority: demand.priority,
                 demand,
                 crashes,
                 running: false,
                 gpus: Vec::new(),
+                held: false,
+                arrival,
             },
         );
-        if crashes > 0 {
-            self.recovery.push_back(task);
-        } else {
-            self.main.push_back(task);
-        }
+        self.waiting.push(task);
+    }
+
+    fn arrive(&mut self) -> u64 {
+        self.arrivals += 1;
+        self.arrivals
     }
 
     /// Whether some GPU set of this server could ever run the demand.
@@ -441,13 +489,17 @@ impl Scheduler {
             .map(|g| (g, self.on_gpu(want, g).is_sole()))
             .collect();
         self.occupy(task, demand.user, &placed, want);
+        let arrival = self.arrive();
         self.tasks.insert(
             task,
             Task {
+                priority: demand.priority,
                 demand,
                 crashes,
                 running: true,
                 gpus: placed.iter().map(|&(g, _)| g).collect(),
+                held: false,
+                arrival,
             },
         );
     }
@@ -482,7 +534,7 @@ impl Scheduler {
             Exit::Success => Action::Complete { task },
             Exit::Oom if t.crashes < max_retries => {
                 t.crashes += 1;
-                self.recovery.push_back(task);
+                self.waiting.push(task);
                 let crashes = t.crashes;
                 let need = looser_need(&self.rules, &t.demand, crashes);
                 let why = match self.rules.recovery.mode {
@@ -526,20 +578,15 @@ impl Scheduler {
         if !self.stop_running(task) {
             return;
         }
-        let crashed = self.tasks.get(&task).is_some_and(|t| t.crashes > 0);
-        if crashed {
-            self.recovery.push_front(task);
-        } else {
-            self.main.push_front(task);
-        }
+        // Back to its place: its rank has not changed.
+        self.waiting.push(task);
         self.hold_until = Some(self.hold_until.map_or(retry_at, |h| h.max(retry_at)));
     }
 
     fn cancel(&mut self, task: TaskId, actions: &mut Vec<Action>) {
-        let before = self.recovery.len() + self.main.len();
-        self.recovery.retain(|&t| t != task);
-        self.main.retain(|&t| t != task);
-        if self.recovery.len() + self.main.len() < before {
+        let before = self.waiting.len();
+        self.waiting.retain(|&t| t != task);
+        if self.waiting.len() < before {
             self.tasks.remove(&task);
             actions.push(Action::Fail {
                 task,
@@ -565,7 +612,7 @@ impl Scheduler {
     /// Places head tasks until one does not fit.
     fn dispatch(&mut self, actions: &mut Vec<Action>) {
         self.ledger.expire(self.now);
-        if self.recovery.is_empty() && self.main.is_empty() {
+        if self.waiting.is_empty() {
             return;
         }
         match self.hold_until {
@@ -576,20 +623,15 @@ impl Scheduler {
         for (load, gpu) in self.load.iter_mut().zip(&self.gpus) {
             *load = gpu.activity.load(self.now, &self.rules.placement);
         }
-        loop {
-            let (queue_is_recovery, task) = match (self.recovery.front(), self.main.front()) {
-                (Some(&t), _) => (true, t),
-                (None, Some(&t)) => (false, t),
-                (None, None) => return,
-            };
+        // Placing a task changes no other task's rank: one order serves.
+        for task in queue::ordered(&self.waiting, &self.tasks) {
+            if self.tasks.get(&task).is_none_or(|t| t.held) {
+                continue;
+            }
             let Some(action) = self.place(task) else {
                 return;
             };
-            if queue_is_recovery {
-                self.recovery.pop_front();
-            } else {
-                self.main.pop_front();
-            }
+            self.waiting.retain(|&t| t != task);
             actions.push(action);
         }
     }

@@ -25,6 +25,9 @@ pub struct QueueRules {
     pub default_time_s: f64,
     /// Longest wall-time limit a job may ask for; 0: no maximum.
     pub max_time_s: f64,
+    /// The priorities users other than root may give their own jobs.
+    pub user_priority_min: i32,
+    pub user_priority_max: i32,
 }
 
 impl QueueRules {
@@ -35,6 +38,18 @@ impl QueueRules {
         asked
             .or_else(|| seconds(self.default_time_s))
             .or_else(|| seconds(self.max_time_s))
+    }
+
+    /// Why a user other than root may not give a job `priority`, if they
+    /// may not: the range keeps one user from jumping everyone else.
+    pub fn priority_refusal(&self, priority: i32) -> Option<String> {
+        let (min, max) = (self.user_priority_min, self.user_priority_max);
+        (!(min..=max).contains(&priority)).then(|| {
+            format!(
+                "priority {priority}: users may give priorities from {min} to {max} \
+                 (queue.user_priority_min, queue.user_priority_max); root may give any"
+            )
+        })
     }
 
     /// Why a job asking for `asked` may not run here at all, if it may not.
@@ -132,6 +147,12 @@ impl Rules {
                     "queue.{key} = {value}: expected seconds >= 0 (0: none; at most a year)"
                 ));
             }
+        }
+        if q.user_priority_min > q.user_priority_max {
+            return Err(format!(
+                "queue.user_priority_min = {} is more than queue.user_priority_max = {}",
+                q.user_priority_min, q.user_priority_max
+            ));
         }
         if q.max_time_s > 0.0 && q.default_time_s > q.max_time_s {
             return Err(format!(

@@ -87,6 +87,9 @@ pub struct Demand {
     /// The wall-time limit the task asked for; `None` takes the configured
     /// default (see [`super::QueueRules::time_limit`]).
     pub time_limit: Option<Duration>,
+    /// Higher goes first among waiting tasks (recovery aside); 0 unless
+    /// the job file says.
+    pub priority: i32,
 }
 
 impl Demand {
@@ -99,6 +102,7 @@ impl Demand {
             user: None,
             max_retries: None,
             time_limit: None,
+            priority: 0,
         }
     }
 }

@@ -1137,3 +1137,114 @@ fn a_limit_over_the_maximum_is_refused_and_a_stopped_task_fails_with_time_limit(
         other => panic!("{other:?}"),
     }
 }
+
+// Queue order: recovery first, then priority, then arrival; held tasks
+// are passed over without blocking anyone.
+
+/// One idle 40 GiB GPU running task 1 whole; tasks 2.. queue behind it,
+/// each wanting the whole GPU, with the given priorities.
+fn blocked_queue(priorities: &[i32]) -> Scheduler {
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    assert_eq!(launched(&queue(&mut core, 0.0, 1, Need::WholeGpu)).len(), 1);
+    for (i, &priority) in priorities.iter().enumerate() {
+        let demand = Demand {
+            priority,
+            ..Demand::new(Need::WholeGpu)
+        };
+        let task = TaskId(i as u64 + 2);
+        assert!(core.step(s(1.0), Event::Queued { task, demand }).is_empty());
+    }
+    core
+}
+
+/// Ends the running task `id` and returns what launched next.
+fn finish(core: &mut Scheduler, now: f64, id: u64) -> Vec<u64> {
+    let exited = Event::Exited {
+        task: TaskId(id),
+        exit: Exit::Success,
+    };
+    launched(&core.step(s(now), exited))
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
+}
+
+#[test]
+fn higher_priority_goes_first_and_equals_keep_their_arrival_order() {
+    // Tasks 2, 3, 4 with priorities 0, 5, 5: 3 then 4 (same priority,
+    // earlier arrival) then 2.
+    let mut core = blocked_queue(&[0, 5, 5]);
+    assert_eq!(finish(&mut core, 2.0, 1), [3]);
+    assert_eq!(finish(&mut core, 3.0, 3), [4]);
+    assert_eq!(finish(&mut core, 4.0, 4), [2]);
+}
+
+#[test]
+fn a_held_task_is_passed_over_and_runs_once_released() {
+    let mut core = blocked_queue(&[0, 0]);
+    core.step(
+        s(1.5),
+        Event::Hold {
+            task: TaskId(2),
+            held: true,
+        },
+    );
+    let places = core.places();
+    assert_eq!(places, [(TaskId(2), Place::Held), (TaskId(3), Place::Head)],);
+    assert_eq!(finish(&mut core, 2.0, 1), [3]);
+    // Nothing but a held task waits: no wake-up is needed.
+    assert_eq!(core.next_deadline(), None);
+    assert!(
+        core.step(
+            s(3.0),
+            Event::Hold {
+                task: TaskId(2),
+                held: false
+            }
+        )
+        .is_empty()
+    );
+    assert_eq!(finish(&mut core, 4.0, 3), [2]);
+}
+
+#[test]
+fn recovery_goes_before_priority_and_places_say_who_is_ahead() {
+    // Task 2 (priority 9) waits; task 1 crashes with OOM and recovers:
+    // it goes first, and task 2 waits behind it, not by priority.
+    let mut core = blocked_queue(&[9, 0]);
+    core.step(
+        s(1.5),
+        Event::Prioritize {
+            task: TaskId(3),
+            priority: 10,
+        },
+    );
+    let oom = Event::Exited {
+        task: TaskId(1),
+        exit: Exit::Oom,
+    };
+    let actions = core.step(s(2.0), oom);
+    assert!(matches!(actions[0], Action::Recover { .. }), "{actions:?}");
+    assert_eq!(launched(&actions), [(1, vec![0])]);
+    let mut core = blocked_queue(&[9, 0]);
+    core.step(
+        s(1.5),
+        Event::Prioritize {
+            task: TaskId(3),
+            priority: 10,
+        },
+    );
+    assert_eq!(
+        core.places(),
+        [
+            (TaskId(3), Place::Head),
+            (
+                TaskId(2),
+                Place::Behind {
+                    head: TaskId(3),
+                    by_priority: true
+                }
+            ),
+        ],
+    );
+}

@@ -103,6 +103,13 @@ pub struct TaskRecord {
     /// How it ended, once it has.
     #[serde(default)]
     pub outcome: Option<Outcome>,
+    /// Held by `carma hold`: it waits until `carma release`. Kept here,
+    /// in carma's own record, so a hold survives the daemon's death.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
+    /// The priority `carma priority` gave, over the job file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
 }
 
 impl TaskRecord {
@@ -121,6 +128,8 @@ impl TaskRecord {
             fingerprint: None,
             peak_mib: None,
             outcome: None,
+            held: false,
+            priority: None,
         }
     }
 }

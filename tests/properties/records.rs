@@ -14,7 +14,7 @@ use std::fmt::Debug;
 use std::fs;
 use std::path::PathBuf;
 
-use carma::daemon::status::{GpuStatus, RunningTask, Status};
+use carma::daemon::status::{GpuStatus, RunningTask, Status, WaitingTask};
 use carma::gpu::MetricSource;
 use carma::procfs::ProcessId;
 use carma::sched::Need;
@@ -42,6 +42,8 @@ fn task_record() -> TaskRecord {
             reason: Some("CUDA out of memory".into()),
             at: 1_700_000_100.25,
         }),
+        held: true,
+        priority: Some(-3),
         ..TaskRecord::new("000042-resnet50", "resnet50.rad", 1_700_000_000.5)
     }
 }
@@ -122,6 +124,13 @@ fn status() -> Status {
         }],
         recovery: vec![],
         pending: vec!["000043-bert".into()],
+        waiting: vec![WaitingTask {
+            name: "000043-bert".into(),
+            user: "ada".into(),
+            priority: -3,
+            held: true,
+            why: "held (carma release 000043-bert lets it run)".into(),
+        }],
         head_waits_for: Some("memory".into()),
         adopted: vec![("submit-1000-1-2".into(), "000043-bert".into())],
         ending: vec![],
