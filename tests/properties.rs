@@ -761,6 +761,7 @@ fn keyed_text(
         retries: v.retries,
         time: None,
         priority: None,
+        after: Vec::new(),
     };
     KeyedFile {
         text,
@@ -858,6 +859,7 @@ fn legacy_file() -> impl Strategy<Value = KeyedFile> {
                     retries: None,
                     time: None,
                     priority: None,
+                    after: Vec::new(),
                 };
                 KeyedFile {
                     text,

@@ -62,6 +62,12 @@ fn ledger_job(name: &str, ledger: &std::path::Path, extra: &str) -> String {
     )
 }
 
+/// Why the task `name` failed, as its `reason` file says.
+fn reason(spool: &Spool, name: &str) -> String {
+    let (_, dir) = spool.find(name).unwrap();
+    fs::read_to_string(dir.join("reason")).unwrap()
+}
+
 /// `carma ARGS`, which must succeed; its stdout.
 fn carma(spool: &Spool, args: &[&str]) -> String {
     let out = spool.carma().args(args).output().unwrap();
@@ -192,12 +198,61 @@ fn users_change_only_their_own_tasks_and_only_within_their_priorities() {
             .find(&greedy)
             .is_some_and(|(state, _)| state == "failed")
     });
-    let (_, dir) = spool.find(&greedy).unwrap();
-    let reason = fs::read_to_string(dir.join("reason")).unwrap();
+    let reason = reason(&spool, &greedy);
     assert!(
         reason.contains("users may give priorities from -1000 to 0"),
         "{reason}"
     );
     let out = alice.carma(&spool, &format!("cancel {blocker}"));
     assert!(out.status.success(), "{}", common::stderr(&out));
+}
+
+#[test]
+fn dependencies_wait_survive_a_killed_daemon_and_fail_when_unmeetable() {
+    // Two GPUs. `prep` runs until a gate file appears; `train` waits for
+    // it to succeed, `rescue` for it to fail, `orphan` for a task that
+    // does not exist. The daemon is killed and restarted while they wait.
+    let mut spool = Spool::new("2x40GiB");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    let prep = spool.submit(
+        "prep.rad",
+        &format!(
+            "name: prep\nmemory: 1G\nwhile [ ! -e {} ]; do sleep 0.05; done\n",
+            gate.display()
+        ),
+    );
+    spool.wait_count("running", 1, 10.0);
+    let train = spool.submit(
+        "train.rad",
+        "name: train\nmemory: 1G\nafterok: prep\ntrue\n",
+    );
+    let rescue = spool.submit(
+        "rescue.rad",
+        "name: rescue\nmemory: 1G\nafternotok: 1\ntrue\n",
+    );
+    let orphan = spool.submit("orphan.rad", "name: orphan\nafterany: 4242\ntrue\n");
+    spool.wait_count("failed", 1, 10.0);
+    assert!(
+        reason(&spool, &orphan).contains("afterany: 4242: no such task"),
+        "{}",
+        reason(&spool, &orphan)
+    );
+    spool.stop_daemon("KILL");
+    spool.start_daemon();
+    let shown = carma(&spool, &["show", "train"]);
+    assert!(
+        shown.contains(&format!("waits for {prep} to succeed (afterok)")),
+        "{shown}"
+    );
+    assert_eq!(spool.tasks("running").len(), 1, "only prep runs");
+
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 2, 20.0);
+    spool.wait_count("failed", 2, 10.0);
+    assert_eq!(spool.find(&train).unwrap().0, "done");
+    assert_eq!(
+        reason(&spool, &rescue).trim(),
+        "dependency never satisfied: afternotok: task 1 succeeded"
+    );
 }

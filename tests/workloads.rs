@@ -66,6 +66,7 @@ fn legacy(
         retries: None,
         time: None,
         priority: None,
+        after: Vec::new(),
     }
 }
 

@@ -19,7 +19,9 @@ use super::{Closing, Daemon, Task};
 use crate::estimate::EstimateInput;
 use crate::rad::{self, JobFile};
 use crate::sched::{Demand, Event, Need};
-use crate::spool::record::{EstimateNote, JOB, Outcome, RunAs, TaskRecord, unix_now};
+use crate::spool::record::{
+    EstimateNote, JOB, Outcome, RECORD, RunAs, TaskRecord, unix_now, write_json,
+};
 use crate::spool::{SpoolError, State, TaskName};
 
 /// Adoptions remembered in `status.json` for submitters to find.
@@ -322,6 +324,13 @@ impl Daemon {
         if let Some(why) = refused {
             return Err(why);
         }
+        let resolved_before = record.after.is_some();
+        let after = self.dependencies(name, owner, &spec, &mut record)?;
+        if !resolved_before && !after.is_empty() {
+            // Written now, so a restart waits for the same tasks.
+            write_json(&dir.join(RECORD), &record)
+                .map_err(|e| format!("cannot record its dependencies: {e}"))?;
+        }
         let (input, summary_warning) = EstimateInput::from_spec(&spec, &job, &self.config.legacy);
         if record.estimate.is_none() {
             // Said once, when the job is first estimated; a restart that
@@ -344,6 +353,7 @@ impl Daemon {
             max_retries: spec.retries,
             time_limit: spec.time,
             priority: record.priority.or(spec.priority).unwrap_or(0),
+            after,
         };
         Ok(Task {
             name: name.clone(),
@@ -399,6 +409,10 @@ impl Daemon {
             .unwrap_or_else(|_| TaskRecord::new(name, "", unix_now()));
         record.outcome = Some(Outcome::failed(reason));
         self.tasks.remove(&name.seq());
+        self.events.push(Event::Ended {
+            task: name.id(),
+            succeeded: false,
+        });
         let owner = record.owner;
         self.close(Closing {
             name: name.clone(),

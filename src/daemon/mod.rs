@@ -22,6 +22,7 @@
 mod backoff;
 mod conda;
 mod config;
+mod depends;
 mod environment;
 mod intake;
 mod loose;
@@ -51,7 +52,9 @@ use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
 use crate::mps::Mps;
 use crate::procfs::ProcessId;
 use crate::rad::TaskSpec;
-use crate::sched::{Action, Demand, Event, GpuSample, Place, Scheduler, TaskId, Time};
+use crate::sched::{
+    Action, Demand, DependencyKind, Event, GpuSample, Place, Scheduler, TaskId, Time,
+};
 use crate::spool::record::{RunAs, TaskRecord, unix_now};
 use crate::spool::{PRIVATE, PUBLIC, Spool, State, TaskName, write_replace};
 use backoff::Backoff;
@@ -684,6 +687,15 @@ impl Daemon {
                 let t = self.tasks.get(&id.0)?;
                 let why = match place {
                     Place::Held => format!("held (carma release {} lets it run)", t.name),
+                    Place::Waiting(d) => {
+                        let until = match d.kind {
+                            DependencyKind::After => "start",
+                            DependencyKind::AfterOk => "succeed",
+                            DependencyKind::AfterAny => "end",
+                            DependencyKind::AfterNotOk => "fail",
+                        };
+                        format!("waits for {} to {until} ({})", name(d.task), d.kind.key())
+                    }
                     Place::Head => head_why.clone().unwrap_or_default(),
                     Place::Behind { head, by_priority } => {
                         let priority = self.tasks.get(&head.0).map_or(0, |h| h.demand.priority);

@@ -184,6 +184,7 @@ impl Daemon {
             retries: None,
             time: None,
             priority: None,
+            after: Vec::new(),
         };
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {
@@ -206,6 +207,7 @@ impl Daemon {
                     .and_then(|l| l.time_limit_s)
                     .and_then(|s| Duration::try_from_secs_f64(s).ok()),
                 priority: record.priority.unwrap_or(0),
+                after: Vec::new(),
             },
             spec,
             user: run_as.as_ref().map_or_else(

@@ -26,11 +26,11 @@ use nom::{
 
 use super::Parsed;
 use super::error::{RadError, clip, found};
-use super::spec::{DEFAULT_GPUS, PublishedEstimates, Syntax, TaskSpec};
+use super::spec::{DEFAULT_GPUS, DependencyRef, PublishedEstimates, Syntax, TaskSpec};
 use super::suggest::closest;
 use super::text::{self, Line};
 use super::value::{self, Value};
-use crate::sched::Need;
+use crate::sched::{DependencyKind, Need};
 use crate::size;
 use crate::wall_time;
 
@@ -47,10 +47,11 @@ enum Key {
     Retries,
     Time,
     Priority,
+    Depends(DependencyKind),
 }
 
 impl Key {
-    const ALL: [Key; 10] = [
+    const ALL: [Key; 14] = [
         Key::Name,
         Key::Model,
         Key::Dataset,
@@ -61,6 +62,10 @@ impl Key {
         Key::Retries,
         Key::Time,
         Key::Priority,
+        Key::Depends(DependencyKind::After),
+        Key::Depends(DependencyKind::AfterOk),
+        Key::Depends(DependencyKind::AfterAny),
+        Key::Depends(DependencyKind::AfterNotOk),
     ];
 
     fn spelling(self) -> &'static str {
@@ -75,6 +80,7 @@ impl Key {
             Key::Retries => "retries",
             Key::Time => "time",
             Key::Priority => "priority",
+            Key::Depends(kind) => kind.key(),
         }
     }
 }
@@ -136,6 +142,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
         retries: None,
         time: None,
         priority: None,
+        after: Vec::new(),
     };
     let mut model_at = None;
     let mut seen: Vec<(Key, usize)> = Vec::new();
@@ -178,6 +185,11 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
             }
             Key::Time => spec.time = Some(time(&value)?),
             Key::Priority => spec.priority = Some(value::priority(&value)?),
+            Key::Depends(kind) => {
+                let tasks = value::task_refs(&value)?;
+                spec.after
+                    .extend(tasks.into_iter().map(|task| DependencyRef { kind, task }));
+            }
         }
     }
     if spec.script.is_empty() {

@@ -112,6 +112,7 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
         retries: None,
         time: None,
         priority: None,
+        after: Vec::new(),
     };
     Ok(Parsed {
         spec,

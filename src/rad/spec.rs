@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::sched::Need;
+use crate::sched::{DependencyKind, Need};
 
 /// GPUs a job gets when its file does not say: most training scripts use
 /// one device unless told otherwise.
@@ -106,6 +106,36 @@ pub struct TaskSpec {
     /// owner may give it is the daemon's call (configuration), not the
     /// parser's.
     pub priority: Option<i32>,
+    /// Tasks to wait for (`after:`, `afterok:`, `afterany:`,
+    /// `afternotok:`), as written: the daemon resolves names, which only
+    /// mean something among the owner's tasks.
+    pub after: Vec<DependencyRef>,
+}
+
+/// A task a job names in a dependency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum TaskRef {
+    /// By number (`12`, or a full task name `000012-prep`).
+    Id(u64),
+    /// By job name, unique among the owner's tasks.
+    Name(String),
+}
+
+impl fmt::Display for TaskRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskRef::Id(id) => write!(f, "{id}"),
+            TaskRef::Name(name) => f.write_str(name),
+        }
+    }
+}
+
+/// One dependency as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DependencyRef {
+    pub kind: DependencyKind,
+    pub task: TaskRef,
 }
 
 fn seconds<S: serde::Serializer>(time: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -163,6 +193,9 @@ impl fmt::Display for TaskSpec {
         writeln!(f, "  retries     {}", or_dash(&self.retries))?;
         let time = self.time.map(crate::wall_time::format);
         writeln!(f, "  time        {}", or_dash(&time))?;
+        for d in &self.after {
+            writeln!(f, "  {:<11} {}", d.kind.key(), d.task)?;
+        }
         write!(f, "  priority    {}", or_dash(&self.priority))
     }
 }

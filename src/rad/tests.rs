@@ -109,6 +109,7 @@ fn the_design_example_reads_field_by_field() {
             retries: None,
             time: None,
             priority: None,
+            after: Vec::new(),
         }
     );
 }
@@ -364,6 +365,35 @@ fn priorities_are_signed_integers_within_a_million() {
     refused("priority: 1000001\nrun\n", 1, 11, &words);
     refused("priority: 1.5\nrun\n", 1, 11, &words);
     refused("priority: --1\nrun\n", 1, 11, &words);
+}
+
+#[test]
+fn dependencies_name_tasks_by_number_task_name_or_job_name() {
+    use crate::rad::{DependencyRef, TaskRef};
+    use crate::sched::DependencyKind::{AfterNotOk, AfterOk};
+    let spec = spec("afterok: 12, 000015-prep,prep\nafternotok: 3\nrun\n");
+    let dep = |kind, task| DependencyRef { kind, task };
+    assert_eq!(
+        spec.after,
+        [
+            dep(AfterOk, TaskRef::Id(12)),
+            dep(AfterOk, TaskRef::Id(15)),
+            dep(AfterOk, TaskRef::Name("prep".into())),
+            dep(AfterNotOk, TaskRef::Id(3)),
+        ]
+    );
+    let words = ["expected tasks to wait for"];
+    refused("afterok: 12,,13\nrun\n", 1, 13, &words);
+    refused("afterany:\nrun\n", 1, 10, &words);
+    refused("after: a b\nrun\n", 1, 8, &words);
+    refused("after: ../x\nrun\n", 1, 8, &words);
+    refused(
+        "afterok: 99999999999999999999\nrun\n",
+        1,
+        10,
+        &["too large"],
+    );
+    refused("aftrok: 1\nrun\n", 1, 1, &["did you mean `afterok`?"]);
 }
 
 #[test]

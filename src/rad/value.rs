@@ -7,7 +7,7 @@
 use nom::{IResult, Parser, character::complete::digit1, combinator::all_consuming};
 
 use super::error::{Position, RadError, found};
-use super::spec::PolicyHint;
+use super::spec::{PolicyHint, TaskRef};
 use super::suggest::closest;
 use super::text::Line;
 
@@ -110,6 +110,42 @@ pub(super) fn priority(value: &Value<'_>) -> Result<i32, RadError> {
         .filter(|&m| m <= PRIORITY_LIMIT)
         .ok_or_else(|| value.expected(&what))?;
     Ok(if negative { -magnitude } else { magnitude })
+}
+
+/// Most tasks one dependency key may name: a job waiting for more is
+/// better written as an array or a chain.
+pub(super) const MAX_DEPENDENCIES: usize = 64;
+
+/// `12`, `000012-prep`, `prep`, or several of them separated by commas.
+pub(super) fn task_refs(value: &Value<'_>) -> Result<Vec<TaskRef>, RadError> {
+    const WHAT: &str = "tasks to wait for: numbers (12), task names (000012-prep) or job names \
+                        (prep), separated by commas";
+    let mut refs = Vec::new();
+    let mut column = 0;
+    for item in value.text.split(',') {
+        let lead = item.chars().take_while(|c| c.is_whitespace()).count();
+        let word = item.trim();
+        let at = column + lead;
+        column += item.chars().count() + 1;
+        if word.is_empty() || word.contains(|c: char| c.is_whitespace() || c == '/') {
+            return Err(value.error_at(at, format!("expected {WHAT}, {}", found(word))));
+        }
+        let digits = word.split('-').next().unwrap_or_default();
+        let numbered = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        refs.push(match numbered {
+            true => TaskRef::Id(digits.parse().map_err(|_| {
+                value.error_at(at, format!("expected {WHAT}, {}: too large", found(word)))
+            })?),
+            false => TaskRef::Name(word.to_owned()),
+        });
+        if refs.len() > MAX_DEPENDENCIES {
+            return Err(value.error_at(
+                at,
+                format!("at most {MAX_DEPENDENCIES} tasks to wait for on one line"),
+            ));
+        }
+    }
+    Ok(refs)
 }
 
 /// Spellings of the policy hint: `collocation` is the legacy format's,

@@ -42,7 +42,7 @@ pub use gate::Gate;
 pub use policy::Policy;
 pub use queue::Place;
 pub use rules::{MAX_SECONDS, PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};
-pub use task::{Demand, Exit, FailReason, Need, TaskId};
+pub use task::{Demand, Dependency, DependencyKind, Exit, FailReason, Need, TaskId};
 
 use gate::{Activity, Load};
 use ledger::Ledger;
@@ -87,6 +87,9 @@ pub enum Event {
     Hold { task: TaskId, held: bool },
     /// A task's priority changed (`carma priority`).
     Prioritize { task: TaskId, priority: i32 },
+    /// A task the core never had ended (the driver refused it before it
+    /// was queued): tasks that depend on it learn how.
+    Ended { task: TaskId, succeeded: bool },
     /// A user cancelled a task. A queued one is dropped at once (and
     /// failed as cancelled); for a running one the driver stops the job
     /// and reports its exit as [`Exit::Cancelled`].
@@ -200,6 +203,19 @@ struct Task {
     arrival: u64,
 }
 
+impl Task {
+    /// May be launched now, as far as the queue goes: not held, and every
+    /// task it depends on has done what it waits for.
+    fn ready(&self) -> bool {
+        !self.held && self.waits_for().is_none()
+    }
+
+    /// The first dependency not met yet.
+    fn waits_for(&self) -> Option<&Dependency> {
+        self.demand.after.iter().find(|d| d.met() != Some(true))
+    }
+}
+
 /// What a task asks of each GPU it is placed on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Want {
@@ -295,11 +311,13 @@ impl Scheduler {
                         t.priority = priority;
                     }
                 }
+                Event::Ended { task, succeeded } => self.note_ended(task, succeeded),
                 Event::Cancel { task } => self.cancel(task, &mut actions),
                 Event::Sample(samples) => self.sample(samples),
                 Event::Tick => {}
             }
         }
+        self.settle(&mut actions);
         self.dispatch(&mut actions);
         actions
     }
@@ -346,11 +364,59 @@ impl Scheduler {
         queue::places(&self.waiting, &self.tasks)
     }
 
-    /// The task dispatch considers next: the first waiting one not held.
+    /// The task dispatch considers next: the first waiting one that is
+    /// neither held nor waiting for another task.
     fn head(&self) -> Option<TaskId> {
         queue::ordered(&self.waiting, &self.tasks)
             .into_iter()
-            .find(|id| self.tasks.get(id).is_some_and(|t| !t.held))
+            .find(|id| self.tasks.get(id).is_some_and(Task::ready))
+    }
+
+    /// Tells the tasks that depend on `task` that it started.
+    fn note_started(&mut self, task: TaskId) {
+        for d in self.dependencies_on(task) {
+            d.started = true;
+        }
+    }
+
+    /// Tells the tasks that depend on `task` how it ended.
+    fn note_ended(&mut self, task: TaskId, succeeded: bool) {
+        for d in self.dependencies_on(task) {
+            d.ended = Some(succeeded);
+        }
+    }
+
+    fn dependencies_on(&mut self, task: TaskId) -> impl Iterator<Item = &mut Dependency> {
+        self.tasks
+            .values_mut()
+            .flat_map(|t| t.demand.after.iter_mut())
+            .filter(move |d| d.task == task)
+    }
+
+    /// Fails the waiting tasks whose dependencies can never be met, and
+    /// then those that depended on them, and so on.
+    fn settle(&mut self, actions: &mut Vec<Action>) {
+        loop {
+            let doomed = self.waiting.iter().find_map(|&id| {
+                let t = self.tasks.get(&id)?;
+                let d = t.demand.after.iter().find(|d| d.met() == Some(false))?;
+                let how = match d.ended {
+                    Some(true) => "succeeded",
+                    _ => "did not succeed",
+                };
+                Some((id, format!("{}: task {} {how}", d.kind.key(), d.task.0)))
+            });
+            let Some((task, why)) = doomed else {
+                return;
+            };
+            self.waiting.retain(|&t| t != task);
+            self.tasks.remove(&task);
+            self.note_ended(task, false);
+            actions.push(Action::Fail {
+                task,
+                reason: FailReason::Dependency(why),
+            });
+        }
     }
 
     /// Lets `gpu` take only tasks that hold it alone, whatever the policy:
@@ -435,19 +501,26 @@ impl Scheduler {
         Some(Waiting { task, why })
     }
 
-    fn queue(&mut self, task: TaskId, demand: Demand, crashes: u32, actions: &mut Vec<Action>) {
-        if let Err(why) = self.placeable(&demand) {
-            actions.push(Action::Fail {
-                task,
-                reason: FailReason::Unplaceable(why),
-            });
-            return;
+    fn queue(&mut self, task: TaskId, mut demand: Demand, crashes: u32, actions: &mut Vec<Action>) {
+        // What the core itself knows of a dependency's start adds to what
+        // the driver said.
+        for d in &mut demand.after {
+            d.started |= self
+                .tasks
+                .get(&d.task)
+                .is_some_and(|t| t.running || t.crashes > 0);
         }
-        if let Some(why) = self.rules.queue.refuses(demand.time_limit) {
-            actions.push(Action::Fail {
-                task,
-                reason: FailReason::Refused(why),
-            });
+        let refused = match self.placeable(&demand) {
+            Err(why) => Some(FailReason::Unplaceable(why)),
+            Ok(()) => self
+                .rules
+                .queue
+                .refuses(demand.time_limit)
+                .map(FailReason::Refused),
+        };
+        if let Some(reason) = refused {
+            self.note_ended(task, false);
+            actions.push(Action::Fail { task, reason });
             return;
         }
         let arrival = self.arrive();
@@ -489,6 +562,7 @@ impl Scheduler {
             .map(|g| (g, self.on_gpu(want, g).is_sole()))
             .collect();
         self.occupy(task, demand.user, &placed, want);
+        self.note_started(task);
         let arrival = self.arrive();
         self.tasks.insert(
             task,
@@ -571,6 +645,7 @@ impl Scheduler {
             },
         };
         self.tasks.remove(&task);
+        self.note_ended(task, matches!(outcome, Action::Complete { .. }));
         actions.push(outcome);
     }
 
@@ -588,6 +663,7 @@ impl Scheduler {
         self.waiting.retain(|&t| t != task);
         if self.waiting.len() < before {
             self.tasks.remove(&task);
+            self.note_ended(task, false);
             actions.push(Action::Fail {
                 task,
                 reason: FailReason::Cancelled,
@@ -623,16 +699,25 @@ impl Scheduler {
         for (load, gpu) in self.load.iter_mut().zip(&self.gpus) {
             *load = gpu.activity.load(self.now, &self.rules.placement);
         }
-        // Placing a task changes no other task's rank: one order serves.
-        for task in queue::ordered(&self.waiting, &self.tasks) {
-            if self.tasks.get(&task).is_none_or(|t| t.held) {
-                continue;
+        // Placing a task changes no other task's rank: one order serves a
+        // pass. A launch may free a task that waits `after:` it, further
+        // back, so passes repeat while they launch.
+        loop {
+            let launched = actions.len();
+            for task in queue::ordered(&self.waiting, &self.tasks) {
+                if !self.tasks.get(&task).is_some_and(Task::ready) {
+                    continue;
+                }
+                let Some(action) = self.place(task) else {
+                    return;
+                };
+                self.waiting.retain(|&t| t != task);
+                self.note_started(task);
+                actions.push(action);
             }
-            let Some(action) = self.place(task) else {
+            if actions.len() == launched {
                 return;
-            };
-            self.waiting.retain(|&t| t != task);
-            actions.push(action);
+            }
         }
     }
 

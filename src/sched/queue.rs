@@ -6,18 +6,21 @@
 //! holds change under the queue, waiting queues are hundreds of tasks at
 //! most, and one sort per dispatch costs microseconds.
 //!
-//! A held task keeps its place but is passed over; it is never the head,
-//! so it blocks nobody.
+//! A held task, or one waiting for another task (`afterok:` ...), keeps
+//! its place but is passed over; it is never the head, so it blocks
+//! nobody.
 
 use std::collections::HashMap;
 
-use super::{Task, TaskId};
+use super::{Dependency, Task, TaskId};
 
 /// Where a waiting task stands, for people (`carma status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Place {
     /// Its owner (or root) holds it: it waits for `carma release`.
     Held,
+    /// It waits for another task to start or end (`after:`, ...).
+    Waiting(Dependency),
     /// It is next; [`super::Scheduler::head_waits_for`] says what it
     /// needs.
     Head,
@@ -51,6 +54,7 @@ pub(super) fn places(waiting: &[TaskId], tasks: &HashMap<TaskId, Task>) -> Vec<(
             let t = tasks.get(&id)?;
             let place = match head {
                 _ if t.held => Place::Held,
+                _ if t.waits_for().is_some() => Place::Waiting(*t.waits_for()?),
                 None => {
                     head = Some((id, t));
                     Place::Head

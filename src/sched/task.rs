@@ -90,6 +90,76 @@ pub struct Demand {
     /// Higher goes first among waiting tasks (recovery aside); 0 unless
     /// the job file says.
     pub priority: i32,
+    /// Tasks this one waits for (`after:`, `afterok:`, ...).
+    pub after: Vec<Dependency>,
+}
+
+/// When a dependency is met: Slurm's four kinds, by their job-file keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DependencyKind {
+    /// `after:` the other task has started (or ended).
+    After,
+    /// `afterok:` it ended successfully.
+    AfterOk,
+    /// `afterany:` it ended, however.
+    AfterAny,
+    /// `afternotok:` it ended unsuccessfully (failed, cancelled, timed
+    /// out, refused).
+    AfterNotOk,
+}
+
+impl DependencyKind {
+    pub const ALL: [DependencyKind; 4] = [
+        DependencyKind::After,
+        DependencyKind::AfterOk,
+        DependencyKind::AfterAny,
+        DependencyKind::AfterNotOk,
+    ];
+
+    /// The job-file key.
+    pub fn key(self) -> &'static str {
+        match self {
+            DependencyKind::After => "after",
+            DependencyKind::AfterOk => "afterok",
+            DependencyKind::AfterAny => "afterany",
+            DependencyKind::AfterNotOk => "afternotok",
+        }
+    }
+
+    /// Whether a task that `started` and ended as `ended` (`Some(true)`:
+    /// successfully) meets this kind: `Some(true)` met, `Some(false)`
+    /// never will be, `None` not yet.
+    pub fn met(self, started: bool, ended: Option<bool>) -> Option<bool> {
+        match (self, ended) {
+            (DependencyKind::After, _) if started || ended.is_some() => Some(true),
+            (DependencyKind::AfterAny, Some(_)) => Some(true),
+            (DependencyKind::AfterOk, Some(ok)) => Some(ok),
+            (DependencyKind::AfterNotOk, Some(ok)) => Some(!ok),
+            _ => None,
+        }
+    }
+}
+
+/// One task another waits for, and what the driver knew of it when the
+/// waiting task was queued: the core hears of ends while both are in its
+/// hands, but a task that ended before (or under an earlier daemon) is
+/// known only to the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dependency {
+    pub kind: DependencyKind,
+    pub task: TaskId,
+    /// It has started at least once.
+    pub started: bool,
+    /// It ended: successfully (`Some(true)`) or not.
+    pub ended: Option<bool>,
+}
+
+impl Dependency {
+    /// See [`DependencyKind::met`].
+    pub fn met(&self) -> Option<bool> {
+        self.kind.met(self.started, self.ended)
+    }
 }
 
 impl Demand {
@@ -103,6 +173,7 @@ impl Demand {
             max_retries: None,
             time_limit: None,
             priority: 0,
+            after: Vec::new(),
         }
     }
 }
@@ -138,6 +209,9 @@ pub enum FailReason {
     Refused(String),
     /// It ran for its whole wall-time limit and was stopped.
     TimeLimit(Duration),
+    /// A task it depends on ended so that it can never run: the text names
+    /// which and how (`afterok: t12 failed`).
+    Dependency(String),
 }
 
 impl fmt::Display for FailReason {
@@ -150,6 +224,7 @@ impl fmt::Display for FailReason {
             FailReason::Cancelled => f.write_str("cancelled"),
             FailReason::Unplaceable(why) => write!(f, "cannot be placed: {why}"),
             FailReason::Refused(why) => write!(f, "refused: {why}"),
+            FailReason::Dependency(why) => write!(f, "dependency never satisfied: {why}"),
             FailReason::TimeLimit(limit) => write!(
                 f,
                 "time limit: stopped after its {} of wall time",

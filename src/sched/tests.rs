@@ -1248,3 +1248,126 @@ fn recovery_goes_before_priority_and_places_say_who_is_ahead() {
         ],
     );
 }
+
+// Dependencies: a task waits, passed over, until the tasks it names have
+// started or ended as it asks; one that can never be met fails, and so do
+// the tasks that waited for it.
+
+fn dependent(id: u64, on: u64, kind: DependencyKind) -> Event {
+    let demand = Demand {
+        after: vec![Dependency {
+            kind,
+            task: TaskId(on),
+            started: false,
+            ended: None,
+        }],
+        ..Demand::new(Need::Mib(GIB))
+    };
+    Event::Queued {
+        task: TaskId(id),
+        demand,
+    }
+}
+
+#[test]
+fn afterok_waits_for_success_and_lets_others_pass() {
+    // Task 1 runs whole; 2 waits afterok on 1; 3 (no dependency) is not
+    // blocked by 2, only by the busy GPU.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    queue(&mut core, 0.0, 1, Need::WholeGpu);
+    core.step(s(1.0), dependent(2, 1, DependencyKind::AfterOk));
+    queue(&mut core, 1.0, 3, Need::WholeGpu);
+    assert_eq!(
+        core.places(),
+        [
+            (
+                TaskId(2),
+                Place::Waiting(Dependency {
+                    kind: DependencyKind::AfterOk,
+                    task: TaskId(1),
+                    started: true,
+                    ended: None
+                })
+            ),
+            (TaskId(3), Place::Head),
+        ]
+    );
+    // 1 succeeds: 2, ready now and queued first, goes first; 3 (whole
+    // GPU) waits for it.
+    assert_eq!(finish(&mut core, 2.0, 1), [2]);
+    assert_eq!(finish(&mut core, 3.0, 2), [3]);
+}
+
+#[test]
+fn an_unmeetable_dependency_fails_the_task_and_its_own_dependents() {
+    // 2 waits afterok on 1, 3 afterany on 2, 4 afternotok on 1. 1 fails:
+    // 2 can never run and fails, which ends 3's wait (afterany), and 4
+    // runs because 1 failed.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 4]);
+    queue(&mut core, 0.0, 1, Need::Mib(GIB));
+    core.step_all(
+        s(1.0),
+        [
+            dependent(2, 1, DependencyKind::AfterOk),
+            dependent(3, 2, DependencyKind::AfterAny),
+            dependent(4, 1, DependencyKind::AfterNotOk),
+        ],
+    );
+    let failed = Event::Exited {
+        task: TaskId(1),
+        exit: Exit::Failed("exit status 1".into()),
+    };
+    let actions = core.step(s(2.0), failed);
+    let failures: Vec<(u64, String)> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Fail { task, reason } => Some((task.0, reason.to_string())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failures[0].0, 1);
+    assert_eq!(
+        failures[1],
+        (
+            2,
+            "dependency never satisfied: afterok: task 1 did not succeed".into()
+        )
+    );
+    let mut started: Vec<u64> = launched(&actions).into_iter().map(|(t, _)| t).collect();
+    started.sort();
+    assert_eq!(started, [3, 4]);
+}
+
+#[test]
+fn after_waits_only_for_the_start_and_a_driver_known_end_counts() {
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    // 2 waits `after` 1; both are placed in the same step, 1 first.
+    let actions = core.step_all(
+        s(0.0),
+        [
+            dependent(2, 1, DependencyKind::After),
+            Event::Queued {
+                task: TaskId(1),
+                demand: Demand::new(Need::Mib(GIB)),
+            },
+        ],
+    );
+    let order: Vec<u64> = launched(&actions).into_iter().map(|(t, _)| t).collect();
+    assert_eq!(order, [1, 2]);
+    // A task the driver refused before queueing it ends 5's wait.
+    core.step(s(1.0), dependent(5, 9, DependencyKind::AfterOk));
+    let actions = core.step(
+        s(2.0),
+        Event::Ended {
+            task: TaskId(9),
+            succeeded: false,
+        },
+    );
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Fail {
+            task: TaskId(5),
+            reason: FailReason::Dependency(_)
+        }]
+    ));
+}

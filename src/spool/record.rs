@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use super::atomic::write_durable;
 use crate::estimate::Fingerprint;
-use crate::sched::Need;
+use crate::sched::{DependencyKind, Need};
 
 /// carma's record of a task, in the task directory.
 pub const RECORD: &str = "task.json";
@@ -110,6 +110,18 @@ pub struct TaskRecord {
     /// The priority `carma priority` gave, over the job file's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
+    /// The tasks the job waits for, by number, once its dependencies'
+    /// names were resolved (`None` before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<ResolvedDependency>>,
+}
+
+/// A dependency with the task it names found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedDependency {
+    pub kind: DependencyKind,
+    /// The task's number.
+    pub task: u64,
 }
 
 impl TaskRecord {
@@ -130,6 +142,7 @@ impl TaskRecord {
             outcome: None,
             held: false,
             priority: None,
+            after: None,
         }
     }
 }
