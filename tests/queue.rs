@@ -256,3 +256,101 @@ fn dependencies_wait_survive_a_killed_daemon_and_fail_when_unmeetable() {
         "dependency never satisfied: afternotok: task 1 succeeded"
     );
 }
+
+/// A job of `user`'s that notes its start in `ledger` (which all users
+/// may write) and runs until `gate` exists.
+fn gated_job(name: &str, ledger: &std::path::Path, gate: &std::path::Path) -> String {
+    format!(
+        "name: {name}\nmemory: whole\necho {name} >> {}\nwhile [ ! -e {} ]; do sleep 0.05; done\n",
+        ledger.display(),
+        gate.display()
+    )
+}
+
+/// A shared spool with a root daemon, a ledger every user may append to,
+/// and a gate file that ends the gated jobs.
+fn two_user_spool(gpus: &str, extra: &str) -> (Spool, std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut spool = Spool::shared(gpus, extra);
+    let ledger = spool.dir.path().join("ledger");
+    fs::write(&ledger, "").unwrap();
+    fs::set_permissions(&ledger, fs::Permissions::from_mode(0o666)).unwrap();
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    (spool, ledger, gate)
+}
+
+#[test]
+fn a_user_at_the_running_limit_waits_while_another_users_job_passes() {
+    // Two GPUs, one running job per user. Alice's second job waits with
+    // the limit as its reason although a GPU is idle; Bob's job, submitted
+    // after it, takes that GPU.
+    let Some((alice, bob)) = common::two_users() else {
+        return;
+    };
+    let (spool, ledger, gate) = two_user_spool("2x40GiB", "[queue]\nmax_running_per_user = 1\n");
+    spool.submit_as(
+        &alice,
+        "a1",
+        &[("a1.rad", &gated_job("a1", &ledger, &gate))],
+    );
+    spool.wait_count("running", 1, 10.0);
+    let a2 = spool.submit_as(
+        &alice,
+        "a2",
+        &[("a2.rad", &gated_job("a2", &ledger, &gate))],
+    );
+    spool.submit_as(&bob, "b1", &[("b1.rad", &gated_job("b1", &ledger, &gate))]);
+    spool.wait_count("running", 2, 10.0);
+    let out = alice.carma(&spool, &format!("show {a2}"));
+    let shown = common::stdout(&out);
+    assert!(
+        shown.contains("waits: its user runs 1 jobs, the most a user may"),
+        "{shown}"
+    );
+    spool.wait_for("b1 to start", 10.0, || {
+        fs::read_to_string(&ledger).unwrap() == "a1\nb1\n"
+    });
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 3, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "a1\nb1\na2\n");
+}
+
+#[test]
+fn fair_share_lets_the_user_who_used_less_go_first() {
+    // One GPU. While Alice's first job runs, she submits a second, then
+    // Bob submits one. Bob has used no GPU time, Alice has: his job goes
+    // before her second although it came later.
+    let Some((alice, bob)) = common::two_users() else {
+        return;
+    };
+    let (spool, ledger, gate) = two_user_spool("1x40GiB", "");
+    spool.submit_as(
+        &alice,
+        "a1",
+        &[("a1.rad", &gated_job("a1", &ledger, &gate))],
+    );
+    spool.wait_count("running", 1, 10.0);
+    let a2 = spool.submit_as(
+        &alice,
+        "a2",
+        &[("a2.rad", &gated_job("a2", &ledger, &gate))],
+    );
+    let b1 = spool.submit_as(&bob, "b1", &[("b1.rad", &gated_job("b1", &ledger, &gate))]);
+    spool.wait_for("both to be queued", 10.0, || {
+        status(&spool)["waiting"]
+            .as_array()
+            .is_some_and(|w| w.len() == 2)
+    });
+    let waiting = status(&spool)["waiting"].clone();
+    assert_eq!(waiting[0]["name"], b1.as_str(), "{waiting}");
+    assert_eq!(waiting[1]["name"], a2.as_str(), "{waiting}");
+    let why = waiting[1]["why"].as_str().unwrap();
+    assert!(
+        why.contains("fair share: carma-bob used the GPUs less lately than carma-alice"),
+        "{why}"
+    );
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 3, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "a1\nb1\na2\n");
+}

@@ -53,7 +53,7 @@ use crate::mps::Mps;
 use crate::procfs::ProcessId;
 use crate::rad::TaskSpec;
 use crate::sched::{
-    Action, Demand, DependencyKind, Event, GpuSample, Place, Scheduler, TaskId, Time,
+    Action, Demand, DependencyKind, Event, GpuSample, Place, Precedence, Scheduler, TaskId, Time,
 };
 use crate::spool::record::{RunAs, TaskRecord, unix_now};
 use crate::spool::{PRIVATE, PUBLIC, Spool, State, TaskName, write_replace};
@@ -697,16 +697,24 @@ impl Daemon {
                         format!("waits for {} to {until} ({})", name(d.task), d.kind.key())
                     }
                     Place::Head => head_why.clone().unwrap_or_default(),
-                    Place::Behind { head, by_priority } => {
-                        let priority = self.tasks.get(&head.0).map_or(0, |h| h.demand.priority);
-                        match by_priority {
-                            true => format!(
-                                "behind {} (priority {priority} > {})",
-                                name(head),
+                    Place::OverLimit(why) => format!("waits: {why}"),
+                    Place::Behind { head, by } => {
+                        let ahead = self.tasks.get(&head.0);
+                        let why = match by {
+                            Precedence::Recovery => "recovering from an OOM crash".to_string(),
+                            Precedence::Priority => format!(
+                                "priority {} > {}",
+                                ahead.map_or(0, |h| h.demand.priority),
                                 t.demand.priority
                             ),
-                            false => format!("behind {}", name(head)),
-                        }
+                            Precedence::FairShare => format!(
+                                "fair share: {} used the GPUs less lately than {}",
+                                ahead.map_or("its user", |h| h.user.as_str()),
+                                t.user
+                            ),
+                            Precedence::Arrival => "submitted earlier".to_string(),
+                        };
+                        format!("behind {} ({why})", name(head))
                     }
                 };
                 let task = WaitingTask {

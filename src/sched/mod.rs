@@ -29,9 +29,11 @@
 
 mod gate;
 mod ledger;
+mod limits;
 mod policy;
 mod queue;
 mod rules;
+mod share;
 mod task;
 mod window;
 
@@ -40,13 +42,16 @@ use std::time::Duration;
 
 pub use gate::Gate;
 pub use policy::Policy;
-pub use queue::Place;
+pub use queue::{Place, Precedence};
 pub use rules::{MAX_SECONDS, PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};
 pub use task::{Demand, Dependency, DependencyKind, Exit, FailReason, Need, TaskId};
 
 use gate::{Activity, Load};
 use ledger::Ledger;
+use limits::Loads;
 use policy::Candidate;
+use queue::Order;
+use share::Shares;
 
 use crate::size::format_mib;
 
@@ -204,12 +209,6 @@ struct Task {
 }
 
 impl Task {
-    /// May be launched now, as far as the queue goes: not held, and every
-    /// task it depends on has done what it waits for.
-    fn ready(&self) -> bool {
-        !self.held && self.waits_for().is_none()
-    }
-
     /// The first dependency not met yet.
     fn waits_for(&self) -> Option<&Dependency> {
         self.demand.after.iter().find(|d| d.met() != Some(true))
@@ -235,6 +234,8 @@ pub struct Scheduler {
     waiting: Vec<TaskId>,
     /// Arrivals so far: the next task's arrival number.
     arrivals: u64,
+    /// Each user's recent GPU use, for fair share.
+    shares: Shares,
     ledger: Ledger,
     /// Round-robin position: the GPU index the cycle continues from.
     cursor: usize,
@@ -267,6 +268,7 @@ impl Scheduler {
             tasks: HashMap::new(),
             waiting: Vec::new(),
             arrivals: 0,
+            shares: Shares::default(),
             ledger: Ledger::new(gpu_total_mib.len()),
             cursor: 0,
             load: vec![Load::default(); gpu_total_mib.len()],
@@ -283,6 +285,7 @@ impl Scheduler {
     /// Feeds events that happened at the same time, then dispatches once:
     /// cheaper than one step each, and no placement sees half of them.
     pub fn step_all(&mut self, now: Time, events: impl IntoIterator<Item = Event>) -> Vec<Action> {
+        self.account(now);
         self.now = self.now.max(now);
         let mut actions = Vec::new();
         for event in events {
@@ -361,15 +364,61 @@ impl Scheduler {
 
     /// Every waiting task's place in the queue, in dispatch order.
     pub fn places(&self) -> Vec<(TaskId, Place)> {
-        queue::places(&self.waiting, &self.tasks)
+        let loads = self.loads();
+        self.with_order(|order| order.places(&self.waiting, |id, t| self.blocked(id, t, &loads)))
     }
 
-    /// The task dispatch considers next: the first waiting one that is
-    /// neither held nor waiting for another task.
+    /// The task dispatch considers next: the first waiting one that may
+    /// start.
     fn head(&self) -> Option<TaskId> {
-        queue::ordered(&self.waiting, &self.tasks)
+        let loads = self.loads();
+        self.with_order(|order| order.ordered(&self.waiting))
             .into_iter()
-            .find(|id| self.tasks.get(id).is_some_and(Task::ready))
+            .find(|&id| {
+                self.tasks
+                    .get(&id)
+                    .is_some_and(|t| self.blocked(id, t, &loads).is_none())
+            })
+    }
+
+    /// Runs `f` with the queue's order as the rules configure it.
+    fn with_order<R>(&self, f: impl FnOnce(&Order<'_>) -> R) -> R {
+        let usage = |user: Option<u32>| self.shares.usage(user);
+        f(&Order {
+            tasks: &self.tasks,
+            usage: self.rules.queue.fair_share.then_some(&usage),
+        })
+    }
+
+    fn loads(&self) -> Loads {
+        Loads::of(&self.tasks, &self.waiting, &self.rules.queue)
+    }
+
+    /// Why task `id` may not start now whatever the GPUs, if so: held,
+    /// waiting for another task, or over its user's limits.
+    fn blocked(&self, id: TaskId, t: &Task, loads: &Loads) -> Option<Place> {
+        if t.held {
+            return Some(Place::Held);
+        }
+        if let Some(d) = t.waits_for() {
+            return Some(Place::Waiting(*d));
+        }
+        loads
+            .refuses(id, t, &self.rules.queue)
+            .map(Place::OverLimit)
+    }
+
+    /// Adds the GPU-seconds held since the last step to each user's
+    /// usage: the running set has not changed in between.
+    fn account(&mut self, now: Time) {
+        let mut held: HashMap<u32, u32> = HashMap::new();
+        for t in self.tasks.values().filter(|t| t.running) {
+            if let Some(user) = t.demand.user {
+                *held.entry(user).or_default() += t.gpus.len() as u32;
+            }
+        }
+        let half_life = Duration::from_secs_f64(self.rules.queue.fair_share_half_life_s);
+        self.shares.advance(now.max(self.now), half_life, &held);
     }
 
     /// Tells the tasks that depend on `task` that it started.
@@ -704,13 +753,21 @@ impl Scheduler {
         // back, so passes repeat while they launch.
         loop {
             let launched = actions.len();
-            for task in queue::ordered(&self.waiting, &self.tasks) {
-                if !self.tasks.get(&task).is_some_and(Task::ready) {
+            let mut loads = self.loads();
+            for task in self.with_order(|order| order.ordered(&self.waiting)) {
+                let Some(t) = self.tasks.get(&task) else {
+                    continue;
+                };
+                if self.blocked(task, t, &loads).is_some() {
                     continue;
                 }
+                let (user, gpus) = (t.demand.user, t.demand.gpus);
                 let Some(action) = self.place(task) else {
                     return;
                 };
+                if let Some(user) = user {
+                    loads.launched(user, gpus);
+                }
                 self.waiting.retain(|&t| t != task);
                 self.note_started(task);
                 actions.push(action);

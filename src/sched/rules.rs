@@ -28,6 +28,14 @@ pub struct QueueRules {
     /// The priorities users other than root may give their own jobs.
     pub user_priority_min: i32,
     pub user_priority_max: i32,
+    /// Per-user limits; 0: none.
+    pub max_running_per_user: u32,
+    pub max_gpus_per_user: u32,
+    pub max_queued_per_user: u32,
+    /// Order equal priorities by each user's recent GPU use.
+    pub fair_share: bool,
+    /// How fast that use is forgotten: it halves every this many seconds.
+    pub fair_share_half_life_s: f64,
 }
 
 impl QueueRules {
@@ -138,6 +146,12 @@ impl Rules {
             ));
         }
         let q = &self.queue;
+        if !(q.fair_share_half_life_s > 0.0 && q.fair_share_half_life_s <= MAX_SECONDS) {
+            return Err(format!(
+                "queue.fair_share_half_life_s = {}: expected seconds > 0 (at most a year)",
+                q.fair_share_half_life_s
+            ));
+        }
         for (key, value) in [
             ("default_time_s", q.default_time_s),
             ("max_time_s", q.max_time_s),

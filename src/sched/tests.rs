@@ -1242,7 +1242,7 @@ fn recovery_goes_before_priority_and_places_say_who_is_ahead() {
                 TaskId(2),
                 Place::Behind {
                     head: TaskId(3),
-                    by_priority: true
+                    by: Precedence::Priority
                 }
             ),
         ],
@@ -1370,4 +1370,117 @@ fn after_waits_only_for_the_start_and_a_driver_known_end_counts() {
             reason: FailReason::Dependency(_)
         }]
     ));
+}
+
+// Per-user limits and fair share.
+
+fn user_task(core: &mut Scheduler, now: f64, id: u64, user: u32, need: Need) -> Vec<Action> {
+    let demand = Demand {
+        user: Some(user),
+        ..Demand::new(need)
+    };
+    core.step(
+        s(now),
+        Event::Queued {
+            task: TaskId(id),
+            demand,
+        },
+    )
+}
+
+#[test]
+fn a_user_at_the_running_limit_waits_and_others_pass() {
+    let mut r = rules(Policy::FirstFit);
+    r.queue.max_running_per_user = 1;
+    let mut core = Scheduler::new(r, &[40 * GIB; 4]);
+    assert_eq!(
+        launched(&user_task(&mut core, 0.0, 1, 7, Need::Mib(GIB))).len(),
+        1
+    );
+    assert!(user_task(&mut core, 1.0, 2, 7, Need::Mib(GIB)).is_empty());
+    assert_eq!(
+        launched(&user_task(&mut core, 2.0, 3, 8, Need::Mib(GIB))).len(),
+        1
+    );
+    match core.places().as_slice() {
+        [(TaskId(2), Place::OverLimit(why))] => {
+            assert!(why.contains("max_running_per_user"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(finish(&mut core, 3.0, 1), [2]);
+}
+
+#[test]
+fn gpus_and_queued_jobs_are_limited_per_user() {
+    let mut r = rules(Policy::FirstFit);
+    r.queue.max_gpus_per_user = 2;
+    r.queue.max_queued_per_user = 1;
+    let mut core = Scheduler::new(r, &[40 * GIB; 4]);
+    let two = Demand {
+        gpus: 2,
+        user: Some(7),
+        ..Demand::new(Need::Mib(GIB))
+    };
+    let actions = core.step(
+        s(0.0),
+        Event::Queued {
+            task: TaskId(1),
+            demand: two.clone(),
+        },
+    );
+    assert_eq!(launched(&actions).len(), 1);
+    // A second two-GPU task would hold 4 > 2; a third one is beyond the
+    // one queued job considered.
+    core.step_all(
+        s(1.0),
+        [
+            Event::Queued {
+                task: TaskId(2),
+                demand: two.clone(),
+            },
+            Event::Queued {
+                task: TaskId(3),
+                demand: two,
+            },
+        ],
+    );
+    let whys: Vec<String> = core
+        .places()
+        .into_iter()
+        .map(|(_, p)| match p {
+            Place::OverLimit(why) => why,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(whys[0].contains("max_gpus_per_user"), "{whys:?}");
+    assert!(whys[1].contains("max_queued_per_user"), "{whys:?}");
+}
+
+#[test]
+fn fair_share_puts_the_user_who_used_less_first() {
+    // One GPU. User 7's task 1 runs 100 s; meanwhile 7 queues task 2 and
+    // then user 8 queues task 3. When 1 ends, 3 goes first: 8 has used
+    // nothing. Without fair share, 2 would (it arrived first).
+    for (fair, first) in [(true, 3), (false, 2)] {
+        let mut r = rules(Policy::FirstFit);
+        r.queue.fair_share = fair;
+        let mut core = Scheduler::new(r, &[40 * GIB]);
+        user_task(&mut core, 0.0, 1, 7, Need::WholeGpu);
+        user_task(&mut core, 10.0, 2, 7, Need::WholeGpu);
+        user_task(&mut core, 20.0, 3, 8, Need::WholeGpu);
+        if fair {
+            assert_eq!(
+                core.places()[1],
+                (
+                    TaskId(2),
+                    Place::Behind {
+                        head: TaskId(3),
+                        by: Precedence::FairShare
+                    }
+                )
+            );
+        }
+        assert_eq!(finish(&mut core, 100.0, 1), [first]);
+    }
 }
