@@ -354,3 +354,30 @@ fn fair_share_lets_the_user_who_used_less_go_first() {
     spool.wait_count("done", 3, 20.0);
     assert_eq!(fs::read_to_string(&ledger).unwrap(), "a1\nb1\na2\n");
 }
+
+#[test]
+fn with_backfill_a_short_job_passes_a_blocked_head_and_an_unbounded_one_does_not() {
+    // Two GPUs. `first` (limit 10 min) holds one; `wide` wants both and
+    // is reserved them from when `first` ends at the latest. `quick`
+    // (limit 5 min) ends before that and runs on the idle GPU; `endless`
+    // (no limit) could hold it past the reservation and waits.
+    let mut spool = Spool::with_config("2x40GiB", "[queue]\nbackfill = true\n");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    let hold = format!("while [ ! -e {} ]; do sleep 0.05; done\n", gate.display());
+    spool.submit(
+        "first.rad",
+        &format!("name: first\nmemory: whole\ntime: 10m\n{hold}"),
+    );
+    spool.wait_count("running", 1, 10.0);
+    let wide = spool.submit("wide.rad", "name: wide\ngpus: 2\nmemory: whole\ntrue\n");
+    let endless = spool.submit("endless.rad", "name: endless\nmemory: whole\ntrue\n");
+    let quick = spool.submit("quick.rad", "name: quick\nmemory: whole\ntime: 5m\ntrue\n");
+    spool.wait_for("quick to be done", 10.0, || {
+        spool.find(&quick).is_some_and(|(state, _)| state == "done")
+    });
+    assert_eq!(spool.find(&wide).unwrap().0, "pending");
+    assert_eq!(spool.find(&endless).unwrap().0, "pending");
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 4, 20.0);
+}

@@ -354,6 +354,8 @@ impl Daemon {
             time_limit: spec.time,
             priority: record.priority.or(spec.priority).unwrap_or(0),
             after,
+            // Run times are not kept in history yet: the time limit plans.
+            history: None,
         };
         Ok(Task {
             name: name.clone(),

@@ -208,6 +208,7 @@ impl Daemon {
                     .and_then(|s| Duration::try_from_secs_f64(s).ok()),
                 priority: record.priority.unwrap_or(0),
                 after: Vec::new(),
+                history: None,
             },
             spec,
             user: run_as.as_ref().map_or_else(

@@ -27,6 +27,7 @@
 //! running task is listed on each of its GPUs; the ledger holds bookings
 //! only for running tasks.
 
+mod backfill;
 mod gate;
 mod ledger;
 mod limits;
@@ -180,6 +181,8 @@ struct Gpu {
     /// Takes only tasks that hold it alone (e.g. a MIG-enabled GPU, whose
     /// slices carma does not manage).
     exclusive_only: bool,
+    /// Memory the last sample attributed to each task here.
+    seen: Vec<(TaskId, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -206,6 +209,10 @@ struct Task {
     held: bool,
     /// Arrival order, for first come first served among equals.
     arrival: u64,
+    /// When its current run was launched (or adopted).
+    started: Time,
+    /// Its current run was started from behind a blocked head.
+    backfilled: bool,
 }
 
 impl Task {
@@ -260,6 +267,7 @@ impl Scheduler {
                 activity: Activity::new(rules.placement.smact_window_s),
                 occupants: Vec::new(),
                 exclusive_only: false,
+                seen: Vec::new(),
             })
             .collect();
         Scheduler {
@@ -583,6 +591,8 @@ impl Scheduler {
                 gpus: Vec::new(),
                 held: false,
                 arrival,
+                started: self.now,
+                backfilled: false,
             },
         );
         self.waiting.push(task);
@@ -623,6 +633,8 @@ impl Scheduler {
                 gpus: placed.iter().map(|&(g, _)| g).collect(),
                 held: false,
                 arrival,
+                started: self.now,
+                backfilled: false,
             },
         );
     }
@@ -728,6 +740,7 @@ impl Scheduler {
             gpu.used_mib = s.used_mib;
             gpu.healthy = s.healthy;
             gpu.activity.record(self.now, &s);
+            gpu.seen.clone_from(&s.tasks);
             for (task, mib) in s.tasks {
                 self.ledger.observe(task, s.gpu, mib);
             }
@@ -754,6 +767,9 @@ impl Scheduler {
         loop {
             let launched = actions.len();
             let mut loads = self.loads();
+            // Once the head cannot be placed: its reservation, which tasks
+            // further back must respect (see [`backfill`]).
+            let mut reserved = None;
             for task in self.with_order(|order| order.ordered(&self.waiting)) {
                 let Some(t) = self.tasks.get(&task) else {
                     continue;
@@ -762,8 +778,28 @@ impl Scheduler {
                     continue;
                 }
                 let (user, gpus) = (t.demand.user, t.demand.gpus);
-                let Some(action) = self.place(task) else {
-                    return;
+                let action = match &reserved {
+                    None => match self.place(task, &[]) {
+                        Some(action) => action,
+                        None if self.rules.queue.backfill => match self.reservation(task) {
+                            Some(r) => {
+                                reserved = Some(r);
+                                continue;
+                            }
+                            None => return,
+                        },
+                        None => return,
+                    },
+                    Some(r) => {
+                        let off_limits = self.off_limits(task, r);
+                        let Some(action) = self.place(task, &off_limits) else {
+                            continue;
+                        };
+                        if let Some(t) = self.tasks.get_mut(&task) {
+                            t.backfilled = true;
+                        }
+                        action
+                    }
                 };
                 if let Some(user) = user {
                     loads.launched(user, gpus);
@@ -778,12 +814,14 @@ impl Scheduler {
         }
     }
 
-    /// Tries to place one task; returns its launch if it fits now.
-    fn place(&mut self, task: TaskId) -> Option<Action> {
+    /// Tries to place one task on GPUs not in `off_limits`; returns its
+    /// launch if it fits now.
+    fn place(&mut self, task: TaskId, off_limits: &[usize]) -> Option<Action> {
         let t = self.tasks.get(&task)?;
         let n = t.demand.gpus as usize;
         let want = self.want(&t.demand, t.crashes);
         let mut candidates: Vec<Candidate> = (0..self.gpus.len())
+            .filter(|g| !off_limits.contains(g))
             .filter_map(|g| self.passes(g, &t.demand, self.on_gpu(want, g)))
             .collect();
         if candidates.len() < n {
@@ -815,6 +853,8 @@ impl Scheduler {
         if let Some(t) = self.tasks.get_mut(&task) {
             t.running = true;
             t.gpus = gpus.clone();
+            t.started = self.now;
+            t.backfilled = false;
         }
         Some(Action::Launch {
             task,

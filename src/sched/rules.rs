@@ -36,6 +36,11 @@ pub struct QueueRules {
     pub fair_share: bool,
     /// How fast that use is forgotten: it halves every this many seconds.
     pub fair_share_half_life_s: f64,
+    /// Start tasks from behind a blocked head when they cannot delay it.
+    pub backfill: bool,
+    /// Run time assumed of a task with neither a time limit nor history,
+    /// seconds; 0: such a task is not backfilled onto reserved GPUs.
+    pub backfill_default_s: f64,
 }
 
 impl QueueRules {
@@ -46,6 +51,15 @@ impl QueueRules {
         asked
             .or_else(|| seconds(self.default_time_s))
             .or_else(|| seconds(self.max_time_s))
+    }
+
+    /// How long a task is expected to run, for backfill: its time limit
+    /// (an upper bound, so a reservation computed from it is never late),
+    /// else what history says, else the configured default.
+    pub fn expected_run(&self, demand: &super::Demand) -> Option<Duration> {
+        self.time_limit(demand.time_limit)
+            .or(demand.history)
+            .or_else(|| seconds(self.backfill_default_s))
     }
 
     /// Why a user other than root may not give a job `priority`, if they
@@ -161,6 +175,12 @@ impl Rules {
                     "queue.{key} = {value}: expected seconds >= 0 (0: none; at most a year)"
                 ));
             }
+        }
+        if !(0.0..=MAX_SECONDS).contains(&q.backfill_default_s) {
+            return Err(format!(
+                "queue.backfill_default_s = {}: expected seconds >= 0 (0: none; at most a year)",
+                q.backfill_default_s
+            ));
         }
         if q.user_priority_min > q.user_priority_max {
             return Err(format!(

@@ -92,6 +92,9 @@ pub struct Demand {
     pub priority: i32,
     /// Tasks this one waits for (`after:`, `afterok:`, ...).
     pub after: Vec<Dependency>,
+    /// How long the same job ran before, where the driver knows: with the
+    /// time limit, what backfill plans with.
+    pub history: Option<Duration>,
 }
 
 /// When a dependency is met: Slurm's four kinds, by their job-file keys.
@@ -174,6 +177,7 @@ impl Demand {
             time_limit: None,
             priority: 0,
             after: Vec::new(),
+            history: None,
         }
     }
 }

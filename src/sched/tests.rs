@@ -1484,3 +1484,79 @@ fn fair_share_puts_the_user_who_used_less_first() {
         assert_eq!(finish(&mut core, 100.0, 1), [first]);
     }
 }
+
+// Backfill.
+
+fn limited(id: u64, gpus: u32, limit_s: Option<u64>) -> Event {
+    Event::Queued {
+        task: TaskId(id),
+        demand: Demand {
+            gpus,
+            time_limit: limit_s.map(Duration::from_secs),
+            ..Demand::new(Need::WholeGpu)
+        },
+    }
+}
+
+#[test]
+fn backfill_starts_what_ends_before_the_heads_reservation_and_nothing_else() {
+    // Two GPUs. Task 1 (limit 100 s) holds GPU 0. Task 2 needs both GPUs
+    // whole: reserved from t=100 on GPUs 0 and 1. Task 3 (50 s) ends by
+    // then and starts on GPU 1; task 4 (200 s) and task 5 (no limit)
+    // would hold GPU 1 past t=100 and wait.
+    for backfill in [true, false] {
+        let mut r = rules(Policy::Exclusive);
+        r.queue.backfill = backfill;
+        let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+        assert_eq!(
+            launched(&core.step(s(0.0), limited(1, 1, Some(100)))).len(),
+            1
+        );
+        let actions = core.step_all(
+            s(1.0),
+            [
+                limited(2, 2, Some(10)),
+                limited(3, 1, Some(50)),
+                limited(4, 1, Some(200)),
+                limited(5, 1, None),
+            ],
+        );
+        let started: Vec<u64> = launched(&actions).into_iter().map(|(t, _)| t).collect();
+        match backfill {
+            true => assert_eq!(started, [3]),
+            false => assert!(started.is_empty()),
+        }
+        assert!(!core.backfill_delays_head());
+    }
+}
+
+#[test]
+fn a_backfilled_task_that_overruns_is_seen_delaying_the_head() {
+    // History says task 3 runs 50 s, but it is still there when task 1
+    // ends at 100 s: the head could start but for it.
+    let mut r = rules(Policy::Exclusive);
+    r.queue.backfill = true;
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    core.step(s(0.0), limited(1, 1, Some(100)));
+    let overrunning = Demand {
+        history: Some(Duration::from_secs(50)),
+        ..Demand::new(Need::WholeGpu)
+    };
+    let actions = core.step_all(
+        s(1.0),
+        [
+            limited(2, 2, None),
+            Event::Queued {
+                task: TaskId(3),
+                demand: overrunning,
+            },
+        ],
+    );
+    assert_eq!(launched(&actions), [(3, vec![1])]);
+    let exited = Event::Exited {
+        task: TaskId(1),
+        exit: Exit::Success,
+    };
+    assert!(launched(&core.step(s(100.0), exited)).is_empty());
+    assert!(core.backfill_delays_head());
+}

@@ -17,6 +17,10 @@
 //! - A task launched with a wall-time limit is stopped when the limit
 //!   passes (the daemon's supervisor would do the same), its grace period
 //!   not modelled: it ends there, failed with "time limit".
+//! - Every task's trace duration is its history (the job ran before, as
+//!   the traces' jobs had), which backfill plans with; the time during
+//!   which the head of the queue could have started but for backfilled
+//!   tasks is summed as the head's delay.
 //! - The core sees a GPU sample whenever a GPU's state changes; since the
 //!   state is constant in between, that is exactly what 1 s sampling would
 //!   show, at a fraction of the cost.
@@ -104,6 +108,10 @@ struct Sim<'a> {
     next_tick: Option<u64>,
     /// GPUs whose state changed since the core last saw them.
     dirty: Vec<usize>,
+    /// Since when backfilled tasks keep the head of the queue from
+    /// starting, and the time they did so before.
+    delayed_since: Option<f64>,
+    head_delay_s: f64,
 }
 
 /// Runs the trace to the end, the core told the setup's trace column as
@@ -138,6 +146,8 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
         now: 0.0,
         next_tick: None,
         dirty: (0..setup.gpus.len()).collect(),
+        delayed_since: None,
+        head_delay_s: 0.0,
     };
     sim.flush();
     for (n, t) in trace.iter().enumerate() {
@@ -151,7 +161,7 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
     for g in 0..sim.gpus.len() {
         sim.integrate(g, end);
     }
-    Metrics::new(
+    let mut metrics = Metrics::new(
         &sim.records,
         &sim.gpus
             .iter()
@@ -162,7 +172,9 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
             setup.gpus.len(),
             setup.model.sharing,
         )),
-    )
+    );
+    metrics.head_delay_s = sim.head_delay_s;
+    metrics
 }
 
 impl Sim<'_> {
@@ -182,6 +194,7 @@ impl Sim<'_> {
                 let t = &self.trace[n];
                 let demand = Demand {
                     gpus: t.gpus,
+                    history: Some(std::time::Duration::from_secs_f64(t.duration_s)),
                     ..Demand::new(self.estimates.need(n, t))
                 };
                 self.feed(Event::Queued {
@@ -252,6 +265,15 @@ impl Sim<'_> {
                     Action::Fail { task, .. } => self.records[task.0 as usize].failed(self.now),
                 }
             }
+        }
+        let delayed = self.core.backfill_delays_head();
+        match (delayed, self.delayed_since) {
+            (true, None) => self.delayed_since = Some(self.now),
+            (false, Some(since)) => {
+                self.head_delay_s += self.now - since;
+                self.delayed_since = None;
+            }
+            _ => {}
         }
         if let Some(deadline) = self.core.next_deadline() {
             let at = deadline.as_micros() as u64;

@@ -77,6 +77,10 @@ pub struct Metrics {
     pub energy_mj: f64,
     /// Mean GPU SM activity over the trace and all GPUs, 0..1.
     pub mean_utilization: f64,
+    /// Time during which the head of the queue could have started but for
+    /// tasks backfilled past it, seconds (the simulator's measure; 0 in
+    /// `carma report`). Backfill is meant to keep it at 0.
+    pub head_delay_s: f64,
     /// A lower bound on `total_time_s` that no policy can beat; `null` in
     /// `carma report`, where the tasks' standalone durations are unknown.
     pub lower_bound_s: Option<f64>,
@@ -122,6 +126,7 @@ impl Metrics {
                 0.0
             },
             lower_bound_s: lower_bound_s.map(|b| b - start.min(b)),
+            head_delay_s: 0.0,
         }
     }
 }
@@ -141,6 +146,7 @@ impl std::fmt::Display for Metrics {
         writeln!(f, "  avg JCT           {:.1} s", self.avg_jct_s)?;
         writeln!(f, "  OOM crashes       {}", self.oom_crashes)?;
         writeln!(f, "  failed            {}", self.failed)?;
+        writeln!(f, "  head delay        {:.1} s", self.head_delay_s)?;
         writeln!(f, "  GPU energy        {:.4} MJ", self.energy_mj)?;
         write!(
             f,
