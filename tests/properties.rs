@@ -762,6 +762,7 @@ fn keyed_text(
         time: None,
         priority: None,
         after: Vec::new(),
+        notify: None,
     };
     KeyedFile {
         text,
@@ -860,6 +861,7 @@ fn legacy_file() -> impl Strategy<Value = KeyedFile> {
                     time: None,
                     priority: None,
                     after: Vec::new(),
+                    notify: None,
                 };
                 KeyedFile {
                     text,

@@ -381,3 +381,36 @@ fn with_backfill_a_short_job_passes_a_blocked_head_and_an_unbounded_one_does_not
     fs::write(&gate, "").unwrap();
     spool.wait_count("done", 4, 20.0);
 }
+
+#[test]
+fn a_job_notifies_its_owner_when_it_ends_or_the_configured_hook_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook_note = dir.path().join("hook");
+    let hook = format!(
+        "[daemon]\nnotify = \"echo hook $CARMA_JOB_NAME $CARMA_STATE > {}\"\n",
+        hook_note.display()
+    );
+    let mut spool = Spool::with_config("1x40GiB", &hook);
+    spool.start_daemon();
+    let note = dir.path().join("note");
+    let name = spool.submit(
+        "doomed.rad",
+        &format!(
+            "name: doomed\nmemory: 1G\nnotify: echo \"$CARMA_TASK_ID $CARMA_STATE $CARMA_REASON\" > {}\nexit 3\n",
+            note.display()
+        ),
+    );
+    spool.submit("plain.rad", "name: plain\nmemory: 1G\ntrue\n");
+    spool.wait_for("both notifications", 20.0, || {
+        note.exists() && hook_note.exists()
+    });
+    spool.wait_for("the notes to be written", 10.0, || {
+        fs::read_to_string(&note).is_ok_and(|n| n.ends_with('\n'))
+            && fs::read_to_string(&hook_note).is_ok_and(|n| n.ends_with('\n'))
+    });
+    assert_eq!(
+        fs::read_to_string(&note).unwrap(),
+        format!("{name} failed job failed: exit status 3\n")
+    );
+    assert_eq!(fs::read_to_string(&hook_note).unwrap(), "hook plain done\n");
+}

@@ -67,6 +67,7 @@ fn legacy(
         time: None,
         priority: None,
         after: Vec::new(),
+        notify: None,
     }
 }
 

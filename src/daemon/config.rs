@@ -25,6 +25,7 @@ pub struct DaemonConfig {
     pub allow_root_jobs: bool,
     pub job_path: String,
     pub conda: String,
+    pub notify: String,
 }
 
 impl DaemonConfig {
@@ -61,7 +62,11 @@ impl DaemonConfig {
                 ));
             }
         }
-        for (key, value) in [("job_path", &self.job_path), ("conda", &self.conda)] {
+        for (key, value) in [
+            ("job_path", &self.job_path),
+            ("conda", &self.conda),
+            ("notify", &self.notify),
+        ] {
             if value.contains('\0') {
                 return Err(format!("daemon.{key} contains a NUL byte"));
             }

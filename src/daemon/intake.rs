@@ -424,6 +424,7 @@ impl Daemon {
             owner,
             run: last_run(&self.spool.task_dir(state, name)),
             retry: super::Backoff::default(),
+            notify: None,
         });
     }
 

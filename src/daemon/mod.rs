@@ -27,6 +27,7 @@ mod environment;
 mod intake;
 mod loose;
 mod monitor;
+mod notify;
 mod requests;
 mod restore;
 mod runs;
@@ -133,6 +134,8 @@ struct Closing {
     /// The latest run, whose peak goes to history on success.
     run: u32,
     retry: Backoff,
+    /// What to run once the task is there.
+    notify: Option<notify::Notify>,
 }
 
 /// The loop's state. Fields are documented where they are not obvious.

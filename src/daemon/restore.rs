@@ -185,6 +185,7 @@ impl Daemon {
             time: None,
             priority: None,
             after: Vec::new(),
+            notify: None,
         };
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {

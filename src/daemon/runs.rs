@@ -384,6 +384,11 @@ impl Daemon {
                 at: unix_now(),
             },
         });
+        let notify = self.notification(
+            task.spec.notify.as_ref(),
+            task.run_as.as_ref(),
+            record.workdir.as_ref(),
+        );
         self.close(Closing {
             name: task.name,
             owner: record.owner,
@@ -392,6 +397,7 @@ impl Daemon {
             to,
             run: task.run,
             retry: super::Backoff::default(),
+            notify,
         });
     }
 
@@ -482,9 +488,12 @@ impl Daemon {
                 }
             }
         }
-        match reason {
+        match &reason {
             None => log::info!("{name}: done after {} run(s); peak {peak} MiB", c.run),
             Some(reason) => log::error!("{name}: failed: {reason}"),
+        }
+        if let Some(notify) = &c.notify {
+            self.notify(&name, to, reason.as_deref(), notify);
         }
     }
 

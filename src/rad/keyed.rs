@@ -48,10 +48,11 @@ enum Key {
     Time,
     Priority,
     Depends(DependencyKind),
+    Notify,
 }
 
 impl Key {
-    const ALL: [Key; 14] = [
+    const ALL: [Key; 15] = [
         Key::Name,
         Key::Model,
         Key::Dataset,
@@ -66,6 +67,7 @@ impl Key {
         Key::Depends(DependencyKind::AfterOk),
         Key::Depends(DependencyKind::AfterAny),
         Key::Depends(DependencyKind::AfterNotOk),
+        Key::Notify,
     ];
 
     fn spelling(self) -> &'static str {
@@ -81,6 +83,7 @@ impl Key {
             Key::Time => "time",
             Key::Priority => "priority",
             Key::Depends(kind) => kind.key(),
+            Key::Notify => "notify",
         }
     }
 }
@@ -143,6 +146,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
         time: None,
         priority: None,
         after: Vec::new(),
+        notify: None,
     };
     let mut model_at = None;
     let mut seen: Vec<(Key, usize)> = Vec::new();
@@ -185,6 +189,9 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
             }
             Key::Time => spec.time = Some(time(&value)?),
             Key::Priority => spec.priority = Some(value::priority(&value)?),
+            Key::Notify => {
+                spec.notify = Some(value.non_empty("a command to run when the job ends")?)
+            }
             Key::Depends(kind) => {
                 let tasks = value::task_refs(&value)?;
                 spec.after

@@ -113,6 +113,7 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
         time: None,
         priority: None,
         after: Vec::new(),
+        notify: None,
     };
     Ok(Parsed {
         spec,

@@ -110,6 +110,9 @@ pub struct TaskSpec {
     /// `afternotok:`), as written: the daemon resolves names, which only
     /// mean something among the owner's tasks.
     pub after: Vec<DependencyRef>,
+    /// A command to run, as the job's owner, when the job ends
+    /// (`notify:`).
+    pub notify: Option<String>,
 }
 
 /// A task a job names in a dependency.
@@ -196,6 +199,7 @@ impl fmt::Display for TaskSpec {
         for d in &self.after {
             writeln!(f, "  {:<11} {}", d.kind.key(), d.task)?;
         }
+        writeln!(f, "  notify      {}", or_dash(&self.notify))?;
         write!(f, "  priority    {}", or_dash(&self.priority))
     }
 }
