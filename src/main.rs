@@ -64,6 +64,9 @@ enum Command {
     Release(commands::adjust::TaskArgs),
     /// Change a task's priority: higher runs first among waiting tasks.
     Priority(commands::adjust::PriorityArgs),
+    /// Put a running task (its job stopped) or an ended one back in the
+    /// queue.
+    Requeue(commands::adjust::TaskArgs),
     /// Figures of what ran in a spool (the keys of `simulate --json`).
     Report(commands::report::Args),
     /// Turn a trace into fake-train job files and print a staggered
@@ -158,6 +161,7 @@ fn run(mut cli: Cli) -> Result<ExitCode> {
         Command::Hold(args) => commands::adjust::hold(cli.config.as_deref(), args),
         Command::Release(args) => commands::adjust::release(cli.config.as_deref(), args),
         Command::Priority(args) => commands::adjust::priority(cli.config.as_deref(), args),
+        Command::Requeue(args) => commands::adjust::requeue(cli.config.as_deref(), args),
         Command::Report(args) => commands::report::run(cli.config.as_deref(), args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Estimate(args) => commands::estimate::run(cli.config.as_deref(), args),

@@ -414,3 +414,40 @@ fn a_job_notifies_its_owner_when_it_ends_or_the_configured_hook_does() {
     );
     assert_eq!(fs::read_to_string(&hook_note).unwrap(), "hook plain done\n");
 }
+
+#[test]
+fn requeue_runs_an_ended_task_again_and_stops_a_running_one_to_queue_it() {
+    // The job notes each run; runs after the first wait for a gate. It
+    // ends (run 1), is requeued from done/ (run 2 starts and waits), is
+    // requeued while running (run 2 is stopped, run 3 starts), and ends.
+    let mut spool = Spool::new("1x40GiB");
+    let ledger = spool.dir.path().join("ledger");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    let name = spool.submit(
+        "again.rad",
+        &format!(
+            "name: again\nmemory: 1G\necho $CARMA_RUN >> {ledger}\n\
+             if [ $CARMA_RUN -gt 1 ]; then while [ ! -e {gate} ]; do sleep 0.05; done; fi\n",
+            ledger = ledger.display(),
+            gate = gate.display()
+        ),
+    );
+    spool.wait_count("done", 1, 10.0);
+    let said = carma(&spool, &["requeue", &name]);
+    assert!(said.contains("requeued"), "{said}");
+    let runs = |n: &str| fs::read_to_string(&ledger).unwrap_or_default() == n;
+    spool.wait_for("run 2", 10.0, || runs("1\n2\n"));
+    let said = carma(&spool, &["requeue", &name]);
+    assert!(said.contains("being stopped"), "{said}");
+    spool.wait_for("run 3", 20.0, || runs("1\n2\n3\n"));
+    let (state, dir) = spool.find(&name).unwrap();
+    assert_eq!(state, "running");
+    let exit = fs::read_to_string(dir.join("run-2/exit.json")).unwrap();
+    assert!(exit.contains("\"cancelled\": true"), "{exit}");
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 1, 10.0);
+    assert!(spool.tasks("failed").is_empty());
+    let out = spool.carma().args(["requeue", &name]).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+}

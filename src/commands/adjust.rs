@@ -1,5 +1,6 @@
 //! `carma hold`, `carma release`, `carma priority`: change a waiting task's
-//! place in the queue.
+//! place in the queue; `carma requeue`: put a running or ended task back
+//! in it.
 //!
 //! Like `carma cancel`, each leaves a request in `cancel/` for the daemon,
 //! which checks that the caller owns the task (or is root), records the
@@ -17,7 +18,7 @@ use carma::config::Config;
 use carma::daemon::status::Status;
 use carma::spool::record::{read_json, unix_now};
 use carma::spool::request::{Request, Verb};
-use carma::spool::{Spool, State};
+use carma::spool::{Spool, State, TaskName};
 
 use super::spool_arg::SpoolArg;
 use super::task_arg::find;
@@ -55,6 +56,57 @@ pub fn release(config_path: Option<&Path>, args: TaskArgs) -> Result<ExitCode> {
 
 pub fn priority(config_path: Option<&Path>, args: PriorityArgs) -> Result<ExitCode> {
     adjust(config_path, args.task, Verb::Priority(args.priority))
+}
+
+pub fn requeue(config_path: Option<&Path>, args: TaskArgs) -> Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    let spool = args.spool.resolve(&config);
+    let (state, name) = find(&spool, &args.task)?;
+    if matches!(state, State::Pending | State::Recovery) {
+        eprintln!("carma: {name} waits in the queue already (it is in {state}/)");
+        return Ok(ExitCode::FAILURE);
+    }
+    let runs_before = runs(&spool, state, &name);
+    let request = Request {
+        verb: Verb::Requeue,
+        task: name.to_string(),
+    };
+    let path = spool
+        .leave_request(&request)
+        .with_context(|| format!("cannot leave the request cancel/{request}"))?;
+    if !spool.daemon_running() {
+        println!("{name}: requested; no daemon runs now, it takes effect when one starts");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if state == State::Running {
+        println!("{name}: its job is being stopped; then it waits in the queue again");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if after_request(&spool, &path).is_none() {
+        eprintln!("carma: {name}: the daemon has not acted on the request within {WAIT:?}");
+        return Ok(ExitCode::FAILURE);
+    }
+    // Ended again already (a short job) shows as a new run.
+    match find(&spool, name.as_str())? {
+        (state @ (State::Done | State::Failed), _) if runs(&spool, state, &name) == runs_before => {
+            eprintln!("carma: {name}: refused (only its owner or root may requeue it)");
+            Ok(ExitCode::FAILURE)
+        }
+        (state, _) => {
+            println!("{name}: requeued; it is in {state}/");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// How many runs task `name` in `state` has had: its `run-N` directories,
+/// which anyone may look up by name (a task directory can be entered, not
+/// listed).
+fn runs(spool: &Spool, state: State, name: &TaskName) -> u32 {
+    let dir = spool.task_dir(state, name);
+    (1..)
+        .take_while(|n| dir.join(format!("run-{n}")).is_dir())
+        .count() as u32
 }
 
 fn adjust(config_path: Option<&Path>, args: TaskArgs, verb: Verb) -> Result<ExitCode> {
@@ -108,7 +160,7 @@ fn adjust(config_path: Option<&Path>, args: TaskArgs, verb: Verb) -> Result<Exit
         Verb::Hold => shown.held,
         Verb::Release => !shown.held,
         Verb::Priority(p) => shown.priority == p,
-        Verb::Cancel => true,
+        Verb::Cancel | Verb::Requeue => true,
     };
     if !took {
         eprintln!(

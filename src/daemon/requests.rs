@@ -14,7 +14,7 @@ use nix::unistd::Uid;
 
 use super::Daemon;
 use crate::sched::Event;
-use crate::spool::record::{RECORD, TaskRecord, write_json};
+use crate::spool::record::{REASON, RECORD, TaskRecord, write_json};
 use crate::spool::request::{Request, Verb};
 use crate::spool::{State, TaskName};
 
@@ -75,11 +75,19 @@ impl Daemon {
         let named = |name: &TaskName| name.as_str() == query || name.seq().to_string() == query;
         let verb = request.verb;
         if let Some(c) = self.closing.values().find(|c| named(&c.name)) {
+            if verb == Verb::Requeue {
+                // Once it has landed in done/ or failed/.
+                return false;
+            }
             log::info!("{}: {}: it already ended", c.name, describe(verb));
             return true;
         }
         let Some(task) = self.tasks.values().find(|t| named(&t.name)) else {
             return match self.spool.find(query) {
+                Ok((state @ (State::Done | State::Failed), name)) if verb == Verb::Requeue => {
+                    self.requeue_ended(state, &name, requester);
+                    true
+                }
                 Ok((State::Done | State::Failed, name)) => {
                     log::info!("{name}: {}: it already ended", describe(verb));
                     true
@@ -111,6 +119,7 @@ impl Daemon {
                 self.set_hold(&name, verb == Verb::Hold);
                 true
             }
+            Verb::Requeue => self.requeue_running(&name),
             Verb::Priority(priority) => {
                 let refused = (!privileged(requester))
                     .then(|| self.config.queue.priority_refusal(priority))
@@ -199,6 +208,62 @@ impl Daemon {
         }
     }
 
+    /// Stops a running task's job to put the task back in the queue: the
+    /// wish is recorded first, so the run's end requeues it even if the
+    /// daemon dies in between ([`Daemon::finish`] reads it). A waiting
+    /// task already is in the queue.
+    fn requeue_running(&mut self, name: &TaskName) -> bool {
+        let running = self
+            .tasks
+            .get(&name.seq())
+            .is_some_and(|t| t.state == State::Running);
+        if !running {
+            log::info!("{name}: requeue: it waits already");
+            return true;
+        }
+        let recorded = self
+            .tasks
+            .get(&name.seq())
+            .is_some_and(|t| t.record.requeue);
+        if !recorded && !self.save_record(name, |r| r.requeue = true) {
+            return true;
+        }
+        log::info!("{name}: requeue: its job is stopped, then it waits again");
+        self.cancel(name)
+    }
+
+    /// Puts a task that ended back in the queue: its record is reset
+    /// first (a crash in between leaves an ended task without outcome,
+    /// which a second `carma requeue` takes), then it moves to `pending/`.
+    fn requeue_ended(&mut self, state: State, name: &TaskName, requester: u32) {
+        let mut record = match self.spool.load_record(state, name) {
+            Ok(record) => record,
+            Err(e) => {
+                log::warn!("{name}: requeue: cannot read its record: {e}");
+                return;
+            }
+        };
+        if !(privileged(requester) || record.owner == Some(requester)) {
+            log::warn!("{name}: requeue refused: requested by uid {requester} who does not own it");
+            return;
+        }
+        record.requeued();
+        let dir = self.spool.task_dir(state, name);
+        let moved = write_json(&dir.join(RECORD), &record)
+            .and_then(|()| match fs::remove_file(dir.join(REASON)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            })
+            .and_then(|()| self.spool.move_task(name, state, State::Pending));
+        match moved {
+            Ok(()) => {
+                log::info!("{name}: requeued from {state}/");
+                self.take(name.clone(), State::Pending);
+            }
+            Err(e) => log::error!("{name}: requeue: cannot move it back to pending/: {e}"),
+        }
+    }
+
     /// Changes a task's record on disk first, in memory once written: what
     /// the daemon acts on is always what a restart would find. False (and
     /// logged) when the record cannot be written.
@@ -229,5 +294,6 @@ fn describe(verb: Verb) -> &'static str {
         Verb::Hold => "hold",
         Verb::Release => "release",
         Verb::Priority(_) => "priority",
+        Verb::Requeue => "requeue",
     }
 }

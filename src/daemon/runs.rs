@@ -359,6 +359,9 @@ impl Daemon {
     /// from `done/`, so a crash between the move and the history write
     /// loses nothing).
     pub(super) fn finish(&mut self, id: TaskId, to: State, reason: Option<String>) {
+        if self.tasks.get(&id.0).is_some_and(|t| t.record.requeue) {
+            return self.requeue_stopped(id.0);
+        }
         let Some(task) = self.tasks.remove(&id.0) else {
             return;
         };
@@ -399,6 +402,34 @@ impl Daemon {
             retry: super::Backoff::default(),
             notify,
         });
+    }
+
+    /// A task whose job `carma requeue` stopped: back to `pending/` and
+    /// the queue, as if just submitted. Should the move fail, the task
+    /// stays in the daemon's hands in `running/`, from where the next
+    /// launch starts it just as well.
+    fn requeue_stopped(&mut self, seq: u64) {
+        let Some(task) = self.tasks.remove(&seq) else {
+            return;
+        };
+        let name = task.name.clone();
+        let mut record = task.record.clone();
+        record.requeued();
+        let dir = self.spool.task_dir(task.state, &name);
+        let moved = write_json(&dir.join(crate::spool::record::RECORD), &record)
+            .and_then(|()| self.spool.move_task(&name, task.state, State::Pending));
+        let state = match moved {
+            Ok(()) => State::Pending,
+            Err(e) => {
+                log::warn!(
+                    "{name}: requeued, but stays in {}/ for now: {e}",
+                    task.state
+                );
+                task.state
+            }
+        };
+        log::info!("{name}: requeued after run {}", task.run);
+        self.take(name, state);
     }
 
     /// Takes an ended task to its final directory now, or keeps it for a

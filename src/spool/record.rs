@@ -114,6 +114,10 @@ pub struct TaskRecord {
     /// names were resolved (`None` before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Vec<ResolvedDependency>>,
+    /// `carma requeue` asked for the running job to stop and the task to
+    /// wait again: when the run ends, it goes back to `pending/`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeue: bool,
 }
 
 /// A dependency with the task it names found.
@@ -143,7 +147,19 @@ impl TaskRecord {
             held: false,
             priority: None,
             after: None,
+            requeue: false,
         }
+    }
+
+    /// The record of a task sent back to the queue (`carma requeue`): it
+    /// waits afresh, with no outcome and no crashes counted, keeping what
+    /// was learnt (estimate, peak) and what its owner set (hold, priority,
+    /// dependencies).
+    pub fn requeued(&mut self) {
+        self.outcome = None;
+        self.crashes = 0;
+        self.gpus.clear();
+        self.requeue = false;
     }
 }
 

@@ -1,11 +1,11 @@
 //! Requests users leave in `cancel/` for the daemon: cancel, hold,
-//! release, change priority.
+//! release, change priority, requeue.
 //!
 //! A request is an empty file; its owner (as the file system says) is the
 //! requester, and its name says what to do to which task. The plain task
 //! name is a cancellation (the original form, kept so that older `carma
 //! cancel`s still work); the others put a verb in front: `hold.TASK`,
-//! `release.TASK`, `priority.N.TASK`. Task names begin with a digit, so no
+//! `release.TASK`, `priority.N.TASK`, `requeue.TASK`. Task names begin with a digit, so no
 //! task name is mistaken for a verb, and the name carries the whole
 //! request: nothing is read from a file a user wrote.
 
@@ -23,6 +23,7 @@ pub enum Verb {
     Hold,
     Release,
     Priority(i32),
+    Requeue,
 }
 
 /// A request, as its file name says.
@@ -47,6 +48,9 @@ impl Request {
         }
         if let Some(task) = file_name.strip_prefix("release.") {
             return request(Verb::Release, task);
+        }
+        if let Some(task) = file_name.strip_prefix("requeue.") {
+            return request(Verb::Requeue, task);
         }
         if let Some(rest) = file_name.strip_prefix("priority.") {
             let (n, task) = rest.split_once('.')?;
@@ -81,6 +85,7 @@ impl fmt::Display for Request {
             Verb::Hold => write!(f, "hold.{}", self.task),
             Verb::Release => write!(f, "release.{}", self.task),
             Verb::Priority(n) => write!(f, "priority.{n}.{}", self.task),
+            Verb::Requeue => write!(f, "requeue.{}", self.task),
         }
     }
 }
@@ -91,7 +96,13 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_plain_names_cancel() {
-        for verb in [Verb::Cancel, Verb::Hold, Verb::Release, Verb::Priority(-5)] {
+        for verb in [
+            Verb::Cancel,
+            Verb::Hold,
+            Verb::Release,
+            Verb::Priority(-5),
+            Verb::Requeue,
+        ] {
             let r = Request {
                 verb,
                 task: "000042-resnet.v2".into(),
