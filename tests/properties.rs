@@ -763,6 +763,7 @@ fn keyed_text(
         priority: None,
         after: Vec::new(),
         notify: None,
+        array: None,
     };
     KeyedFile {
         text,
@@ -862,6 +863,7 @@ fn legacy_file() -> impl Strategy<Value = KeyedFile> {
                     priority: None,
                     after: Vec::new(),
                     notify: None,
+                    array: None,
                 };
                 KeyedFile {
                     text,

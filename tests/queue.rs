@@ -451,3 +451,50 @@ fn requeue_runs_an_ended_task_again_and_stops_a_running_one_to_queue_it() {
     let out = spool.carma().args(["requeue", &name]).output().unwrap();
     assert!(out.status.success(), "{}", common::stderr(&out));
 }
+
+#[test]
+fn an_array_job_runs_one_task_per_index_at_most_n_at_once_and_cancels_together() {
+    let mut spool = Spool::new("4x40GiB");
+    let ledger = spool.dir.path().join("ledger");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    // Three indices, each noting its array and index.
+    let first = spool.submit(
+        "sweep.rad",
+        &format!(
+            "name: sweep\nmemory: 1G\narray: 1-3\necho $CARMA_ARRAY_JOB_ID $CARMA_ARRAY_INDEX >> {}\n",
+            ledger.display()
+        ),
+    );
+    spool.wait_count("done", 3, 20.0);
+    let job = first.split_once('-').unwrap().0.trim_start_matches('0');
+    let mut lines: Vec<String> = fs::read_to_string(&ledger)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, [1, 2, 3].map(|i| format!("{job} {i}")));
+
+    // Four indices, two at once, on four GPUs: two run, two wait for the
+    // array's limit; cancelled together.
+    let held = spool.submit(
+        "pairs.rad",
+        &format!(
+            "name: pairs\nmemory: 1G\narray: 1-4%2\nwhile [ ! -e {} ]; do sleep 0.05; done\n",
+            gate.display()
+        ),
+    );
+    spool.wait_for("two running, two waiting", 10.0, || {
+        spool.tasks("running").len() == 2 && spool.tasks("pending").len() == 2
+    });
+    spool.wait_for("the array's limit as the reason", 10.0, || {
+        let waiting = status(&spool)["waiting"].clone();
+        waiting[0]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("the most it allows at once (%2)"))
+    });
+    carma(&spool, &["cancel", "--array", &held]);
+    spool.wait_count("failed", 4, 20.0);
+    assert_eq!(spool.tasks("done").len(), 3);
+}

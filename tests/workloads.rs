@@ -68,6 +68,7 @@ fn legacy(
         priority: None,
         after: Vec::new(),
         notify: None,
+        array: None,
     }
 }
 

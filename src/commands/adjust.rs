@@ -160,7 +160,7 @@ fn adjust(config_path: Option<&Path>, args: TaskArgs, verb: Verb) -> Result<Exit
         Verb::Hold => shown.held,
         Verb::Release => !shown.held,
         Verb::Priority(p) => shown.priority == p,
-        Verb::Cancel | Verb::Requeue => true,
+        Verb::Cancel | Verb::Requeue | Verb::CancelArray => true,
     };
     if !took {
         eprintln!(

@@ -24,6 +24,10 @@ pub struct Args {
     /// The task: its full name, its number, a unique prefix, or its job
     /// name when exactly one waiting or running task has it.
     task: String,
+    /// Cancel every task of the array job TASK belongs to (`array:`), not
+    /// only TASK.
+    #[arg(long)]
+    array: bool,
     /// Seconds to wait for the task to stop [default: the cancel grace
     /// period + 10].
     #[arg(long)]
@@ -39,7 +43,11 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     let request = Request {
-        verb: Verb::Cancel,
+        verb: if args.array {
+            Verb::CancelArray
+        } else {
+            Verb::Cancel
+        },
         task: name.to_string(),
     };
     spool

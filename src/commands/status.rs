@@ -164,8 +164,11 @@ fn print_human(out: &Output) {
         for name in names.iter().take(20) {
             match status.waiting.iter().find(|w| w.name == *name) {
                 Some(w) => println!(
-                    "  {name}  {}, priority {}: {}",
+                    "  {name}  {}{}, priority {}: {}",
                     w.user,
+                    w.array
+                        .as_ref()
+                        .map_or_else(String::new, |a| format!(", array {a}")),
                     w.priority,
                     shorten(&w.why)
                 ),

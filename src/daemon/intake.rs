@@ -18,9 +18,9 @@ use super::watch::Change;
 use super::{Closing, Daemon, Task};
 use crate::estimate::EstimateInput;
 use crate::rad::{self, JobFile};
-use crate::sched::{Demand, Event, Need};
+use crate::sched::{ArrayOf, Demand, Event, Need};
 use crate::spool::record::{
-    EstimateNote, JOB, Outcome, RECORD, RunAs, TaskRecord, unix_now, write_json,
+    ArrayMember, EstimateNote, JOB, Outcome, RECORD, RunAs, TaskRecord, unix_now, write_json,
 };
 use crate::spool::{SpoolError, State, TaskName};
 
@@ -254,8 +254,15 @@ impl Daemon {
                     task.demand.priority,
                     if held { ", held" } else { "" }
                 );
+                let first_of_array = task
+                    .record
+                    .array
+                    .is_some_and(|a| a.job == name.seq() && !a.expanded);
                 self.tasks.insert(name.seq(), task);
                 self.events.push(event);
+                if first_of_array {
+                    self.expand_array(name.seq());
+                }
                 if held {
                     self.events.push(Event::Hold {
                         task: name.id(),
@@ -324,6 +331,16 @@ impl Daemon {
         if let Some(why) = refused {
             return Err(why);
         }
+        if let (Some(array), None, State::Pending) = (spec.array, record.array, state) {
+            // The submitted task: the array's first element. The daemon
+            // makes the others once it is taken in.
+            record.array = Some(ArrayMember {
+                job: name.seq(),
+                index: array.first,
+                at_once: array.at_once,
+                expanded: false,
+            });
+        }
         let resolved_before = record.after.is_some();
         let after = self.dependencies(name, owner, &spec, &mut record)?;
         if !resolved_before && !after.is_empty() {
@@ -356,6 +373,10 @@ impl Daemon {
             after,
             // Run times are not kept in history yet: the time limit plans.
             history: None,
+            array: record.array.map(|a| ArrayOf {
+                job: a.job,
+                at_once: a.at_once,
+            }),
         };
         Ok(Task {
             name: name.clone(),

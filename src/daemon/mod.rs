@@ -19,6 +19,7 @@
 //! state from the spool ([`restore`]), re-attaches to live supervisors and
 //! finishes the runs that ended while it was away.
 
+mod array;
 mod backoff;
 mod conda;
 mod config;
@@ -114,6 +115,13 @@ struct Task {
     peak_mib: u64,
     /// The job's identity in the estimators' history.
     fingerprint: Fingerprint,
+}
+
+impl Task {
+    /// `JOB_INDEX` (Slurm's spelling) for an element of an array job.
+    fn array_label(&self) -> Option<String> {
+        self.record.array.map(|a| format!("{}_{}", a.job, a.index))
+    }
 }
 
 /// A task that ended (the core is done with it, or never knew it) whose
@@ -655,6 +663,7 @@ impl Daemon {
                     gpus: t.gpus.clone(),
                     since: t.since,
                     time_limit_s: t.time_limit_s,
+                    array: t.array_label(),
                     peak_mib: t.peak_mib,
                     user: t.user.clone(),
                 })
@@ -725,6 +734,7 @@ impl Daemon {
                     user: t.user.clone(),
                     priority: t.demand.priority,
                     held: t.record.held,
+                    array: t.array_label(),
                     why,
                 };
                 // A recovering task whose move failed waits in running/.

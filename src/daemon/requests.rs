@@ -115,6 +115,7 @@ impl Daemon {
         }
         match verb {
             Verb::Cancel => self.cancel(&name),
+            Verb::CancelArray => self.cancel_array(&name, requester),
             Verb::Hold | Verb::Release => {
                 self.set_hold(&name, verb == Verb::Hold);
                 true
@@ -165,6 +166,39 @@ impl Daemon {
                 true
             }
         }
+    }
+
+    /// Cancels every task of the array `name` belongs to (the requester's
+    /// own, unless privileged); false while some are still being made or
+    /// taken in.
+    fn cancel_array(&mut self, name: &TaskName, requester: u32) -> bool {
+        let Some(member) = self.tasks.get(&name.seq()).and_then(|t| t.record.array) else {
+            log::warn!("{name}: cancel array: it is not an element of an array");
+            return true;
+        };
+        let expanding = self
+            .tasks
+            .get(&member.job)
+            .and_then(|t| t.record.array)
+            .is_some_and(|a| !a.expanded);
+        let elements = self.array_elements(member.job);
+        let untaken = elements.iter().any(|(n, _)| {
+            !self.tasks.contains_key(&n.seq()) && self.spool.is_task_dir(State::Pending, n)
+        });
+        if expanding || untaken {
+            return false;
+        }
+        let mut done = true;
+        for (element, _) in elements {
+            let owned = self
+                .tasks
+                .get(&element.seq())
+                .is_some_and(|t| privileged(requester) || t.demand.user == Some(requester));
+            if owned {
+                done &= self.cancel(&element);
+            }
+        }
+        done
     }
 
     /// Holds or releases a waiting task. A running task is not held: a
@@ -295,5 +329,6 @@ fn describe(verb: Verb) -> &'static str {
         Verb::Release => "release",
         Verb::Priority(_) => "priority",
         Verb::Requeue => "requeue",
+        Verb::CancelArray => "cancel array",
     }
 }

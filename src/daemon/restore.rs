@@ -186,6 +186,7 @@ impl Daemon {
             priority: None,
             after: Vec::new(),
             notify: None,
+            array: None,
         };
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {
@@ -210,6 +211,10 @@ impl Daemon {
                 priority: record.priority.unwrap_or(0),
                 after: Vec::new(),
                 history: None,
+                array: record.array.map(|a| crate::sched::ArrayOf {
+                    job: a.job,
+                    at_once: a.at_once,
+                }),
             },
             spec,
             user: run_as.as_ref().map_or_else(

@@ -149,6 +149,12 @@ impl Daemon {
             ("CARMA_RUN".to_string(), run.to_string()),
             ("CARMA_GPUS".to_string(), indices.join(",")),
         ]);
+        if let Some(a) = task.record.array {
+            env.extend([
+                ("CARMA_ARRAY_JOB_ID".to_string(), a.job.to_string()),
+                ("CARMA_ARRAY_INDEX".to_string(), a.index.to_string()),
+            ]);
+        }
         let launch = Launch {
             task: name.to_string(),
             run,

@@ -75,6 +75,9 @@ pub struct WaitingTask {
     pub user: String,
     pub priority: i32,
     pub held: bool,
+    /// `JOB_INDEX` for an element of an array job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
     /// Why it waits, for people: `held (carma release ...)`, `behind
     /// 000041-bert (priority 5 > 0)`, or, for the head, what it needs.
     pub why: String,
@@ -91,6 +94,9 @@ pub struct RunningTask {
     /// Its wall-time limit, seconds, if it has one.
     #[serde(default)]
     pub time_limit_s: Option<f64>,
+    /// `JOB_INDEX` for an element of an array job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
     pub peak_mib: u64,
     pub user: String,
 }

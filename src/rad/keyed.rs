@@ -49,10 +49,11 @@ enum Key {
     Priority,
     Depends(DependencyKind),
     Notify,
+    Array,
 }
 
 impl Key {
-    const ALL: [Key; 15] = [
+    const ALL: [Key; 16] = [
         Key::Name,
         Key::Model,
         Key::Dataset,
@@ -68,6 +69,7 @@ impl Key {
         Key::Depends(DependencyKind::AfterAny),
         Key::Depends(DependencyKind::AfterNotOk),
         Key::Notify,
+        Key::Array,
     ];
 
     fn spelling(self) -> &'static str {
@@ -84,6 +86,7 @@ impl Key {
             Key::Priority => "priority",
             Key::Depends(kind) => kind.key(),
             Key::Notify => "notify",
+            Key::Array => "array",
         }
     }
 }
@@ -147,6 +150,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
         priority: None,
         after: Vec::new(),
         notify: None,
+        array: None,
     };
     let mut model_at = None;
     let mut seen: Vec<(Key, usize)> = Vec::new();
@@ -189,6 +193,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
             }
             Key::Time => spec.time = Some(time(&value)?),
             Key::Priority => spec.priority = Some(value::priority(&value)?),
+            Key::Array => spec.array = Some(value::array(&value)?),
             Key::Notify => {
                 spec.notify = Some(value.non_empty("a command to run when the job ends")?)
             }

@@ -114,6 +114,7 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
         priority: None,
         after: Vec::new(),
         notify: None,
+        array: None,
     };
     Ok(Parsed {
         spec,

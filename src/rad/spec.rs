@@ -113,6 +113,17 @@ pub struct TaskSpec {
     /// A command to run, as the job's owner, when the job ends
     /// (`notify:`).
     pub notify: Option<String>,
+    /// One task per index (`array: 1-10%2`).
+    pub array: Option<ArraySpec>,
+}
+
+/// `array: FIRST-LAST%AT_ONCE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ArraySpec {
+    pub first: u32,
+    pub last: u32,
+    /// At most this many elements run at once.
+    pub at_once: Option<u32>,
 }
 
 /// A task a job names in a dependency.
@@ -200,6 +211,10 @@ impl fmt::Display for TaskSpec {
             writeln!(f, "  {:<11} {}", d.kind.key(), d.task)?;
         }
         writeln!(f, "  notify      {}", or_dash(&self.notify))?;
+        if let Some(a) = self.array {
+            let at_once = a.at_once.map_or_else(String::new, |n| format!("%{n}"));
+            writeln!(f, "  array       {}-{}{at_once}", a.first, a.last)?;
+        }
         write!(f, "  priority    {}", or_dash(&self.priority))
     }
 }

@@ -111,6 +111,7 @@ fn the_design_example_reads_field_by_field() {
             priority: None,
             after: Vec::new(),
             notify: None,
+            array: None,
         }
     );
 }
@@ -395,6 +396,28 @@ fn dependencies_name_tasks_by_number_task_name_or_job_name() {
         &["too large"],
     );
     refused("aftrok: 1\nrun\n", 1, 1, &["did you mean `afterok`?"]);
+}
+
+#[test]
+fn arrays_are_index_ranges_with_an_optional_limit() {
+    use crate::rad::ArraySpec;
+    let array = |text: &str| spec(&format!("array: {text}\nrun\n")).array;
+    let a = |first, last, at_once| {
+        Some(ArraySpec {
+            first,
+            last,
+            at_once,
+        })
+    };
+    assert_eq!(array("1-10"), a(1, 10, None));
+    assert_eq!(array("0-99%4"), a(0, 99, Some(4)));
+    assert_eq!(array("5"), a(5, 5, None));
+    let words = ["an index range such as 1-10"];
+    refused("array: 10-1\nrun\n", 1, 8, &words);
+    refused("array: 1-1001\nrun\n", 1, 8, &words);
+    refused("array: 1-x\nrun\n", 1, 8, &words);
+    refused("array: 1-10%0\nrun\n", 1, 13, &words);
+    refused("array: 1-10%\nrun\n", 1, 13, &words);
 }
 
 #[test]

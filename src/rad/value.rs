@@ -7,7 +7,7 @@
 use nom::{IResult, Parser, character::complete::digit1, combinator::all_consuming};
 
 use super::error::{Position, RadError, found};
-use super::spec::{PolicyHint, TaskRef};
+use super::spec::{ArraySpec, PolicyHint, TaskRef};
 use super::suggest::closest;
 use super::text::Line;
 
@@ -146,6 +146,43 @@ pub(super) fn task_refs(value: &Value<'_>) -> Result<Vec<TaskRef>, RadError> {
         }
     }
     Ok(refs)
+}
+
+/// Most elements one array job may have: more is a typo, and each is a
+/// task directory.
+pub(super) const MAX_ARRAY: u32 = 1000;
+
+/// `1-10`, `0-99%4`, or a single index `5`.
+pub(super) fn array(value: &Value<'_>) -> Result<ArraySpec, RadError> {
+    let what = format!(
+        "an index range such as 1-10, or 1-10%2 to run at most two at once \
+         (at most {MAX_ARRAY} indices)"
+    );
+    let (range, at_once) = match value.text.split_once('%') {
+        Some((range, n)) => (range, Some(n)),
+        None => (value.text, None),
+    };
+    let number = |text: &str| -> Option<u32> {
+        let parsed: IResult<&str, &str> = all_consuming(digit1).parse(text);
+        parsed.ok()?.1.parse().ok()
+    };
+    let (first, last) = match range.split_once('-') {
+        Some((a, b)) => (number(a), number(b)),
+        None => (number(range), number(range)),
+    };
+    let at_once = match at_once.map(number) {
+        None => Ok(None),
+        Some(Some(n)) if n > 0 => Ok(Some(n)),
+        Some(_) => Err(value.error_at(range.chars().count() + 1, format!("expected {what}"))),
+    }?;
+    match (first, last) {
+        (Some(first), Some(last)) if first <= last && last - first < MAX_ARRAY => Ok(ArraySpec {
+            first,
+            last,
+            at_once,
+        }),
+        _ => Err(value.expected(&what)),
+    }
 }
 
 /// Spellings of the policy hint: `collocation` is the legacy format's,

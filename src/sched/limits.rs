@@ -1,5 +1,5 @@
 //! Per-user limits: how many jobs a user may run, how many GPUs hold, how
-//! many have waiting.
+//! many have waiting; and how many elements of an array job run at once.
 //!
 //! A task over a limit is passed over like a held one, with the limit as
 //! its reason, so one user's backlog never blocks another's jobs. Tasks
@@ -7,13 +7,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{QueueRules, Task, TaskId};
+use super::{ArrayOf, QueueRules, Task, TaskId};
 
 /// What each user has running and waiting, as limits see it.
 #[derive(Debug, Default)]
 pub(super) struct Loads {
     /// Per user: running jobs and the GPUs they hold.
     running: HashMap<u32, (u32, u32)>,
+    /// Per array job: elements running.
+    arrays: HashMap<u64, u32>,
     /// Waiting tasks beyond their user's queued-jobs limit (the latest
     /// arrivals).
     beyond_queue: HashSet<TaskId>,
@@ -24,9 +26,7 @@ impl Loads {
     pub fn of(tasks: &HashMap<TaskId, Task>, waiting: &[TaskId], rules: &QueueRules) -> Loads {
         let mut loads = Loads::default();
         for t in tasks.values().filter(|t| t.running) {
-            if let Some(user) = t.demand.user {
-                loads.launched(user, t.demand.gpus);
-            }
+            loads.launched(t);
         }
         if rules.max_queued_per_user > 0 {
             let mut per_user: HashMap<u32, Vec<(u64, TaskId)>> = HashMap::new();
@@ -48,15 +48,33 @@ impl Loads {
         loads
     }
 
-    /// Counts a launch of `gpus` GPUs for `user`.
-    pub fn launched(&mut self, user: u32, gpus: u32) {
-        let (jobs, held) = self.running.entry(user).or_default();
-        *jobs += 1;
-        *held += gpus;
+    /// Counts a launch of `t`.
+    pub fn launched(&mut self, t: &Task) {
+        if let Some(user) = t.demand.user {
+            let (jobs, held) = self.running.entry(user).or_default();
+            *jobs += 1;
+            *held += t.demand.gpus;
+        }
+        if let Some(array) = t.demand.array {
+            *self.arrays.entry(array.job).or_default() += 1;
+        }
     }
 
-    /// Why task `id` may not start now for its user's limits, if so.
+    /// Why task `id` may not start now for its user's limits or its
+    /// array's, if so.
     pub fn refuses(&self, id: TaskId, t: &Task, rules: &QueueRules) -> Option<String> {
+        if let Some(ArrayOf {
+            job,
+            at_once: Some(max),
+        }) = t.demand.array
+        {
+            let running = self.arrays.get(&job).copied().unwrap_or(0);
+            if running >= max {
+                return Some(format!(
+                    "{running} tasks of array {job} run, the most it allows at once (%{max})"
+                ));
+            }
+        }
         let user = t.demand.user?;
         if self.beyond_queue.contains(&id) {
             return Some(format!(

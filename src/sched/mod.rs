@@ -45,7 +45,7 @@ pub use gate::Gate;
 pub use policy::Policy;
 pub use queue::{Place, Precedence};
 pub use rules::{MAX_SECONDS, PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};
-pub use task::{Demand, Dependency, DependencyKind, Exit, FailReason, Need, TaskId};
+pub use task::{ArrayOf, Demand, Dependency, DependencyKind, Exit, FailReason, Need, TaskId};
 
 use gate::{Activity, Load};
 use ledger::Ledger;
@@ -777,7 +777,6 @@ impl Scheduler {
                 if self.blocked(task, t, &loads).is_some() {
                     continue;
                 }
-                let (user, gpus) = (t.demand.user, t.demand.gpus);
                 let action = match &reserved {
                     None => match self.place(task, &[]) {
                         Some(action) => action,
@@ -801,8 +800,8 @@ impl Scheduler {
                         action
                     }
                 };
-                if let Some(user) = user {
-                    loads.launched(user, gpus);
+                if let Some(t) = self.tasks.get(&task) {
+                    loads.launched(t);
                 }
                 self.waiting.retain(|&t| t != task);
                 self.note_started(task);

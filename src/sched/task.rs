@@ -95,6 +95,18 @@ pub struct Demand {
     /// How long the same job ran before, where the driver knows: with the
     /// time limit, what backfill plans with.
     pub history: Option<Duration>,
+    /// The array job this task is an element of, and how many of its
+    /// elements may run at once.
+    pub array: Option<ArrayOf>,
+}
+
+/// An array job, as the limit on its running elements sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrayOf {
+    /// The array's number (the driver's choice: the same for all elements).
+    pub job: u64,
+    /// At most this many of its elements run at once; `None`: no limit.
+    pub at_once: Option<u32>,
 }
 
 /// When a dependency is met: Slurm's four kinds, by their job-file keys.
@@ -178,6 +190,7 @@ impl Demand {
             priority: 0,
             after: Vec::new(),
             history: None,
+            array: None,
         }
     }
 }

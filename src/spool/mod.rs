@@ -33,6 +33,7 @@
 //! anyone sees which tasks exist and where; a task directory's contents
 //! are for its owner and carma only.
 
+mod array;
 mod atomic;
 mod claim;
 mod name;

@@ -118,6 +118,25 @@ pub struct TaskRecord {
     /// wait again: when the run ends, it goes back to `pending/`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requeue: bool,
+    /// The array this task is an element of (`array:`), once the daemon
+    /// took the submitted task in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayMember>,
+}
+
+/// A task's place in an array job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayMember {
+    /// The array's number: that of the task submitted (its first element).
+    pub job: u64,
+    /// This element's index (`CARMA_ARRAY_INDEX`).
+    pub index: u32,
+    /// At most this many of the array's elements run at once (`%N`).
+    #[serde(default)]
+    pub at_once: Option<u32>,
+    /// The first element only: every other element has been made.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expanded: bool,
 }
 
 /// A dependency with the task it names found.
@@ -148,6 +167,7 @@ impl TaskRecord {
             priority: None,
             after: None,
             requeue: false,
+            array: None,
         }
     }
 

@@ -5,7 +5,8 @@
 //! requester, and its name says what to do to which task. The plain task
 //! name is a cancellation (the original form, kept so that older `carma
 //! cancel`s still work); the others put a verb in front: `hold.TASK`,
-//! `release.TASK`, `priority.N.TASK`, `requeue.TASK`. Task names begin with a digit, so no
+//! `release.TASK`, `priority.N.TASK`, `requeue.TASK`, `cancel-array.TASK`
+//! (every task of the array TASK belongs to). Task names begin with a digit, so no
 //! task name is mistaken for a verb, and the name carries the whole
 //! request: nothing is read from a file a user wrote.
 
@@ -24,6 +25,7 @@ pub enum Verb {
     Release,
     Priority(i32),
     Requeue,
+    CancelArray,
 }
 
 /// A request, as its file name says.
@@ -51,6 +53,9 @@ impl Request {
         }
         if let Some(task) = file_name.strip_prefix("requeue.") {
             return request(Verb::Requeue, task);
+        }
+        if let Some(task) = file_name.strip_prefix("cancel-array.") {
+            return request(Verb::CancelArray, task);
         }
         if let Some(rest) = file_name.strip_prefix("priority.") {
             let (n, task) = rest.split_once('.')?;
@@ -86,6 +91,7 @@ impl fmt::Display for Request {
             Verb::Release => write!(f, "release.{}", self.task),
             Verb::Priority(n) => write!(f, "priority.{n}.{}", self.task),
             Verb::Requeue => write!(f, "requeue.{}", self.task),
+            Verb::CancelArray => write!(f, "cancel-array.{}", self.task),
         }
     }
 }
@@ -102,6 +108,7 @@ mod tests {
             Verb::Release,
             Verb::Priority(-5),
             Verb::Requeue,
+            Verb::CancelArray,
         ] {
             let r = Request {
                 verb,

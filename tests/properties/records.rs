@@ -18,7 +18,9 @@ use carma::daemon::status::{GpuStatus, RunningTask, Status, WaitingTask};
 use carma::gpu::MetricSource;
 use carma::procfs::ProcessId;
 use carma::sched::Need;
-use carma::spool::record::{EstimateNote, Launch, Outcome, RunAs, RunExit, TaskRecord, read_state};
+use carma::spool::record::{
+    ArrayMember, EstimateNote, Launch, Outcome, RunAs, RunExit, TaskRecord, read_state,
+};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -44,6 +46,12 @@ fn task_record() -> TaskRecord {
         }),
         held: true,
         priority: Some(-3),
+        array: Some(ArrayMember {
+            job: 42,
+            index: 1,
+            at_once: Some(2),
+            expanded: true,
+        }),
         ..TaskRecord::new("000042-resnet50", "resnet50.rad", 1_700_000_000.5)
     }
 }
@@ -119,6 +127,7 @@ fn status() -> Status {
             gpus: vec![0],
             since: 1_700_000_050.0,
             time_limit_s: Some(7200.0),
+            array: Some("42_1".into()),
             peak_mib: 5000,
             user: "ada".into(),
         }],
@@ -129,6 +138,7 @@ fn status() -> Status {
             user: "ada".into(),
             priority: -3,
             held: true,
+            array: None,
             why: "held (carma release 000043-bert lets it run)".into(),
         }],
         head_waits_for: Some("memory".into()),
