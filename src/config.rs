@@ -20,7 +20,7 @@ use crate::gpu::GpuConfig;
 use crate::mps::MpsConfig;
 use crate::oom::OomRules;
 use crate::rad::LegacyRules;
-use crate::sched::{PlacementRules, RecoveryRules, Rules};
+use crate::sched::{PlacementRules, QueueRules, RecoveryRules, Rules};
 use crate::simulate::Model;
 
 /// The default configuration, documented key by key.
@@ -34,6 +34,8 @@ pub struct Config {
     pub placement: PlacementRules,
     /// What the scheduling core does after an OOM crash.
     pub recovery: RecoveryRules,
+    /// What the queue allows each job.
+    pub queue: QueueRules,
     /// The GPU and workload model of `carma simulate`.
     pub simulate: Model,
     /// Where real GPUs are read from.
@@ -114,6 +116,7 @@ impl Config {
                 ..self.placement.clone()
             },
             recovery: self.recovery.clone(),
+            queue: self.queue.clone(),
         }
     }
 
@@ -180,6 +183,11 @@ mod tests {
         assert!(Config::from_override("t", "[daemon]\ncancel_grace_s = 1e300\n").is_err());
         assert!(Config::from_override("t", "[placement]\nreservation_ramp_s = 1e300\n").is_err());
         assert!(Config::from_override("t", "[simulate]\nramp_s = -1\n").is_err());
+        assert!(Config::from_override("t", "[queue]\nmax_time_s = -1\n").is_err());
+        assert!(
+            Config::from_override("t", "[queue]\nmax_time_s = 60\ndefault_time_s = 120\n").is_err()
+        );
+        assert!(Config::from_override("t", "[daemon]\ntime_limit_grace_s = -1\n").is_err());
         assert!(Config::from_override("t", "placement = [").is_err());
         assert!(Config::from_override("t", "[estimate]\nquantile = 0\n").is_err());
         assert!(Config::from_override("t", "[estimate]\norder = []\n").is_err());

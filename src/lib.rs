@@ -30,3 +30,4 @@ pub mod spool;
 pub mod summary;
 pub mod supervisor;
 pub mod task_view;
+pub mod wall_time;

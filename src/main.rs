@@ -58,6 +58,15 @@ enum Command {
     Show(commands::show::Args),
     /// Cancel a waiting or running task.
     Cancel(commands::cancel::Args),
+    /// Keep a waiting task from starting until `carma release`.
+    Hold(commands::adjust::TaskArgs),
+    /// Let a held task start again.
+    Release(commands::adjust::TaskArgs),
+    /// Change a task's priority: higher runs first among waiting tasks.
+    Priority(commands::adjust::PriorityArgs),
+    /// Put a running task (its job stopped) or an ended one back in the
+    /// queue.
+    Requeue(commands::adjust::TaskArgs),
     /// Figures of what ran in a spool (the keys of `simulate --json`).
     Report(commands::report::Args),
     /// Turn a trace into fake-train job files and print a staggered
@@ -149,6 +158,10 @@ fn run(mut cli: Cli) -> Result<ExitCode> {
         Command::Status(args) => commands::status::run(cli.config.as_deref(), args),
         Command::Show(args) => commands::show::run(cli.config.as_deref(), args),
         Command::Cancel(args) => commands::cancel::run(cli.config.as_deref(), args),
+        Command::Hold(args) => commands::adjust::hold(cli.config.as_deref(), args),
+        Command::Release(args) => commands::adjust::release(cli.config.as_deref(), args),
+        Command::Priority(args) => commands::adjust::priority(cli.config.as_deref(), args),
+        Command::Requeue(args) => commands::adjust::requeue(cli.config.as_deref(), args),
         Command::Report(args) => commands::report::run(cli.config.as_deref(), args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Estimate(args) => commands::estimate::run(cli.config.as_deref(), args),

@@ -23,6 +23,9 @@
 //! setuid before exec), with stdout and stderr in the run directory. On
 //! SIGTERM (a cancellation) it forwards SIGTERM to the job's group and
 //! SIGKILL after the grace period, and keeps running to record the end.
+//! At the job's wall-time limit it does the same with the limit's own
+//! grace: the supervisor, not the daemon, keeps the time, so a limit holds
+//! while the daemon is down.
 //! When the job's main process ends, whatever it left in its group is
 //! killed, and `exit.json` is written atomically as the supervisor's last
 //! act. A daemon that was away finds it there.
@@ -156,10 +159,11 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     // Signals are watched before the supervisor makes itself known: once
     // `carma cancel` can find it, a SIGTERM must stop the job, not the
     // supervisor, which still has the run's end to record.
-    let grace = launch.as_ref().map_or(Duration::ZERO, |l| {
-        Duration::try_from_secs_f64(l.grace_s.max(0.0)).unwrap_or(Duration::MAX)
-    });
+    let grace = launch
+        .as_ref()
+        .map_or(Duration::ZERO, |l| seconds(l.grace_s));
     watch_signals(Arc::clone(&stop), Arc::clone(&job_group), grace)?;
+    let timed_out = Arc::new(AtomicBool::new(false));
     let me = ProcessId::current()
         .ok_or_else(|| io::Error::other("cannot read this process in /proc"))?;
     write_json(&run_dir.join(IDENTITY), &me)?;
@@ -167,6 +171,10 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     // Anything that goes wrong before the job runs is recorded as the
     // run's end, so the daemon learns of it instead of seeing a vanished
     // supervisor.
+    let time_limit = launch.as_ref().ok().and_then(|l| {
+        let limit = l.time_limit_s.map(seconds)?;
+        Some((limit, seconds(l.time_limit_grace_s)))
+    });
     let outcome = match launch {
         Err(e) => Err((false, e.to_string())),
         Ok(_) if stop.load(Ordering::SeqCst) => Err((false, "cancelled before it started".into())),
@@ -187,6 +195,7 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
         code: None,
         signal: None,
         cancelled: false,
+        timed_out: false,
         peak_mib: None,
         error: None,
         transient: false,
@@ -199,11 +208,17 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
             if stop.load(Ordering::SeqCst) {
                 let _ = killpg(Pid::from_raw(group), Signal::SIGTERM);
             }
+            if let Some((limit, grace)) = time_limit {
+                keep_time(limit, grace, Arc::clone(&timed_out), Arc::clone(&job_group));
+            }
             let status = child.wait()?;
+            exit.timed_out = timed_out.load(Ordering::SeqCst);
             exit.code = status.code();
             exit.signal = status.signal();
-            // The job's leftovers (background processes) go with it.
+            // The job's leftovers (background processes) go with it; then
+            // no timer may signal the group, whose number may be reused.
             let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+            job_group.store(0, Ordering::SeqCst);
         }
         Err((transient, error)) => {
             exit.error = Some(error);
@@ -254,24 +269,46 @@ fn watch_signals(stop: Arc<AtomicBool>, group: Arc<AtomicI32>, grace: Duration) 
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     std::thread::spawn(move || {
         for _ in signals.forever() {
-            if stop.swap(true, Ordering::SeqCst) {
-                continue;
+            if !stop.swap(true, Ordering::SeqCst) {
+                terminate(&group, grace);
             }
-            let pgid = group.load(Ordering::SeqCst);
-            if pgid > 0 {
-                let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
-            }
-            let group = Arc::clone(&group);
-            std::thread::spawn(move || {
-                std::thread::sleep(grace);
-                let pgid = group.load(Ordering::SeqCst);
-                if pgid > 0 {
-                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                }
-            });
         }
     });
     Ok(())
+}
+
+/// At `limit` after now, stops the job as a cancellation would, with
+/// `grace` before SIGKILL, and remembers that its time ran out. The thread
+/// sleeps with the job: when the job ends first, the supervisor exits and
+/// the thread with it.
+fn keep_time(limit: Duration, grace: Duration, timed_out: Arc<AtomicBool>, group: Arc<AtomicI32>) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        timed_out.store(true, Ordering::SeqCst);
+        terminate(&group, grace);
+    });
+}
+
+/// SIGTERM to the job's group now, SIGKILL after `grace`.
+fn terminate(group: &Arc<AtomicI32>, grace: Duration) {
+    let pgid = group.load(Ordering::SeqCst);
+    if pgid > 0 {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+    }
+    let group = Arc::clone(group);
+    std::thread::spawn(move || {
+        std::thread::sleep(grace);
+        let pgid = group.load(Ordering::SeqCst);
+        if pgid > 0 {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+    });
+}
+
+/// Seconds from a launch record as a duration; what cannot be one (NaN,
+/// negative, too large) saturates, never panics.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 /// Whether a failure to start the job may pass by itself (resources that

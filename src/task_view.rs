@@ -43,8 +43,12 @@ pub struct TaskView {
     pub gpus: Vec<usize>,
     /// The estimate placement used, and which estimator gave it.
     pub estimate: Option<EstimateNote>,
-    /// Why it waits, when it is the head of the queue.
+    /// Why it waits (held, behind another task, what it needs), when it
+    /// waits.
     pub waiting: Option<String>,
+    /// Its priority and whether it is held, when it waits.
+    pub priority: Option<i32>,
+    pub held: bool,
     /// The most GPU memory the job was seen to use, MiB.
     pub peak_mib: Option<u64>,
     /// Why it failed.
@@ -158,6 +162,10 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
         _ => runs.last().map(|r| r.gpus.clone()).unwrap_or_default(),
     };
     let run_peak = runs.iter().filter_map(|r| r.peak_mib).max();
+    let queued = scope
+        .status
+        .filter(|_| matches!(state, State::Pending | State::Recovery))
+        .and_then(|s| s.waiting.iter().find(|w| w.name == name.as_str()));
     Ok(TaskView {
         name: name.to_string(),
         state: state.to_string(),
@@ -168,12 +176,9 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
         ended_at: record.as_ref().and_then(|r| Some(r.outcome.as_ref()?.at)),
         gpus,
         estimate: record.as_ref().and_then(|r| r.estimate.clone()),
-        waiting: scope
-            .status
-            .and_then(|s| s.head_waits_for.as_deref())
-            .filter(|_| matches!(state, State::Pending | State::Recovery))
-            .and_then(|why| why.strip_prefix(name.as_str())?.strip_prefix(' '))
-            .map(str::to_owned),
+        waiting: queued.map(|w| w.why.clone()),
+        priority: queued.map(|w| w.priority),
+        held: queued.is_some_and(|w| w.held),
         peak_mib: record.as_ref().and_then(|r| r.peak_mib).or(run_peak),
         reason: reason(&dir, record.as_ref()),
         runs,

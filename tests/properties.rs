@@ -759,6 +759,11 @@ fn keyed_text(
         memory: v.memory.map(|(_, m)| m),
         published: PublishedEstimates::default(),
         retries: v.retries,
+        time: None,
+        priority: None,
+        after: Vec::new(),
+        notify: None,
+        array: None,
     };
     KeyedFile {
         text,
@@ -854,6 +859,11 @@ fn legacy_file() -> impl Strategy<Value = KeyedFile> {
                         gpumemnet: need(3),
                     },
                     retries: None,
+                    time: None,
+                    priority: None,
+                    after: Vec::new(),
+                    notify: None,
+                    array: None,
                 };
                 KeyedFile {
                     text,
@@ -1553,6 +1563,7 @@ fn history_start() -> impl Strategy<Value = Vec<u8>> {
             max_peak_mib: max,
             last_peak_mib: last,
             runs,
+            max_run_s: same.then_some(f64::from(max as u32)),
         };
         serde_json::to_vec_pretty(&record).unwrap()
     })

@@ -89,23 +89,6 @@ fn shared_daemon() -> Option<(common::TestUser, common::TestUser, Spool)> {
     Some((alice, bob, spool))
 }
 
-/// Submits `files` (the first is the `.rad`) as `user` with `carma submit`
-/// from a directory of theirs; returns the task's name.
-fn submit_as(spool: &Spool, user: &common::TestUser, dir: &str, files: &[(&str, &str)]) -> String {
-    let home = spool.user_dir(user, dir, files);
-    let out = user.carma(
-        spool,
-        &format!("submit {}", home.join(files[0].0).display()),
-    );
-    assert!(
-        out.status.success(),
-        "submit as {}: {}",
-        user.name,
-        stderr(&out)
-    );
-    stdout(&out).trim().to_owned()
-}
-
 fn record(dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&fs::read_to_string(dir.join("task.json")).unwrap()).unwrap()
 }
@@ -123,8 +106,7 @@ fn a_user_file_named_like_carmas_record_cannot_forge_the_owner() {
         r#"{{"name":"000001-x","rad":"x.rad","submitted_at":0,"owner":{}}}"#,
         bob.uid
     );
-    let name = submit_as(
-        &spool,
+    let name = spool.submit_as(
         &alice,
         "alice-forge",
         &[
@@ -219,8 +201,7 @@ fn another_user_cannot_read_or_list_a_running_jobs_files() {
     let Some((alice, bob, spool)) = shared_daemon() else {
         return;
     };
-    let name = submit_as(
-        &spool,
+    let name = spool.submit_as(
         &alice,
         "alice-private",
         &[("p.rad", "memory: 1G\necho secret-output\nsleep 30\n")],
@@ -400,12 +381,7 @@ fn a_job_gets_its_owners_login_environment_and_nothing_of_the_daemons() {
         ),
     ]);
     spool.start_daemon();
-    let name = submit_as(
-        &spool,
-        &alice,
-        "alice-env",
-        &[("e.rad", "memory: 1G\nenv\n")],
-    );
+    let name = spool.submit_as(&alice, "alice-env", &[("e.rad", "memory: 1G\nenv\n")]);
     spool.wait_count("done", 1, 10.0);
     let env = fs::read_to_string(spool.root.join("done").join(&name).join("run-1/stdout")).unwrap();
     let vars: std::collections::BTreeMap<&str, &str> =
@@ -497,8 +473,7 @@ fn a_name_squatted_in_pending_cannot_redirect_a_tasks_records_or_a_chown() {
     let victim = spool.dir.path().join("victim");
     fs::write(&victim, "SECRET\n").unwrap();
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
-    let name = submit_as(
-        &spool,
+    let name = spool.submit_as(
         &bob,
         "bob-squat",
         &[("sq.rad", "memory: 1G\nsleep 1.5\nexit 1\n")],
@@ -636,12 +611,7 @@ fn a_directory_squatting_a_cancel_request_does_not_block_the_owners_cancel() {
     let Some((alice, bob, spool)) = shared_daemon() else {
         return;
     };
-    let name = submit_as(
-        &spool,
-        &alice,
-        "alice-c",
-        &[("c.rad", "memory: 1G\nsleep 30\n")],
-    );
+    let name = spool.submit_as(&alice, "alice-c", &[("c.rad", "memory: 1G\nsleep 30\n")]);
     spool.wait_for("the job to run", 10.0, || {
         !spool.tasks("running").is_empty()
     });

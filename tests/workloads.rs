@@ -64,6 +64,11 @@ fn legacy(
             gpumemnet: Some(gpumemnet),
         },
         retries: None,
+        time: None,
+        priority: None,
+        after: Vec::new(),
+        notify: None,
+        array: None,
     }
 }
 

@@ -4,7 +4,6 @@
 //! whether the task waits or runs and may signal supervisors that run as
 //! root; this command waits until the task reaches `failed/`.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use anyhow::{Context, Result};
 
 use carma::config::Config;
 use carma::spool::State;
+use carma::spool::request::{Request, Verb};
 
 use super::spool_arg::SpoolArg;
 use super::task_arg::find;
@@ -24,6 +24,10 @@ pub struct Args {
     /// The task: its full name, its number, a unique prefix, or its job
     /// name when exactly one waiting or running task has it.
     task: String,
+    /// Cancel every task of the array job TASK belongs to (`array:`), not
+    /// only TASK.
+    #[arg(long)]
+    array: bool,
     /// Seconds to wait for the task to stop [default: the cancel grace
     /// period + 10].
     #[arg(long)]
@@ -38,16 +42,17 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         eprintln!("carma: {name} already ended (it is in {state}/)");
         return Ok(ExitCode::FAILURE);
     }
-    let request = spool.cancel_dir().join(name.as_str());
-    // Never through a link someone planted under the request's name.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&request)
-        .with_context(|| format!("cannot write the request {}", request.display()))?;
+    let request = Request {
+        verb: if args.array {
+            Verb::CancelArray
+        } else {
+            Verb::Cancel
+        },
+        task: name.to_string(),
+    };
+    spool
+        .leave_request(&request)
+        .with_context(|| format!("cannot leave the request cancel/{request}"))?;
     if !spool.daemon_running() {
         println!(
             "{name}: cancellation requested; no daemon runs now, it takes effect when one starts"

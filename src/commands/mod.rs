@@ -1,5 +1,6 @@
 //! One module per `carma` subcommand.
 
+pub mod adjust;
 pub mod cancel;
 pub mod check;
 pub mod completions;

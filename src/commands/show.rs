@@ -66,6 +66,11 @@ fn print_human(view: &TaskView, lines: usize) {
     field("reason", view.reason.clone());
     field("waiting", view.waiting.clone());
     field(
+        "priority",
+        view.priority
+            .map(|p| format!("{p}{}", if view.held { ", held" } else { "" })),
+    );
+    field(
         "owner",
         match (&view.owner, view.owner_uid) {
             (Some(name), Some(uid)) => Some(format!("{name} (uid {uid})")),

@@ -36,6 +36,10 @@ pub struct Args {
     /// How collocated tasks share a GPU [default: simulate.sharing].
     #[arg(long, value_enum)]
     sharing: Option<SharingArg>,
+    /// Start tasks from behind a blocked head when they cannot delay it
+    /// [default: queue.backfill].
+    #[arg(long)]
+    backfill: Option<bool>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -74,6 +78,9 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
     let mut rules = config.rules();
     if let Some(policy) = args.policy {
         rules.placement.policy = policy;
+    }
+    if let Some(backfill) = args.backfill {
+        rules.queue.backfill = backfill;
     }
     let mut model = config.simulate.clone();
     if let Some(sharing) = args.sharing {

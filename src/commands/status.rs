@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -12,6 +13,7 @@ use carma::size::format_mib;
 use carma::spool::State;
 use carma::spool::record::{read_json, unix_now};
 use carma::task_view::failure_reason;
+use carma::wall_time;
 
 use super::spool_arg::SpoolArg;
 
@@ -143,8 +145,12 @@ fn print_human(out: &Output) {
     println!("\nrunning ({})", status.running.len());
     for t in &status.running {
         let gpus: Vec<String> = t.gpus.iter().map(ToString::to_string).collect();
+        let limit = t
+            .time_limit_s
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .map_or_else(String::new, |l| format!(" of {}", wall_time::format(l)));
         println!(
-            "  {}  run {} on GPU {} as {}, {:.0} s, peak {}",
+            "  {}  run {} on GPU {} as {}, {:.0} s{limit}, peak {}",
             t.name,
             t.run,
             gpus.join(","),
@@ -156,7 +162,18 @@ fn print_human(out: &Output) {
     for (label, names) in [("recovery", &status.recovery), ("pending", &status.pending)] {
         println!("{label} ({})", names.len());
         for name in names.iter().take(20) {
-            println!("  {name}");
+            match status.waiting.iter().find(|w| w.name == *name) {
+                Some(w) => println!(
+                    "  {name}  {}{}, priority {}: {}",
+                    w.user,
+                    w.array
+                        .as_ref()
+                        .map_or_else(String::new, |a| format!(", array {a}")),
+                    w.priority,
+                    shorten(&w.why)
+                ),
+                None => println!("  {name}"),
+            }
         }
         if names.len() > 20 {
             println!("  ... and {} more", names.len() - 20);

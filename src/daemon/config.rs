@@ -21,9 +21,11 @@ pub struct DaemonConfig {
     pub gpu_log_max_mib: u64,
     pub gpu_log_keep: usize,
     pub cancel_grace_s: f64,
+    pub time_limit_grace_s: f64,
     pub allow_root_jobs: bool,
     pub job_path: String,
     pub conda: String,
+    pub notify: String,
 }
 
 impl DaemonConfig {
@@ -50,13 +52,21 @@ impl DaemonConfig {
                 self.gpu_log_keep
             ));
         }
-        if !(self.cancel_grace_s >= 0.0 && self.cancel_grace_s <= MAX_SECONDS) {
-            return Err(format!(
-                "daemon.cancel_grace_s = {}: expected seconds >= 0 (at most a year)",
-                self.cancel_grace_s
-            ));
+        for (key, value) in [
+            ("cancel_grace_s", self.cancel_grace_s),
+            ("time_limit_grace_s", self.time_limit_grace_s),
+        ] {
+            if !(0.0..=MAX_SECONDS).contains(&value) {
+                return Err(format!(
+                    "daemon.{key} = {value}: expected seconds >= 0 (at most a year)"
+                ));
+            }
         }
-        for (key, value) in [("job_path", &self.job_path), ("conda", &self.conda)] {
+        for (key, value) in [
+            ("job_path", &self.job_path),
+            ("conda", &self.conda),
+            ("notify", &self.notify),
+        ] {
             if value.contains('\0') {
                 return Err(format!("daemon.{key} contains a NUL byte"));
             }

@@ -18,8 +18,10 @@ use super::watch::Change;
 use super::{Closing, Daemon, Task};
 use crate::estimate::EstimateInput;
 use crate::rad::{self, JobFile};
-use crate::sched::{Demand, Event, Need};
-use crate::spool::record::{EstimateNote, JOB, Outcome, RunAs, TaskRecord, unix_now};
+use crate::sched::{ArrayOf, Demand, Event, Need};
+use crate::spool::record::{
+    ArrayMember, EstimateNote, JOB, Outcome, RECORD, RunAs, TaskRecord, unix_now, write_json,
+};
 use crate::spool::{SpoolError, State, TaskName};
 
 /// Adoptions remembered in `status.json` for submitters to find.
@@ -244,13 +246,29 @@ impl Daemon {
                         demand: task.demand.clone(),
                     }
                 };
+                let held = task.record.held;
                 log::info!(
-                    "{name}: queued in {state} ({} GPU(s), {} each)",
+                    "{name}: queued in {state} ({} GPU(s), {} each, priority {}{})",
                     task.demand.gpus,
-                    task.demand.need
+                    task.demand.need,
+                    task.demand.priority,
+                    if held { ", held" } else { "" }
                 );
+                let first_of_array = task
+                    .record
+                    .array
+                    .is_some_and(|a| a.job == name.seq() && !a.expanded);
                 self.tasks.insert(name.seq(), task);
                 self.events.push(event);
+                if first_of_array {
+                    self.expand_array(name.seq());
+                }
+                if held {
+                    self.events.push(Event::Hold {
+                        task: name.id(),
+                        held,
+                    });
+                }
             }
             Err(reason) => self.reject(&name, state, &reason),
         }
@@ -306,6 +324,30 @@ impl Daemon {
         let JobFile { spec, warnings } =
             rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &job))?;
         let (run_as, user) = self.run_as(owner)?;
+        let refused = spec
+            .priority
+            .filter(|_| !super::requests::privileged(owner))
+            .and_then(|p| self.config.queue.priority_refusal(p));
+        if let Some(why) = refused {
+            return Err(why);
+        }
+        if let (Some(array), None, State::Pending) = (spec.array, record.array, state) {
+            // The submitted task: the array's first element. The daemon
+            // makes the others once it is taken in.
+            record.array = Some(ArrayMember {
+                job: name.seq(),
+                index: array.first,
+                at_once: array.at_once,
+                expanded: false,
+            });
+        }
+        let resolved_before = record.after.is_some();
+        let after = self.dependencies(name, owner, &spec, &mut record)?;
+        if !resolved_before && !after.is_empty() {
+            // Written now, so a restart waits for the same tasks.
+            write_json(&dir.join(RECORD), &record)
+                .map_err(|e| format!("cannot record its dependencies: {e}"))?;
+        }
         let (input, summary_warning) = EstimateInput::from_spec(&spec, &job, &self.config.legacy);
         if record.estimate.is_none() {
             // Said once, when the job is first estimated; a restart that
@@ -326,6 +368,23 @@ impl Daemon {
             exclusive: self.config.legacy.exclusive(&spec),
             user: Some(owner),
             max_retries: spec.retries,
+            time_limit: spec.time,
+            priority: record.priority.or(spec.priority).unwrap_or(0),
+            after,
+            // How long the same job ran before, for backfill to plan with
+            // when the job states no time limit.
+            history: self
+                .chain
+                .history()
+                .lookup(&input.fingerprint())
+                .ok()
+                .flatten()
+                .and_then(|r| r.max_run_s)
+                .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+            array: record.array.map(|a| ArrayOf {
+                job: a.job,
+                at_once: a.at_once,
+            }),
         };
         Ok(Task {
             name: name.clone(),
@@ -340,6 +399,7 @@ impl Daemon {
             supervisor: None,
             adopted: false,
             since: 0.0,
+            time_limit_s: None,
             peak_mib: 0,
             fingerprint: input.fingerprint(),
         })
@@ -380,6 +440,10 @@ impl Daemon {
             .unwrap_or_else(|_| TaskRecord::new(name, "", unix_now()));
         record.outcome = Some(Outcome::failed(reason));
         self.tasks.remove(&name.seq());
+        self.events.push(Event::Ended {
+            task: name.id(),
+            succeeded: false,
+        });
         let owner = record.owner;
         self.close(Closing {
             name: name.clone(),
@@ -389,6 +453,7 @@ impl Daemon {
             owner,
             run: last_run(&self.spool.task_dir(state, name)),
             retry: super::Backoff::default(),
+            notify: None,
         });
     }
 
@@ -449,108 +514,6 @@ impl Daemon {
         }
         self.take_entries(entries, listing.odd);
         self.cancel_due = true;
-    }
-
-    /// Acts on the requests in `cancel/`: a waiting task is failed as
-    /// cancelled, a running one's supervisor is asked to stop its job.
-    /// Only the task's owner, root, or the daemon's user may cancel.
-    pub(super) fn cancel_requests(&mut self) {
-        let dir = self.spool.cancel_dir();
-        let Ok(entries) = fs::read_dir(&dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let Some(request) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if request.starts_with('.') {
-                continue;
-            }
-            let path = entry.path();
-            let meta = fs::symlink_metadata(&path).ok();
-            if meta.as_ref().is_some_and(|m| !m.is_file()) {
-                // A request is an empty regular file; anything else (a
-                // directory squatting a task's request name, a link) only
-                // stands in the way of the real one.
-                log::warn!("cancel/{request}: not a regular file; removed");
-                let _ = match meta.is_some_and(|m| m.is_dir()) {
-                    true => fs::remove_dir_all(&path),
-                    false => fs::remove_file(&path),
-                };
-                continue;
-            }
-            let requester = meta.map(|m| m.uid());
-            if self.cancel(&request, requester) {
-                let _ = fs::remove_file(&path);
-            } else {
-                // Not yet possible: try again next turn of the loop.
-                self.cancel_due = true;
-            }
-        }
-    }
-
-    /// Carries out one request; false when it must wait (the task is not
-    /// loaded yet, or its supervisor has not said who it is yet).
-    fn cancel(&mut self, request: &str, requester: Option<u32>) -> bool {
-        let named = |name: &TaskName| name.as_str() == request || name.seq().to_string() == request;
-        if let Some(c) = self.closing.values().find(|c| named(&c.name)) {
-            log::info!("{}: cancel: it already ended", c.name);
-            return true;
-        }
-        let task = self.tasks.values().find(|t| named(&t.name));
-        let Some(task) = task else {
-            return match self.spool.find(request) {
-                Ok((State::Done | State::Failed, name)) => {
-                    log::info!("{name}: cancel: it already ended");
-                    true
-                }
-                Ok((state, name)) => {
-                    log::debug!("{name}: cancel waits until the task in {state}/ is taken");
-                    false
-                }
-                Err(e) => {
-                    log::warn!("cancel {request}: {e}");
-                    true
-                }
-            };
-        };
-        let allowed = requester.is_some_and(|uid| {
-            uid == 0 || Some(uid) == task.demand.user || uid == Uid::effective().as_raw()
-        });
-        if !allowed {
-            log::warn!(
-                "{}: cancel refused: requested by uid {} who does not own it",
-                task.name,
-                requester.unwrap_or(u32::MAX)
-            );
-            return true;
-        }
-        let name = task.name.clone();
-        if task.state != State::Running {
-            log::info!("{name}: cancelled while waiting");
-            self.events.push(Event::Cancel { task: name.id() });
-            return true;
-        }
-        let run_dir = self
-            .spool
-            .task_dir(State::Running, &name)
-            .join(format!("run-{}", task.run));
-        match crate::supervisor::cancel(&run_dir) {
-            Ok(true) => {
-                log::info!("{name}: cancelling: job asked to stop");
-                true
-            }
-            // Started but not yet identified: soon.
-            Ok(false) if crate::supervisor::is_running(&run_dir) => false,
-            Ok(false) => {
-                log::info!("{name}: cancel: its run already ended");
-                true
-            }
-            Err(e) => {
-                log::error!("{name}: cancel: cannot signal its supervisor: {e}");
-                true
-            }
-        }
     }
 }
 

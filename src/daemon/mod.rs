@@ -19,13 +19,17 @@
 //! state from the spool ([`restore`]), re-attaches to live supervisors and
 //! finishes the runs that ended while it was away.
 
+mod array;
 mod backoff;
 mod conda;
 mod config;
+mod depends;
 mod environment;
 mod intake;
 mod loose;
 mod monitor;
+mod notify;
+mod requests;
 mod restore;
 mod runs;
 mod script;
@@ -50,11 +54,13 @@ use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
 use crate::mps::Mps;
 use crate::procfs::ProcessId;
 use crate::rad::TaskSpec;
-use crate::sched::{Action, Demand, Event, GpuSample, Scheduler, TaskId, Time};
+use crate::sched::{
+    Action, Demand, DependencyKind, Event, GpuSample, Place, Precedence, Scheduler, TaskId, Time,
+};
 use crate::spool::record::{RunAs, TaskRecord, unix_now};
 use crate::spool::{PRIVATE, PUBLIC, Spool, State, TaskName, write_replace};
 use backoff::Backoff;
-use status::{GpuStatus, RunningTask, Status};
+use status::{GpuStatus, RunningTask, Status, WaitingTask};
 use watch::Change;
 
 /// What the loop's helper threads tell it.
@@ -103,10 +109,19 @@ struct Task {
     adopted: bool,
     /// When the current run was launched (Unix seconds).
     since: f64,
+    /// The current run's wall-time limit, seconds, as launched.
+    time_limit_s: Option<f64>,
     /// Most memory seen on one GPU during the current run, MiB.
     peak_mib: u64,
     /// The job's identity in the estimators' history.
     fingerprint: Fingerprint,
+}
+
+impl Task {
+    /// `JOB_INDEX` (Slurm's spelling) for an element of an array job.
+    fn array_label(&self) -> Option<String> {
+        self.record.array.map(|a| format!("{}_{}", a.job, a.index))
+    }
 }
 
 /// A task that ended (the core is done with it, or never knew it) whose
@@ -127,6 +142,8 @@ struct Closing {
     /// The latest run, whose peak goes to history on success.
     run: u32,
     retry: Backoff,
+    /// What to run once the task is there.
+    notify: Option<notify::Notify>,
 }
 
 /// The loop's state. Fields are documented where they are not obvious.
@@ -420,8 +437,17 @@ impl Daemon {
                 task,
                 gpus,
                 limit_mib,
+                time_limit,
                 why,
-            } => self.launch(task, gpus, limit_mib, why),
+            } => self.launch(
+                task,
+                gpus,
+                runs::Limits {
+                    limit_mib,
+                    time_limit,
+                },
+                why,
+            ),
             Action::Complete { task } => self.finish(task, State::Done, None),
             Action::Recover { task, crashes, why } => self.recover(task, crashes, &why),
             Action::Fail { task, reason } => {
@@ -587,10 +613,12 @@ impl Daemon {
         for t in self.tasks.values() {
             by_state.insert((t.state, t.name.seq()), t);
         }
+        let waiting = self.waiting();
         let names = |state: State| -> Vec<String> {
-            by_state
-                .range((state, 0)..=(state, u64::MAX))
-                .map(|(_, t)| t.name.to_string())
+            waiting
+                .iter()
+                .filter(|(s, _)| *s == state)
+                .map(|(_, w)| w.name.clone())
                 .collect()
         };
         let running: Vec<&Task> = by_state
@@ -634,12 +662,15 @@ impl Daemon {
                     run: t.run,
                     gpus: t.gpus.clone(),
                     since: t.since,
+                    time_limit_s: t.time_limit_s,
+                    array: t.array_label(),
                     peak_mib: t.peak_mib,
                     user: t.user.clone(),
                 })
                 .collect(),
             recovery: names(State::Recovery),
             pending: names(State::Pending),
+            waiting: waiting.into_iter().map(|(_, w)| w).collect(),
             head_waits_for: self.core.head_waits_for().map(|w| {
                 let name = self
                     .tasks
@@ -650,6 +681,70 @@ impl Daemon {
             adopted: self.adopted.iter().cloned().collect(),
             ending: self.closing.values().map(|c| c.name.to_string()).collect(),
         }
+    }
+
+    /// Waiting tasks in dispatch order, each with the state directory it
+    /// waits in and why it waits.
+    fn waiting(&self) -> Vec<(State, WaitingTask)> {
+        let name = |id: TaskId| {
+            self.tasks
+                .get(&id.0)
+                .map_or_else(|| format!("task {}", id.0), |t| t.name.to_string())
+        };
+        let head_why = self.core.head_waits_for().map(|w| w.why);
+        self.core
+            .places()
+            .into_iter()
+            .filter_map(|(id, place)| {
+                let t = self.tasks.get(&id.0)?;
+                let why = match place {
+                    Place::Held => format!("held (carma release {} lets it run)", t.name),
+                    Place::Waiting(d) => {
+                        let until = match d.kind {
+                            DependencyKind::After => "start",
+                            DependencyKind::AfterOk => "succeed",
+                            DependencyKind::AfterAny => "end",
+                            DependencyKind::AfterNotOk => "fail",
+                        };
+                        format!("waits for {} to {until} ({})", name(d.task), d.kind.key())
+                    }
+                    Place::Head => head_why.clone().unwrap_or_default(),
+                    Place::OverLimit(why) => format!("waits: {why}"),
+                    Place::Behind { head, by } => {
+                        let ahead = self.tasks.get(&head.0);
+                        let why = match by {
+                            Precedence::Recovery => "recovering from an OOM crash".to_string(),
+                            Precedence::Priority => format!(
+                                "priority {} > {}",
+                                ahead.map_or(0, |h| h.demand.priority),
+                                t.demand.priority
+                            ),
+                            Precedence::FairShare => format!(
+                                "fair share: {} used the GPUs less lately than {}",
+                                ahead.map_or("its user", |h| h.user.as_str()),
+                                t.user
+                            ),
+                            Precedence::Arrival => "submitted earlier".to_string(),
+                        };
+                        format!("behind {} ({why})", name(head))
+                    }
+                };
+                let task = WaitingTask {
+                    name: t.name.to_string(),
+                    user: t.user.clone(),
+                    priority: t.demand.priority,
+                    held: t.record.held,
+                    array: t.array_label(),
+                    why,
+                };
+                // A recovering task whose move failed waits in running/.
+                let state = match t.state {
+                    State::Running => State::Recovery,
+                    state => state,
+                };
+                Some((state, task))
+            })
+            .collect()
     }
 
     fn write_status(&mut self) {

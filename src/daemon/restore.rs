@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Result;
 use nix::sys::signal::{Signal, kill};
@@ -53,7 +54,7 @@ impl Daemon {
         let Ok(listing) = self.spool.list(State::Done) else {
             return;
         };
-        let mut peaks: HashMap<String, (Fingerprint, u64, u64)> = HashMap::new();
+        let mut peaks: HashMap<String, (Fingerprint, u64, u64, Option<f64>)> = HashMap::new();
         for name in listing.tasks {
             let Ok(record) = self.spool.load_record(State::Done, &name) else {
                 continue;
@@ -63,13 +64,17 @@ impl Daemon {
             };
             let entry = peaks
                 .entry(fingerprint.key())
-                .or_insert((fingerprint, 0, 0));
+                .or_insert((fingerprint, 0, 0, None));
             entry.1 = entry.1.max(peak);
             entry.2 += 1;
+            entry.3 = match (entry.3, record.run_s) {
+                (Some(a), Some(b)) => Some(f64::max(a, b)),
+                (a, b) => a.or(b),
+            };
         }
         let mut learned = 0;
-        for (fingerprint, peak, runs) in peaks.into_values() {
-            match self.chain.history().absorb(&fingerprint, peak, runs) {
+        for (fingerprint, peak, runs, run_s) in peaks.into_values() {
+            match self.chain.history().absorb(&fingerprint, peak, runs, run_s) {
                 Ok(true) => learned += 1,
                 Ok(false) => {}
                 Err(e) => log::warn!("history: cannot record a peak from done/: {e}"),
@@ -119,6 +124,7 @@ impl Daemon {
         task.since = launch
             .as_ref()
             .map_or(task.record.submitted_at, |l| l.launched_at);
+        task.time_limit_s = launch.as_ref().and_then(|l| l.time_limit_s);
         task.supervisor = supervisor::identity(&run_dir);
         task.adopted = true;
         let missing: Vec<String> = gpus
@@ -180,6 +186,11 @@ impl Daemon {
             memory: None,
             published: PublishedEstimates::default(),
             retries: None,
+            time: None,
+            priority: None,
+            after: Vec::new(),
+            notify: None,
+            array: None,
         };
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {
@@ -198,6 +209,16 @@ impl Daemon {
                 exclusive: false,
                 user: record.owner.or(run_as.as_ref().map(|u| u.uid)),
                 max_retries: None,
+                time_limit: launch
+                    .and_then(|l| l.time_limit_s)
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+                priority: record.priority.unwrap_or(0),
+                after: Vec::new(),
+                history: None,
+                array: record.array.map(|a| crate::sched::ArrayOf {
+                    job: a.job,
+                    at_once: a.at_once,
+                }),
             },
             spec,
             user: run_as.as_ref().map_or_else(
@@ -215,6 +236,7 @@ impl Daemon {
             supervisor: None,
             adopted: true,
             since: launch.map_or(0.0, |l| l.launched_at),
+            time_limit_s: None,
             peak_mib: 0,
             fingerprint,
         }

@@ -23,6 +23,15 @@ use crate::spool::record::{
 use crate::spool::{State, TASK_DIR_MODE, make_dir, sync_dir};
 use crate::supervisor;
 
+/// What a placement grants a run besides its GPUs (see
+/// [`crate::sched::Action::Launch`]).
+pub(super) struct Limits {
+    /// Memory per GPU, when the run got a share of its GPUs.
+    pub limit_mib: Option<u64>,
+    /// Wall time, when the run has a limit.
+    pub time_limit: Option<Duration>,
+}
+
 /// The work directory of a job dropped as a bare file: its user's, private.
 fn make_work_dir(path: &Path, owner: Option<u32>) -> std::io::Result<()> {
     match make_dir(path, 0o700) {
@@ -54,14 +63,8 @@ impl Daemon {
     /// written, the task directory is renamed into `running/` (the commit
     /// point), and the supervisor is started. A launch that fails here
     /// never started the job, so the task waits and is launched again.
-    pub(super) fn launch(
-        &mut self,
-        id: TaskId,
-        gpus: Vec<usize>,
-        limit_mib: Option<u64>,
-        why: String,
-    ) {
-        match self.start_run(id, &gpus, limit_mib, &why) {
+    pub(super) fn launch(&mut self, id: TaskId, gpus: Vec<usize>, limits: Limits, why: String) {
+        match self.start_run(id, &gpus, limits, &why) {
             Ok(()) => {
                 if self.launch_retry.succeeded() {
                     log::info!("launches work again");
@@ -111,10 +114,15 @@ impl Daemon {
         &mut self,
         id: TaskId,
         gpus: &[usize],
-        limit_mib: Option<u64>,
+        limits: Limits,
         why: &str,
     ) -> Result<(), String> {
+        let Limits {
+            limit_mib,
+            time_limit,
+        } = limits;
         let grace_s = self.config.daemon.cancel_grace_s;
+        let time_limit_grace_s = self.config.daemon.time_limit_grace_s;
         let job_path = self.config.daemon.job_path.clone();
         let mut carma_env = self.backend_env.clone();
         if self.mps.is_some() {
@@ -141,6 +149,12 @@ impl Daemon {
             ("CARMA_RUN".to_string(), run.to_string()),
             ("CARMA_GPUS".to_string(), indices.join(",")),
         ]);
+        if let Some(a) = task.record.array {
+            env.extend([
+                ("CARMA_ARRAY_JOB_ID".to_string(), a.job.to_string()),
+                ("CARMA_ARRAY_INDEX".to_string(), a.index.to_string()),
+            ]);
+        }
         let launch = Launch {
             task: name.to_string(),
             run,
@@ -160,6 +174,8 @@ impl Daemon {
             run_as: task.run_as.clone(),
             env,
             grace_s,
+            time_limit_s: time_limit.map(|t| t.as_secs_f64()),
+            time_limit_grace_s,
         };
         let failed = |what: &str, e: std::io::Error| format!("{what}: {e}");
         if task.record.workdir.is_none() {
@@ -184,6 +200,7 @@ impl Daemon {
         task.run = run;
         task.gpus = gpus.to_vec();
         task.since = launch.launched_at;
+        task.time_limit_s = launch.time_limit_s;
         task.peak_mib = 0;
         task.adopted = false;
         let run_dir = running_dir.join(&run_name);
@@ -194,8 +211,11 @@ impl Daemon {
             || "none".to_string(),
             |e| format!("{} from {}", e.need, e.source),
         );
+        let time = time_limit.map_or_else(String::new, |t| {
+            format!("; time limit {}", crate::wall_time::format(t))
+        });
         log::info!(
-            "{name}: run {run} on GPU {} as {}: {why}; estimate {estimate}",
+            "{name}: run {run} on GPU {} as {}: {why}; estimate {estimate}{time}",
             indices.join(","),
             task.user
         );
@@ -313,6 +333,9 @@ impl Daemon {
         if exit.succeeded() {
             return Exit::Success;
         }
+        if exit.timed_out {
+            return Exit::TimeLimit;
+        }
         if exit.cancelled {
             return Exit::Cancelled;
         }
@@ -342,22 +365,28 @@ impl Daemon {
     /// from `done/`, so a crash between the move and the history write
     /// loses nothing).
     pub(super) fn finish(&mut self, id: TaskId, to: State, reason: Option<String>) {
+        if self.tasks.get(&id.0).is_some_and(|t| t.record.requeue) {
+            return self.requeue_stopped(id.0);
+        }
         let Some(task) = self.tasks.remove(&id.0) else {
             return;
         };
         let mut record = task.record;
-        let peak = read_state::<RunExit>(
-            &self
-                .spool
-                .task_dir(task.state, &task.name)
-                .join(format!("run-{}", task.run))
-                .join(supervisor::EXIT),
-        )
-        .ok()
-        .and_then(|e| e.peak_mib)
-        .unwrap_or(0)
-        .max(task.peak_mib);
+        let run_dir = self
+            .spool
+            .task_dir(task.state, &task.name)
+            .join(format!("run-{}", task.run));
+        let exit = read_state::<RunExit>(&run_dir.join(supervisor::EXIT)).ok();
+        let peak = exit
+            .as_ref()
+            .and_then(|e| e.peak_mib)
+            .unwrap_or(0)
+            .max(task.peak_mib);
         record.peak_mib = (peak > 0).then_some(peak);
+        record.run_s = exit.filter(|_| to == State::Done).and_then(|e| {
+            let launch = read_state::<Launch>(&run_dir.join(supervisor::LAUNCH)).ok()?;
+            Some(e.ended_at - launch.launched_at).filter(|s| *s >= 0.0)
+        });
         record.fingerprint = Some(task.fingerprint);
         record.outcome = Some(match &reason {
             Some(reason) => Outcome::failed(reason),
@@ -367,6 +396,11 @@ impl Daemon {
                 at: unix_now(),
             },
         });
+        let notify = self.notification(
+            task.spec.notify.as_ref(),
+            task.run_as.as_ref(),
+            record.workdir.as_ref(),
+        );
         self.close(Closing {
             name: task.name,
             owner: record.owner,
@@ -375,7 +409,36 @@ impl Daemon {
             to,
             run: task.run,
             retry: super::Backoff::default(),
+            notify,
         });
+    }
+
+    /// A task whose job `carma requeue` stopped: back to `pending/` and
+    /// the queue, as if just submitted. Should the move fail, the task
+    /// stays in the daemon's hands in `running/`, from where the next
+    /// launch starts it just as well.
+    fn requeue_stopped(&mut self, seq: u64) {
+        let Some(task) = self.tasks.remove(&seq) else {
+            return;
+        };
+        let name = task.name.clone();
+        let mut record = task.record.clone();
+        record.requeued();
+        let dir = self.spool.task_dir(task.state, &name);
+        let moved = write_json(&dir.join(crate::spool::record::RECORD), &record)
+            .and_then(|()| self.spool.move_task(&name, task.state, State::Pending));
+        let state = match moved {
+            Ok(()) => State::Pending,
+            Err(e) => {
+                log::warn!(
+                    "{name}: requeued, but stays in {}/ for now: {e}",
+                    task.state
+                );
+                task.state
+            }
+        };
+        log::info!("{name}: requeued after run {}", task.run);
+        self.take(name, state);
     }
 
     /// Takes an ended task to its final directory now, or keeps it for a
@@ -455,7 +518,11 @@ impl Daemon {
         let peak = c.record.peak_mib.unwrap_or(0);
         if to == State::Done && peak > 0 {
             if let Some(fingerprint) = &c.record.fingerprint {
-                match self.chain.history().record(fingerprint, peak) {
+                match self
+                    .chain
+                    .history()
+                    .record(fingerprint, peak, c.record.run_s)
+                {
                     Ok(r) => log::info!(
                         "{name}: history: peak {peak} MiB (largest of {} runs: {} MiB)",
                         r.runs,
@@ -465,9 +532,12 @@ impl Daemon {
                 }
             }
         }
-        match reason {
+        match &reason {
             None => log::info!("{name}: done after {} run(s); peak {peak} MiB", c.run),
             Some(reason) => log::error!("{name}: failed: {reason}"),
+        }
+        if let Some(notify) = &c.notify {
+            self.notify(&name, to, reason.as_deref(), notify);
         }
     }
 

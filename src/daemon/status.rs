@@ -22,6 +22,10 @@ pub struct Status {
     /// Waiting tasks in the order they will be placed.
     pub recovery: Vec<String>,
     pub pending: Vec<String>,
+    /// Every waiting task in the order it will be placed (recovery first),
+    /// with its priority, hold and why it waits.
+    #[serde(default)]
+    pub waiting: Vec<WaitingTask>,
     /// Why the head of the queue waits, when something waits: its name and
     /// what it needs, then per GPU what is missing (`000042-resnet50 needs
     /// 8GiB free on a GPU; GPU 0: 3GiB free < 8GiB`).
@@ -64,6 +68,21 @@ pub struct GpuStatus {
     pub tasks: Vec<String>,
 }
 
+/// A task waiting for its turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitingTask {
+    pub name: String,
+    pub user: String,
+    pub priority: i32,
+    pub held: bool,
+    /// `JOB_INDEX` for an element of an array job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
+    /// Why it waits, for people: `held (carma release ...)`, `behind
+    /// 000041-bert (priority 5 > 0)`, or, for the head, what it needs.
+    pub why: String,
+}
+
 /// A task whose job runs now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunningTask {
@@ -72,6 +91,12 @@ pub struct RunningTask {
     pub gpus: Vec<usize>,
     /// When this run was launched (Unix seconds).
     pub since: f64,
+    /// Its wall-time limit, seconds, if it has one.
+    #[serde(default)]
+    pub time_limit_s: Option<f64>,
+    /// `JOB_INDEX` for an element of an array job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
     pub peak_mib: u64,
     pub user: String,
 }

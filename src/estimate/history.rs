@@ -43,7 +43,7 @@ impl Fingerprint {
 }
 
 /// What history knows about one job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub fingerprint: Fingerprint,
     /// Largest observed peak, MiB.
@@ -52,6 +52,19 @@ pub struct Record {
     pub last_peak_mib: u64,
     /// Runs recorded.
     pub runs: u64,
+    /// Longest successful run, seconds: how long backfill plans the job
+    /// to hold its GPUs when it states no time limit. Absent in records
+    /// written before run times were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_run_s: Option<f64>,
+}
+
+/// The larger of two optional run times.
+fn longer(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The history store in one directory.
@@ -104,8 +117,15 @@ impl History {
             .create(&self.dir)
     }
 
-    /// Records a finished run's observed peak.
-    pub fn record(&self, fingerprint: &Fingerprint, peak_mib: u64) -> io::Result<Record> {
+    /// Records a finished run's observed peak and, when known, how long it
+    /// ran.
+    pub fn record(
+        &self,
+        fingerprint: &Fingerprint,
+        peak_mib: u64,
+        run_s: Option<f64>,
+    ) -> io::Result<Record> {
+        let run_s = run_s.filter(|s| s.is_finite() && *s >= 0.0);
         self.make_dir()?;
         let record = match self.lookup(fingerprint) {
             Ok(Some(old)) => Record {
@@ -113,6 +133,7 @@ impl History {
                 max_peak_mib: old.max_peak_mib.max(peak_mib),
                 last_peak_mib: peak_mib,
                 runs: old.runs + 1,
+                max_run_s: longer(old.max_run_s, run_s),
             },
             // A missing or unreadable old record is replaced: the new
             // measurement is worth more than a file nobody can read.
@@ -121,6 +142,7 @@ impl History {
                 max_peak_mib: peak_mib,
                 last_peak_mib: peak_mib,
                 runs: 1,
+                max_run_s: run_s,
             },
         };
         write_json(&self.path(fingerprint), &record)?;
@@ -132,12 +154,20 @@ impl History {
     /// already; true when it learned something. Folding the same runs in
     /// again changes nothing, so a restarted daemon can rebuild history
     /// from `done/` every time.
-    pub fn absorb(&self, fingerprint: &Fingerprint, peak_mib: u64, runs: u64) -> io::Result<bool> {
+    pub fn absorb(
+        &self,
+        fingerprint: &Fingerprint,
+        peak_mib: u64,
+        runs: u64,
+        run_s: Option<f64>,
+    ) -> io::Result<bool> {
+        let run_s = run_s.filter(|s| s.is_finite() && *s >= 0.0);
         let old = self.lookup(fingerprint).ok().flatten();
-        if old
-            .as_ref()
-            .is_some_and(|o| o.max_peak_mib >= peak_mib && o.runs >= runs)
-        {
+        if old.as_ref().is_some_and(|o| {
+            o.max_peak_mib >= peak_mib
+                && o.runs >= runs
+                && longer(o.max_run_s, run_s) == o.max_run_s
+        }) {
             return Ok(false);
         }
         self.make_dir()?;
@@ -148,6 +178,7 @@ impl History {
                 .map_or(peak_mib, |o| o.max_peak_mib.max(peak_mib)),
             last_peak_mib: old.as_ref().map_or(peak_mib, |o| o.last_peak_mib),
             runs: old.as_ref().map_or(runs, |o| o.runs.max(runs)),
+            max_run_s: longer(old.as_ref().and_then(|o| o.max_run_s), run_s),
         };
         write_json(&self.path(fingerprint), &record)?;
         Ok(true)
@@ -171,10 +202,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let history = History::open(dir.path().join("history"));
         assert_eq!(history.lookup(&job(32)).unwrap(), None);
-        history.record(&job(32), 5000).unwrap();
-        history.record(&job(32), 4800).unwrap();
+        history.record(&job(32), 5000, Some(60.0)).unwrap();
+        history.record(&job(32), 4800, Some(90.0)).unwrap();
         let r = history.lookup(&job(32)).unwrap().unwrap();
         assert_eq!((r.max_peak_mib, r.last_peak_mib, r.runs), (5000, 4800, 2));
+        assert_eq!(r.max_run_s, Some(90.0), "the longest run");
         assert_eq!(history.lookup(&job(64)).unwrap(), None, "other batch size");
         let leftovers: Vec<_> = fs::read_dir(history.dir())
             .unwrap()
@@ -188,12 +220,13 @@ mod tests {
     fn absorbing_the_same_runs_again_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let history = History::open(dir.path().join("history"));
-        assert!(history.absorb(&job(16), 3000, 2).unwrap());
-        assert!(!history.absorb(&job(16), 3000, 2).unwrap());
-        assert!(!history.absorb(&job(16), 2500, 1).unwrap());
-        assert!(history.absorb(&job(16), 3500, 2).unwrap());
+        assert!(history.absorb(&job(16), 3000, 2, Some(30.0)).unwrap());
+        assert!(!history.absorb(&job(16), 3000, 2, Some(30.0)).unwrap());
+        assert!(!history.absorb(&job(16), 2500, 1, None).unwrap());
+        assert!(history.absorb(&job(16), 3500, 2, None).unwrap());
+        assert!(history.absorb(&job(16), 3500, 2, Some(45.0)).unwrap());
         let r = history.lookup(&job(16)).unwrap().unwrap();
-        assert_eq!((r.max_peak_mib, r.runs), (3500, 2));
+        assert_eq!((r.max_peak_mib, r.runs, r.max_run_s), (3500, 2, Some(45.0)));
     }
 
     #[test]
@@ -232,7 +265,7 @@ mod tests {
         let history = History::open(dir.path());
         fs::write(dir.path().join(format!("{}.json", job(8).key())), "{oops").unwrap();
         assert!(history.lookup(&job(8)).is_err());
-        history.record(&job(8), 1000).unwrap();
+        history.record(&job(8), 1000, None).unwrap();
         assert_eq!(history.lookup(&job(8)).unwrap().unwrap().runs, 1);
     }
 }

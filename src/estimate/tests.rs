@@ -152,7 +152,10 @@ fn history_answers_a_job_that_ran_before() {
     let s = settings(dir.path());
     let chain = Chain::new(&s);
     let input = job("resnet50_32.model", 32);
-    chain.history().record(&input.fingerprint(), 3934).unwrap();
+    chain
+        .history()
+        .record(&input.fingerprint(), 3934, None)
+        .unwrap();
     let e = chain.estimate(&input);
     assert_eq!(e.source, Some(EstimatorKind::History));
     // 5% of 3934 is 197, below the 256 MiB floor.

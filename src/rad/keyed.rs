@@ -14,6 +14,8 @@
 //! Unknown keys are errors, never ignored: a misspelt `memmory:` that was
 //! silently dropped would turn into an OOM crash hours later.
 
+use std::time::Duration;
+
 use nom::{
     IResult, Parser,
     bytes::complete::take_while,
@@ -24,12 +26,13 @@ use nom::{
 
 use super::Parsed;
 use super::error::{RadError, clip, found};
-use super::spec::{DEFAULT_GPUS, PublishedEstimates, Syntax, TaskSpec};
+use super::spec::{DEFAULT_GPUS, DependencyRef, PublishedEstimates, Syntax, TaskSpec};
 use super::suggest::closest;
 use super::text::{self, Line};
 use super::value::{self, Value};
-use crate::sched::Need;
+use crate::sched::{DependencyKind, Need};
 use crate::size;
+use crate::wall_time;
 
 /// The keys a keyed `.rad` understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,10 +45,15 @@ enum Key {
     Policy,
     Memory,
     Retries,
+    Time,
+    Priority,
+    Depends(DependencyKind),
+    Notify,
+    Array,
 }
 
 impl Key {
-    const ALL: [Key; 8] = [
+    const ALL: [Key; 16] = [
         Key::Name,
         Key::Model,
         Key::Dataset,
@@ -54,6 +62,14 @@ impl Key {
         Key::Policy,
         Key::Memory,
         Key::Retries,
+        Key::Time,
+        Key::Priority,
+        Key::Depends(DependencyKind::After),
+        Key::Depends(DependencyKind::AfterOk),
+        Key::Depends(DependencyKind::AfterAny),
+        Key::Depends(DependencyKind::AfterNotOk),
+        Key::Notify,
+        Key::Array,
     ];
 
     fn spelling(self) -> &'static str {
@@ -66,6 +82,11 @@ impl Key {
             Key::Policy => "policy",
             Key::Memory => "memory",
             Key::Retries => "retries",
+            Key::Time => "time",
+            Key::Priority => "priority",
+            Key::Depends(kind) => kind.key(),
+            Key::Notify => "notify",
+            Key::Array => "array",
         }
     }
 }
@@ -125,6 +146,11 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
         memory: None,
         published: PublishedEstimates::default(),
         retries: None,
+        time: None,
+        priority: None,
+        after: Vec::new(),
+        notify: None,
+        array: None,
     };
     let mut model_at = None;
     let mut seen: Vec<(Key, usize)> = Vec::new();
@@ -164,6 +190,17 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
                     &value,
                     "the number of re-runs after OOM (a non-negative integer)",
                 )?)
+            }
+            Key::Time => spec.time = Some(time(&value)?),
+            Key::Priority => spec.priority = Some(value::priority(&value)?),
+            Key::Array => spec.array = Some(value::array(&value)?),
+            Key::Notify => {
+                spec.notify = Some(value.non_empty("a command to run when the job ends")?)
+            }
+            Key::Depends(kind) => {
+                let tasks = value::task_refs(&value)?;
+                spec.after
+                    .extend(tasks.into_iter().map(|task| DependencyRef { kind, task }));
             }
         }
     }
@@ -206,6 +243,11 @@ fn name(value: &Value<'_>) -> Result<String, RadError> {
         )),
         None => Ok(name),
     }
+}
+
+/// A wall-time limit: `2h`, `90m`, `1:30:00`.
+fn time(value: &Value<'_>) -> Result<Duration, RadError> {
+    wall_time::parse(value.text).map_err(|e| value.error_at(e.column.saturating_sub(1), e.message))
 }
 
 /// Words that ask for a whole idle GPU instead of a size.

@@ -110,6 +110,11 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
             gpumemnet: memory(12),
         },
         retries: None,
+        time: None,
+        priority: None,
+        after: Vec::new(),
+        notify: None,
+        array: None,
     };
     Ok(Parsed {
         spec,

@@ -33,7 +33,10 @@ pub use error::{Position, RadError};
 pub use file::{FileError, JobFile, MAX_FILE_BYTES, case_match, check_file};
 pub use legacy::LEGACY_WHOLE_GPU_MIB;
 pub use legacy_rules::{Declared, LegacyRules, MemoryLine};
-pub use spec::{DEFAULT_GPUS, PolicyHint, PublishedEstimates, Syntax, TaskSpec};
+pub use spec::{
+    ArraySpec, DEFAULT_GPUS, DependencyRef, PolicyHint, PublishedEstimates, Syntax, TaskRef,
+    TaskSpec,
+};
 pub use text::{MAX_LINE_BYTES, MAX_LINES};
 
 /// A parsed job and where its file-relative fields sit, so that checks made

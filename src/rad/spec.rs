@@ -7,10 +7,11 @@
 //! (policy, retries) are applied later.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::sched::Need;
+use crate::sched::{DependencyKind, Need};
 
 /// GPUs a job gets when its file does not say: most training scripts use
 /// one device unless told otherwise.
@@ -97,6 +98,65 @@ pub struct TaskSpec {
     pub published: PublishedEstimates,
     /// OOM re-runs this job allows; `None` takes the configured default.
     pub retries: Option<u32>,
+    /// Wall-time limit (`time:`); `None` takes the configured default. In
+    /// JSON, whole seconds.
+    #[serde(serialize_with = "seconds")]
+    pub time: Option<Duration>,
+    /// Place among waiting tasks (`priority:`); `None` is 0. Whether the
+    /// owner may give it is the daemon's call (configuration), not the
+    /// parser's.
+    pub priority: Option<i32>,
+    /// Tasks to wait for (`after:`, `afterok:`, `afterany:`,
+    /// `afternotok:`), as written: the daemon resolves names, which only
+    /// mean something among the owner's tasks.
+    pub after: Vec<DependencyRef>,
+    /// A command to run, as the job's owner, when the job ends
+    /// (`notify:`).
+    pub notify: Option<String>,
+    /// One task per index (`array: 1-10%2`).
+    pub array: Option<ArraySpec>,
+}
+
+/// `array: FIRST-LAST%AT_ONCE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ArraySpec {
+    pub first: u32,
+    pub last: u32,
+    /// At most this many elements run at once.
+    pub at_once: Option<u32>,
+}
+
+/// A task a job names in a dependency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum TaskRef {
+    /// By number (`12`, or a full task name `000012-prep`).
+    Id(u64),
+    /// By job name, unique among the owner's tasks.
+    Name(String),
+}
+
+impl fmt::Display for TaskRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskRef::Id(id) => write!(f, "{id}"),
+            TaskRef::Name(name) => f.write_str(name),
+        }
+    }
+}
+
+/// One dependency as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DependencyRef {
+    pub kind: DependencyKind,
+    pub task: TaskRef,
+}
+
+fn seconds<S: serde::Serializer>(time: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match time {
+        Some(t) => s.serialize_some(&t.as_secs()),
+        None => s.serialize_none(),
+    }
 }
 
 /// A need for people: exact MiB (what the file said, not a rounded GiB).
@@ -144,6 +204,17 @@ impl fmt::Display for TaskSpec {
                 need_text(&published.gpumemnet)
             )?;
         }
-        write!(f, "  retries     {}", or_dash(&self.retries))
+        writeln!(f, "  retries     {}", or_dash(&self.retries))?;
+        let time = self.time.map(crate::wall_time::format);
+        writeln!(f, "  time        {}", or_dash(&time))?;
+        for d in &self.after {
+            writeln!(f, "  {:<11} {}", d.kind.key(), d.task)?;
+        }
+        writeln!(f, "  notify      {}", or_dash(&self.notify))?;
+        if let Some(a) = self.array {
+            let at_once = a.at_once.map_or_else(String::new, |n| format!("%{n}"));
+            writeln!(f, "  array       {}-{}{at_once}", a.first, a.last)?;
+        }
+        write!(f, "  priority    {}", or_dash(&self.priority))
     }
 }

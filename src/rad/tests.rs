@@ -107,6 +107,11 @@ fn the_design_example_reads_field_by_field() {
             memory: Some(Need::Mib(4096)),
             published: PublishedEstimates::default(),
             retries: None,
+            time: None,
+            priority: None,
+            after: Vec::new(),
+            notify: None,
+            array: None,
         }
     );
 }
@@ -336,6 +341,83 @@ fn numbers_too_large_for_u32_are_named() {
 #[test]
 fn retries_may_be_zero_but_not_negative() {
     refused("retries: -1\nrun\n", 1, 10, &["re-runs", "non-negative"]);
+}
+
+#[test]
+fn time_limits_take_units_or_a_clock() {
+    let secs = |text: &str| spec(text).time.map(|t| t.as_secs());
+    assert_eq!(secs("time: 2h\nrun\n"), Some(7200));
+    assert_eq!(secs("time: 90m # an epoch or two\nrun\n"), Some(5400));
+    assert_eq!(secs("time: 1:30:00\nrun\n"), Some(5400));
+    assert_eq!(secs("gpus: 1\nrun\n"), None);
+    refused("time: 90\nrun\n", 1, 9, &["90m, not 90"]);
+    refused("time: 2hours\nrun\n", 1, 9, &["`o` is not a unit"]);
+    refused("time: 1:61:00\nrun\n", 1, 9, &["00 to 59"]);
+    refused("time: 0s\nrun\n", 1, 7, &["zero"]);
+    refused("time:\nrun\n", 1, 6, &["2h, 90m"]);
+    refused("tme: 2h\nrun\n", 1, 1, &["did you mean `time`?"]);
+}
+
+#[test]
+fn priorities_are_signed_integers_within_a_million() {
+    assert_eq!(spec("priority: -5\nrun\n").priority, Some(-5));
+    assert_eq!(spec("priority: +7\nrun\n").priority, Some(7));
+    let words = ["a priority (an integer from -1000000 to 1000000)"];
+    refused("priority: high\nrun\n", 1, 11, &words);
+    refused("priority: 1000001\nrun\n", 1, 11, &words);
+    refused("priority: 1.5\nrun\n", 1, 11, &words);
+    refused("priority: --1\nrun\n", 1, 11, &words);
+}
+
+#[test]
+fn dependencies_name_tasks_by_number_task_name_or_job_name() {
+    use crate::rad::{DependencyRef, TaskRef};
+    use crate::sched::DependencyKind::{AfterNotOk, AfterOk};
+    let spec = spec("afterok: 12, 000015-prep,prep\nafternotok: 3\nrun\n");
+    let dep = |kind, task| DependencyRef { kind, task };
+    assert_eq!(
+        spec.after,
+        [
+            dep(AfterOk, TaskRef::Id(12)),
+            dep(AfterOk, TaskRef::Id(15)),
+            dep(AfterOk, TaskRef::Name("prep".into())),
+            dep(AfterNotOk, TaskRef::Id(3)),
+        ]
+    );
+    let words = ["expected tasks to wait for"];
+    refused("afterok: 12,,13\nrun\n", 1, 13, &words);
+    refused("afterany:\nrun\n", 1, 10, &words);
+    refused("after: a b\nrun\n", 1, 8, &words);
+    refused("after: ../x\nrun\n", 1, 8, &words);
+    refused(
+        "afterok: 99999999999999999999\nrun\n",
+        1,
+        10,
+        &["too large"],
+    );
+    refused("aftrok: 1\nrun\n", 1, 1, &["did you mean `afterok`?"]);
+}
+
+#[test]
+fn arrays_are_index_ranges_with_an_optional_limit() {
+    use crate::rad::ArraySpec;
+    let array = |text: &str| spec(&format!("array: {text}\nrun\n")).array;
+    let a = |first, last, at_once| {
+        Some(ArraySpec {
+            first,
+            last,
+            at_once,
+        })
+    };
+    assert_eq!(array("1-10"), a(1, 10, None));
+    assert_eq!(array("0-99%4"), a(0, 99, Some(4)));
+    assert_eq!(array("5"), a(5, 5, None));
+    let words = ["an index range such as 1-10"];
+    refused("array: 10-1\nrun\n", 1, 8, &words);
+    refused("array: 1-1001\nrun\n", 1, 8, &words);
+    refused("array: 1-x\nrun\n", 1, 8, &words);
+    refused("array: 1-10%0\nrun\n", 1, 13, &words);
+    refused("array: 1-10%\nrun\n", 1, 13, &words);
 }
 
 #[test]
@@ -625,7 +707,8 @@ fn long_offending_text_is_quoted_short() {
     let key = "k".repeat(60_000);
     let error = parse(&format!("{key}: 1\nrun\n")).unwrap_err();
     assert_eq!((error.line, error.column), (1, 1));
-    assert!(error.message.len() < 200, "{}", error.message.len());
+    // The clipped key and the list of every key there is.
+    assert!(error.message.len() < 300, "{}", error.message.len());
     assert!(error.message.contains("unknown key `kkkk"), "{error}");
     let error = parse(&format!("gpus: {key}\nrun\n")).unwrap_err();
     assert!(error.message.len() < 200, "{}", error.message.len());

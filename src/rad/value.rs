@@ -7,7 +7,7 @@
 use nom::{IResult, Parser, character::complete::digit1, combinator::all_consuming};
 
 use super::error::{Position, RadError, found};
-use super::spec::PolicyHint;
+use super::spec::{ArraySpec, PolicyHint, TaskRef};
 use super::suggest::closest;
 use super::text::Line;
 
@@ -90,6 +90,99 @@ pub(super) fn count(value: &Value<'_>, what: &str) -> Result<u32, RadError> {
             u32::MAX
         ))
     })
+}
+
+/// Priorities a job file may write: wide enough for any scheme, narrow
+/// enough that no arithmetic on them overflows.
+pub(super) const PRIORITY_LIMIT: i32 = 1_000_000;
+
+/// A priority: an integer, optionally signed, within ±[`PRIORITY_LIMIT`].
+pub(super) fn priority(value: &Value<'_>) -> Result<i32, RadError> {
+    let what = format!("a priority (an integer from -{PRIORITY_LIMIT} to {PRIORITY_LIMIT})");
+    let (negative, digits) = match value.text.strip_prefix(['-', '+']) {
+        Some(rest) => (value.text.starts_with('-'), rest),
+        None => (false, value.text),
+    };
+    let parsed: IResult<&str, &str> = all_consuming(digit1).parse(digits);
+    let magnitude = parsed
+        .ok()
+        .and_then(|(_, d)| d.parse::<i32>().ok())
+        .filter(|&m| m <= PRIORITY_LIMIT)
+        .ok_or_else(|| value.expected(&what))?;
+    Ok(if negative { -magnitude } else { magnitude })
+}
+
+/// Most tasks one dependency key may name: a job waiting for more is
+/// better written as an array or a chain.
+pub(super) const MAX_DEPENDENCIES: usize = 64;
+
+/// `12`, `000012-prep`, `prep`, or several of them separated by commas.
+pub(super) fn task_refs(value: &Value<'_>) -> Result<Vec<TaskRef>, RadError> {
+    const WHAT: &str = "tasks to wait for: numbers (12), task names (000012-prep) or job names \
+                        (prep), separated by commas";
+    let mut refs = Vec::new();
+    let mut column = 0;
+    for item in value.text.split(',') {
+        let lead = item.chars().take_while(|c| c.is_whitespace()).count();
+        let word = item.trim();
+        let at = column + lead;
+        column += item.chars().count() + 1;
+        if word.is_empty() || word.contains(|c: char| c.is_whitespace() || c == '/') {
+            return Err(value.error_at(at, format!("expected {WHAT}, {}", found(word))));
+        }
+        let digits = word.split('-').next().unwrap_or_default();
+        let numbered = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        refs.push(match numbered {
+            true => TaskRef::Id(digits.parse().map_err(|_| {
+                value.error_at(at, format!("expected {WHAT}, {}: too large", found(word)))
+            })?),
+            false => TaskRef::Name(word.to_owned()),
+        });
+        if refs.len() > MAX_DEPENDENCIES {
+            return Err(value.error_at(
+                at,
+                format!("at most {MAX_DEPENDENCIES} tasks to wait for on one line"),
+            ));
+        }
+    }
+    Ok(refs)
+}
+
+/// Most elements one array job may have: more is a typo, and each is a
+/// task directory.
+pub(super) const MAX_ARRAY: u32 = 1000;
+
+/// `1-10`, `0-99%4`, or a single index `5`.
+pub(super) fn array(value: &Value<'_>) -> Result<ArraySpec, RadError> {
+    let what = format!(
+        "an index range such as 1-10, or 1-10%2 to run at most two at once \
+         (at most {MAX_ARRAY} indices)"
+    );
+    let (range, at_once) = match value.text.split_once('%') {
+        Some((range, n)) => (range, Some(n)),
+        None => (value.text, None),
+    };
+    let number = |text: &str| -> Option<u32> {
+        let parsed: IResult<&str, &str> = all_consuming(digit1).parse(text);
+        parsed.ok()?.1.parse().ok()
+    };
+    let (first, last) = match range.split_once('-') {
+        Some((a, b)) => (number(a), number(b)),
+        None => (number(range), number(range)),
+    };
+    let at_once = match at_once.map(number) {
+        None => Ok(None),
+        Some(Some(n)) if n > 0 => Ok(Some(n)),
+        Some(_) => Err(value.error_at(range.chars().count() + 1, format!("expected {what}"))),
+    }?;
+    match (first, last) {
+        (Some(first), Some(last)) if first <= last && last - first < MAX_ARRAY => Ok(ArraySpec {
+            first,
+            last,
+            at_once,
+        }),
+        _ => Err(value.expected(&what)),
+    }
 }
 
 /// Spellings of the policy hint: `collocation` is the legacy format's,

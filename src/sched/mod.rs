@@ -12,9 +12,11 @@
 //! the cap). The same code therefore runs live, in virtual time, and under
 //! unit tests.
 //!
-//! Dispatch is first-in first-out with the recovery queue ahead of the main
-//! queue. Only the head task is considered: if it cannot be placed, nothing
-//! behind it is (head-of-line blocking keeps large jobs from starving). A
+//! Dispatch takes the recovery queue ahead of the main queue, higher
+//! priorities first, then first-in first-out; held tasks are passed over
+//! ([`queue`]). Only the head task is considered: if it cannot be placed,
+//! nothing behind it is (head-of-line blocking keeps large jobs from
+//! starving). A
 //! GPU takes the head when it is healthy, its windowed SM activity is at or
 //! below the cap, and its free memory after outstanding reservations covers
 //! the task's estimate plus a margin. Tasks that need a whole GPU, ask for
@@ -25,24 +27,32 @@
 //! running task is listed on each of its GPUs; the ledger holds bookings
 //! only for running tasks.
 
+mod backfill;
 mod gate;
 mod ledger;
+mod limits;
 mod policy;
+mod queue;
 mod rules;
+mod share;
 mod task;
 mod window;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::Duration;
 
 pub use gate::Gate;
 pub use policy::Policy;
-pub use rules::{MAX_SECONDS, PlacementRules, RecoveryMode, RecoveryRules, Rules};
-pub use task::{Demand, Exit, FailReason, Need, TaskId};
+pub use queue::{Place, Precedence};
+pub use rules::{MAX_SECONDS, PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};
+pub use task::{ArrayOf, Demand, Dependency, DependencyKind, Exit, FailReason, Need, TaskId};
 
 use gate::{Activity, Load};
 use ledger::Ledger;
+use limits::Loads;
 use policy::Candidate;
+use queue::Order;
+use share::Shares;
 
 use crate::size::format_mib;
 
@@ -77,6 +87,15 @@ pub enum Event {
     /// launched before `retry_at`: such errors hit every launch alike, and
     /// retrying at once would only spin.
     NotStarted { task: TaskId, retry_at: Time },
+    /// A task's owner (or root) holds a task (`held`), or releases it. A
+    /// held task keeps its place in the queue but is not launched; a
+    /// running one is not stopped, but waits if it comes back (recovery).
+    Hold { task: TaskId, held: bool },
+    /// A task's priority changed (`carma priority`).
+    Prioritize { task: TaskId, priority: i32 },
+    /// A task the core never had ended (the driver refused it before it
+    /// was queued): tasks that depend on it learn how.
+    Ended { task: TaskId, succeeded: bool },
     /// A user cancelled a task. A queued one is dropped at once (and
     /// failed as cancelled); for a running one the driver stops the job
     /// and reports its exit as [`Exit::Cancelled`].
@@ -114,10 +133,17 @@ pub enum Action {
     /// Start `task` on `gpus`. `limit_mib` is the memory the placement
     /// granted per GPU (estimate + margin), `None` for a whole GPU: an MPS
     /// driver may cap the job there so a misestimate hurts only itself.
+    ///
+    /// `time_limit` is the wall time the job may run (its own or the
+    /// configured default): the driver stops it there (SIGTERM, then
+    /// SIGKILL after a grace) and reports [`Exit::TimeLimit`]. The driver
+    /// enforces it, not the core, so that a limit holds while the daemon
+    /// is down.
     Launch {
         task: TaskId,
         gpus: Vec<usize>,
         limit_mib: Option<u64>,
+        time_limit: Option<Duration>,
         why: String,
     },
     /// The task succeeded.
@@ -155,6 +181,8 @@ struct Gpu {
     /// Takes only tasks that hold it alone (e.g. a MIG-enabled GPU, whose
     /// slices carma does not manage).
     exclusive_only: bool,
+    /// Memory the last sample attributed to each task here.
+    seen: Vec<(TaskId, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -175,6 +203,23 @@ struct Task {
     /// GPUs while running (possibly none: a restarted daemon may find a
     /// task on a GPU that is gone).
     gpus: Vec<usize>,
+    /// Its priority now: the demand's, until changed.
+    priority: i32,
+    /// Passed over while it waits.
+    held: bool,
+    /// Arrival order, for first come first served among equals.
+    arrival: u64,
+    /// When its current run was launched (or adopted).
+    started: Time,
+    /// Its current run was started from behind a blocked head.
+    backfilled: bool,
+}
+
+impl Task {
+    /// The first dependency not met yet.
+    fn waits_for(&self) -> Option<&Dependency> {
+        self.demand.after.iter().find(|d| d.met() != Some(true))
+    }
 }
 
 /// What a task asks of each GPU it is placed on.
@@ -192,8 +237,12 @@ pub struct Scheduler {
     rules: Rules,
     gpus: Vec<Gpu>,
     tasks: HashMap<TaskId, Task>,
-    recovery: VecDeque<TaskId>,
-    main: VecDeque<TaskId>,
+    /// Tasks waiting to be launched, in no order (see [`queue`]).
+    waiting: Vec<TaskId>,
+    /// Arrivals so far: the next task's arrival number.
+    arrivals: u64,
+    /// Each user's recent GPU use, for fair share.
+    shares: Shares,
     ledger: Ledger,
     /// Round-robin position: the GPU index the cycle continues from.
     cursor: usize,
@@ -218,14 +267,16 @@ impl Scheduler {
                 activity: Activity::new(rules.placement.smact_window_s),
                 occupants: Vec::new(),
                 exclusive_only: false,
+                seen: Vec::new(),
             })
             .collect();
         Scheduler {
             rules,
             gpus,
             tasks: HashMap::new(),
-            recovery: VecDeque::new(),
-            main: VecDeque::new(),
+            waiting: Vec::new(),
+            arrivals: 0,
+            shares: Shares::default(),
             ledger: Ledger::new(gpu_total_mib.len()),
             cursor: 0,
             load: vec![Load::default(); gpu_total_mib.len()],
@@ -242,6 +293,7 @@ impl Scheduler {
     /// Feeds events that happened at the same time, then dispatches once:
     /// cheaper than one step each, and no placement sees half of them.
     pub fn step_all(&mut self, now: Time, events: impl IntoIterator<Item = Event>) -> Vec<Action> {
+        self.account(now);
         self.now = self.now.max(now);
         let mut actions = Vec::new();
         for event in events {
@@ -260,11 +312,23 @@ impl Scheduler {
                 } => self.adopt(task, demand, gpus, crashes),
                 Event::Exited { task, exit } => self.exited(task, exit, &mut actions),
                 Event::NotStarted { task, retry_at } => self.not_started(task, retry_at),
+                Event::Hold { task, held } => {
+                    if let Some(t) = self.tasks.get_mut(&task) {
+                        t.held = held;
+                    }
+                }
+                Event::Prioritize { task, priority } => {
+                    if let Some(t) = self.tasks.get_mut(&task) {
+                        t.priority = priority;
+                    }
+                }
+                Event::Ended { task, succeeded } => self.note_ended(task, succeeded),
                 Event::Cancel { task } => self.cancel(task, &mut actions),
                 Event::Sample(samples) => self.sample(samples),
                 Event::Tick => {}
             }
         }
+        self.settle(&mut actions);
         self.dispatch(&mut actions);
         actions
     }
@@ -274,9 +338,7 @@ impl Scheduler {
     /// lapses or a GPU's windowed SM activity falls to the cap. `None` when
     /// nothing waits or only an event can help.
     pub fn next_deadline(&self) -> Option<Time> {
-        if self.recovery.is_empty() && self.main.is_empty() {
-            return None;
-        }
+        self.head()?;
         let p = &self.rules.placement;
         if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
             return Some(hold);
@@ -300,7 +362,118 @@ impl Scheduler {
 
     /// Tasks waiting: (recovery queue, main queue).
     pub fn queued(&self) -> (usize, usize) {
-        (self.recovery.len(), self.main.len())
+        let recovering = self
+            .waiting
+            .iter()
+            .filter(|id| self.tasks.get(id).is_some_and(|t| t.crashes > 0))
+            .count();
+        (recovering, self.waiting.len() - recovering)
+    }
+
+    /// Every waiting task's place in the queue, in dispatch order.
+    pub fn places(&self) -> Vec<(TaskId, Place)> {
+        let loads = self.loads();
+        self.with_order(|order| order.places(&self.waiting, |id, t| self.blocked(id, t, &loads)))
+    }
+
+    /// The task dispatch considers next: the first waiting one that may
+    /// start.
+    fn head(&self) -> Option<TaskId> {
+        let loads = self.loads();
+        self.with_order(|order| order.ordered(&self.waiting))
+            .into_iter()
+            .find(|&id| {
+                self.tasks
+                    .get(&id)
+                    .is_some_and(|t| self.blocked(id, t, &loads).is_none())
+            })
+    }
+
+    /// Runs `f` with the queue's order as the rules configure it.
+    fn with_order<R>(&self, f: impl FnOnce(&Order<'_>) -> R) -> R {
+        let usage = |user: Option<u32>| self.shares.usage(user);
+        f(&Order {
+            tasks: &self.tasks,
+            usage: self.rules.queue.fair_share.then_some(&usage),
+        })
+    }
+
+    fn loads(&self) -> Loads {
+        Loads::of(&self.tasks, &self.waiting, &self.rules.queue)
+    }
+
+    /// Why task `id` may not start now whatever the GPUs, if so: held,
+    /// waiting for another task, or over its user's limits.
+    fn blocked(&self, id: TaskId, t: &Task, loads: &Loads) -> Option<Place> {
+        if t.held {
+            return Some(Place::Held);
+        }
+        if let Some(d) = t.waits_for() {
+            return Some(Place::Waiting(*d));
+        }
+        loads
+            .refuses(id, t, &self.rules.queue)
+            .map(Place::OverLimit)
+    }
+
+    /// Adds the GPU-seconds held since the last step to each user's
+    /// usage: the running set has not changed in between.
+    fn account(&mut self, now: Time) {
+        let mut held: HashMap<u32, u32> = HashMap::new();
+        for t in self.tasks.values().filter(|t| t.running) {
+            if let Some(user) = t.demand.user {
+                *held.entry(user).or_default() += t.gpus.len() as u32;
+            }
+        }
+        let half_life = Duration::from_secs_f64(self.rules.queue.fair_share_half_life_s);
+        self.shares.advance(now.max(self.now), half_life, &held);
+    }
+
+    /// Tells the tasks that depend on `task` that it started.
+    fn note_started(&mut self, task: TaskId) {
+        for d in self.dependencies_on(task) {
+            d.started = true;
+        }
+    }
+
+    /// Tells the tasks that depend on `task` how it ended.
+    fn note_ended(&mut self, task: TaskId, succeeded: bool) {
+        for d in self.dependencies_on(task) {
+            d.ended = Some(succeeded);
+        }
+    }
+
+    fn dependencies_on(&mut self, task: TaskId) -> impl Iterator<Item = &mut Dependency> {
+        self.tasks
+            .values_mut()
+            .flat_map(|t| t.demand.after.iter_mut())
+            .filter(move |d| d.task == task)
+    }
+
+    /// Fails the waiting tasks whose dependencies can never be met, and
+    /// then those that depended on them, and so on.
+    fn settle(&mut self, actions: &mut Vec<Action>) {
+        loop {
+            let doomed = self.waiting.iter().find_map(|&id| {
+                let t = self.tasks.get(&id)?;
+                let d = t.demand.after.iter().find(|d| d.met() == Some(false))?;
+                let how = match d.ended {
+                    Some(true) => "succeeded",
+                    _ => "did not succeed",
+                };
+                Some((id, format!("{}: task {} {how}", d.kind.key(), d.task.0)))
+            });
+            let Some((task, why)) = doomed else {
+                return;
+            };
+            self.waiting.retain(|&t| t != task);
+            self.tasks.remove(&task);
+            self.note_ended(task, false);
+            actions.push(Action::Fail {
+                task,
+                reason: FailReason::Dependency(why),
+            });
+        }
     }
 
     /// Lets `gpu` take only tasks that hold it alone, whatever the policy:
@@ -325,7 +498,7 @@ impl Scheduler {
     /// missing, GPUs with the same reason named together. `None` when
     /// nothing waits.
     pub fn head_waits_for(&self) -> Option<Waiting> {
-        let &task = self.recovery.front().or(self.main.front())?;
+        let task = self.head()?;
         let t = self.tasks.get(&task)?;
         if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
             let why = format!(
@@ -385,28 +558,49 @@ impl Scheduler {
         Some(Waiting { task, why })
     }
 
-    fn queue(&mut self, task: TaskId, demand: Demand, crashes: u32, actions: &mut Vec<Action>) {
-        if let Err(why) = self.placeable(&demand) {
-            actions.push(Action::Fail {
-                task,
-                reason: FailReason::Unplaceable(why),
-            });
+    fn queue(&mut self, task: TaskId, mut demand: Demand, crashes: u32, actions: &mut Vec<Action>) {
+        // What the core itself knows of a dependency's start adds to what
+        // the driver said.
+        for d in &mut demand.after {
+            d.started |= self
+                .tasks
+                .get(&d.task)
+                .is_some_and(|t| t.running || t.crashes > 0);
+        }
+        let refused = match self.placeable(&demand) {
+            Err(why) => Some(FailReason::Unplaceable(why)),
+            Ok(()) => self
+                .rules
+                .queue
+                .refuses(demand.time_limit)
+                .map(FailReason::Refused),
+        };
+        if let Some(reason) = refused {
+            self.note_ended(task, false);
+            actions.push(Action::Fail { task, reason });
             return;
         }
+        let arrival = self.arrive();
         self.tasks.insert(
             task,
             Task {
+                priority: demand.priority,
                 demand,
                 crashes,
                 running: false,
                 gpus: Vec::new(),
+                held: false,
+                arrival,
+                started: self.now,
+                backfilled: false,
             },
         );
-        if crashes > 0 {
-            self.recovery.push_back(task);
-        } else {
-            self.main.push_back(task);
-        }
+        self.waiting.push(task);
+    }
+
+    fn arrive(&mut self) -> u64 {
+        self.arrivals += 1;
+        self.arrivals
     }
 
     /// Whether some GPU set of this server could ever run the demand.
@@ -427,13 +621,20 @@ impl Scheduler {
             .map(|g| (g, self.on_gpu(want, g).is_sole()))
             .collect();
         self.occupy(task, demand.user, &placed, want);
+        self.note_started(task);
+        let arrival = self.arrive();
         self.tasks.insert(
             task,
             Task {
+                priority: demand.priority,
                 demand,
                 crashes,
                 running: true,
                 gpus: placed.iter().map(|&(g, _)| g).collect(),
+                held: false,
+                arrival,
+                started: self.now,
+                backfilled: false,
             },
         );
     }
@@ -468,7 +669,7 @@ impl Scheduler {
             Exit::Success => Action::Complete { task },
             Exit::Oom if t.crashes < max_retries => {
                 t.crashes += 1;
-                self.recovery.push_back(task);
+                self.waiting.push(task);
                 let crashes = t.crashes;
                 let need = looser_need(&self.rules, &t.demand, crashes);
                 let why = match self.rules.recovery.mode {
@@ -494,8 +695,18 @@ impl Scheduler {
                 task,
                 reason: FailReason::Cancelled,
             },
+            Exit::TimeLimit => Action::Fail {
+                task,
+                reason: FailReason::TimeLimit(
+                    self.rules
+                        .queue
+                        .time_limit(t.demand.time_limit)
+                        .unwrap_or_default(),
+                ),
+            },
         };
         self.tasks.remove(&task);
+        self.note_ended(task, matches!(outcome, Action::Complete { .. }));
         actions.push(outcome);
     }
 
@@ -503,21 +714,17 @@ impl Scheduler {
         if !self.stop_running(task) {
             return;
         }
-        let crashed = self.tasks.get(&task).is_some_and(|t| t.crashes > 0);
-        if crashed {
-            self.recovery.push_front(task);
-        } else {
-            self.main.push_front(task);
-        }
+        // Back to its place: its rank has not changed.
+        self.waiting.push(task);
         self.hold_until = Some(self.hold_until.map_or(retry_at, |h| h.max(retry_at)));
     }
 
     fn cancel(&mut self, task: TaskId, actions: &mut Vec<Action>) {
-        let before = self.recovery.len() + self.main.len();
-        self.recovery.retain(|&t| t != task);
-        self.main.retain(|&t| t != task);
-        if self.recovery.len() + self.main.len() < before {
+        let before = self.waiting.len();
+        self.waiting.retain(|&t| t != task);
+        if self.waiting.len() < before {
             self.tasks.remove(&task);
+            self.note_ended(task, false);
             actions.push(Action::Fail {
                 task,
                 reason: FailReason::Cancelled,
@@ -533,6 +740,7 @@ impl Scheduler {
             gpu.used_mib = s.used_mib;
             gpu.healthy = s.healthy;
             gpu.activity.record(self.now, &s);
+            gpu.seen.clone_from(&s.tasks);
             for (task, mib) in s.tasks {
                 self.ledger.observe(task, s.gpu, mib);
             }
@@ -542,7 +750,7 @@ impl Scheduler {
     /// Places head tasks until one does not fit.
     fn dispatch(&mut self, actions: &mut Vec<Action>) {
         self.ledger.expire(self.now);
-        if self.recovery.is_empty() && self.main.is_empty() {
+        if self.waiting.is_empty() {
             return;
         }
         match self.hold_until {
@@ -553,36 +761,73 @@ impl Scheduler {
         for (load, gpu) in self.load.iter_mut().zip(&self.gpus) {
             *load = gpu.activity.load(self.now, &self.rules.placement);
         }
+        // Placing a task changes no other task's rank: one order serves a
+        // pass. A launch may free a task that waits `after:` it, further
+        // back, so passes repeat while they launch.
         loop {
-            let (queue_is_recovery, task) = match (self.recovery.front(), self.main.front()) {
-                (Some(&t), _) => (true, t),
-                (None, Some(&t)) => (false, t),
-                (None, None) => return,
-            };
-            let Some(action) = self.place(task) else {
-                return;
-            };
-            if queue_is_recovery {
-                self.recovery.pop_front();
-            } else {
-                self.main.pop_front();
+            let launched = actions.len();
+            let mut loads = self.loads();
+            // Once the head cannot be placed: its reservation, which tasks
+            // further back must respect (see [`backfill`]).
+            let mut reserved = None;
+            for task in self.with_order(|order| order.ordered(&self.waiting)) {
+                let Some(t) = self.tasks.get(&task) else {
+                    continue;
+                };
+                if self.blocked(task, t, &loads).is_some() {
+                    continue;
+                }
+                let action = match &reserved {
+                    None => match self.place(task, &[]) {
+                        Some(action) => action,
+                        None if self.rules.queue.backfill => match self.reservation(task) {
+                            Some(r) => {
+                                reserved = Some(r);
+                                continue;
+                            }
+                            None => return,
+                        },
+                        None => return,
+                    },
+                    Some(r) => {
+                        let off_limits = self.off_limits(task, r);
+                        let Some(action) = self.place(task, &off_limits) else {
+                            continue;
+                        };
+                        if let Some(t) = self.tasks.get_mut(&task) {
+                            t.backfilled = true;
+                        }
+                        action
+                    }
+                };
+                if let Some(t) = self.tasks.get(&task) {
+                    loads.launched(t);
+                }
+                self.waiting.retain(|&t| t != task);
+                self.note_started(task);
+                actions.push(action);
             }
-            actions.push(action);
+            if actions.len() == launched {
+                return;
+            }
         }
     }
 
-    /// Tries to place one task; returns its launch if it fits now.
-    fn place(&mut self, task: TaskId) -> Option<Action> {
+    /// Tries to place one task on GPUs not in `off_limits`; returns its
+    /// launch if it fits now.
+    fn place(&mut self, task: TaskId, off_limits: &[usize]) -> Option<Action> {
         let t = self.tasks.get(&task)?;
         let n = t.demand.gpus as usize;
         let want = self.want(&t.demand, t.crashes);
         let mut candidates: Vec<Candidate> = (0..self.gpus.len())
+            .filter(|g| !off_limits.contains(g))
             .filter_map(|g| self.passes(g, &t.demand, self.on_gpu(want, g)))
             .collect();
         if candidates.len() < n {
             return None;
         }
         let user = t.demand.user;
+        let time_limit = self.rules.queue.time_limit(t.demand.time_limit);
         let policy = if want.is_sole() {
             Policy::Exclusive
         } else {
@@ -607,9 +852,12 @@ impl Scheduler {
         if let Some(t) = self.tasks.get_mut(&task) {
             t.running = true;
             t.gpus = gpus.clone();
+            t.started = self.now;
+            t.backfilled = false;
         }
         Some(Action::Launch {
             task,
+            time_limit,
             why: explain(policy, idle_first, want, &candidates),
             limit_mib: match want {
                 Want::Free { free_mib, .. } if candidates.iter().all(|c| c.alone.is_none()) => {

@@ -1,14 +1,94 @@
 //! The thresholds the core decides by, as they appear in the configuration.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use super::{Gate, Policy};
+use crate::wall_time;
 
-/// Placement and recovery rules together: all the core is configured with.
+/// Placement, recovery and queue rules together: all the core is
+/// configured with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rules {
     pub placement: PlacementRules,
     pub recovery: RecoveryRules,
+    pub queue: QueueRules,
+}
+
+/// `[queue]`: what the queue allows each job; see the commented default
+/// configuration for meanings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueRules {
+    /// Wall-time limit of a job whose file gives none; 0: none.
+    pub default_time_s: f64,
+    /// Longest wall-time limit a job may ask for; 0: no maximum.
+    pub max_time_s: f64,
+    /// The priorities users other than root may give their own jobs.
+    pub user_priority_min: i32,
+    pub user_priority_max: i32,
+    /// Per-user limits; 0: none.
+    pub max_running_per_user: u32,
+    pub max_gpus_per_user: u32,
+    pub max_queued_per_user: u32,
+    /// Order equal priorities by each user's recent GPU use.
+    pub fair_share: bool,
+    /// How fast that use is forgotten: it halves every this many seconds.
+    pub fair_share_half_life_s: f64,
+    /// Start tasks from behind a blocked head when they cannot delay it.
+    pub backfill: bool,
+    /// Run time assumed of a task with neither a time limit nor history,
+    /// seconds; 0: such a task is not backfilled onto reserved GPUs.
+    pub backfill_default_s: f64,
+}
+
+impl QueueRules {
+    /// The limit a job runs under: its own, else the configured default,
+    /// else the maximum (so that no job escapes a maximum by saying
+    /// nothing).
+    pub fn time_limit(&self, asked: Option<Duration>) -> Option<Duration> {
+        asked
+            .or_else(|| seconds(self.default_time_s))
+            .or_else(|| seconds(self.max_time_s))
+    }
+
+    /// How long a task is expected to run, for backfill: its time limit
+    /// (an upper bound, so a reservation computed from it is never late),
+    /// else what history says, else the configured default.
+    pub fn expected_run(&self, demand: &super::Demand) -> Option<Duration> {
+        self.time_limit(demand.time_limit)
+            .or(demand.history)
+            .or_else(|| seconds(self.backfill_default_s))
+    }
+
+    /// Why a user other than root may not give a job `priority`, if they
+    /// may not: the range keeps one user from jumping everyone else.
+    pub fn priority_refusal(&self, priority: i32) -> Option<String> {
+        let (min, max) = (self.user_priority_min, self.user_priority_max);
+        (!(min..=max).contains(&priority)).then(|| {
+            format!(
+                "priority {priority}: users may give priorities from {min} to {max} \
+                 (queue.user_priority_min, queue.user_priority_max); root may give any"
+            )
+        })
+    }
+
+    /// Why a job asking for `asked` may not run here at all, if it may not.
+    pub fn refuses(&self, asked: Option<Duration>) -> Option<String> {
+        let max = seconds(self.max_time_s)?;
+        let asked = asked.filter(|&a| a > max)?;
+        Some(format!(
+            "time: {} is more than the maximum of {} (queue.max_time_s)",
+            wall_time::format(asked),
+            wall_time::format(max)
+        ))
+    }
+}
+
+/// A configured number of seconds, 0 meaning "none".
+fn seconds(s: f64) -> Option<Duration> {
+    (s > 0.0).then(|| Duration::from_secs_f64(s))
 }
 
 /// `[placement]`: see the commented default configuration for meanings.
@@ -77,6 +157,41 @@ impl Rules {
             return Err(format!(
                 "placement.reservation_ramp_s = {}: expected seconds >= 0 (at most a year)",
                 p.reservation_ramp_s
+            ));
+        }
+        let q = &self.queue;
+        if !(q.fair_share_half_life_s > 0.0 && q.fair_share_half_life_s <= MAX_SECONDS) {
+            return Err(format!(
+                "queue.fair_share_half_life_s = {}: expected seconds > 0 (at most a year)",
+                q.fair_share_half_life_s
+            ));
+        }
+        for (key, value) in [
+            ("default_time_s", q.default_time_s),
+            ("max_time_s", q.max_time_s),
+        ] {
+            if !(0.0..=MAX_SECONDS).contains(&value) {
+                return Err(format!(
+                    "queue.{key} = {value}: expected seconds >= 0 (0: none; at most a year)"
+                ));
+            }
+        }
+        if !(0.0..=MAX_SECONDS).contains(&q.backfill_default_s) {
+            return Err(format!(
+                "queue.backfill_default_s = {}: expected seconds >= 0 (0: none; at most a year)",
+                q.backfill_default_s
+            ));
+        }
+        if q.user_priority_min > q.user_priority_max {
+            return Err(format!(
+                "queue.user_priority_min = {} is more than queue.user_priority_max = {}",
+                q.user_priority_min, q.user_priority_max
+            ));
+        }
+        if q.max_time_s > 0.0 && q.default_time_s > q.max_time_s {
+            return Err(format!(
+                "queue.default_time_s = {}: more than queue.max_time_s = {}",
+                q.default_time_s, q.max_time_s
             ));
         }
         Ok(())

@@ -1,6 +1,9 @@
 //! What the core knows about a task: an id and what it asks for.
 
 use std::fmt;
+use std::time::Duration;
+
+use crate::wall_time;
 
 /// A task's identity inside the core. Drivers map their own names (spool
 /// directories, trace rows) to these numbers; the core never sees paths.
@@ -81,6 +84,97 @@ pub struct Demand {
     /// OOM crashes this task may survive; `None` takes the configured
     /// default.
     pub max_retries: Option<u32>,
+    /// The wall-time limit the task asked for; `None` takes the configured
+    /// default (see [`super::QueueRules::time_limit`]).
+    pub time_limit: Option<Duration>,
+    /// Higher goes first among waiting tasks (recovery aside); 0 unless
+    /// the job file says.
+    pub priority: i32,
+    /// Tasks this one waits for (`after:`, `afterok:`, ...).
+    pub after: Vec<Dependency>,
+    /// How long the same job ran before, where the driver knows: with the
+    /// time limit, what backfill plans with.
+    pub history: Option<Duration>,
+    /// The array job this task is an element of, and how many of its
+    /// elements may run at once.
+    pub array: Option<ArrayOf>,
+}
+
+/// An array job, as the limit on its running elements sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrayOf {
+    /// The array's number (the driver's choice: the same for all elements).
+    pub job: u64,
+    /// At most this many of its elements run at once; `None`: no limit.
+    pub at_once: Option<u32>,
+}
+
+/// When a dependency is met: Slurm's four kinds, by their job-file keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DependencyKind {
+    /// `after:` the other task has started (or ended).
+    After,
+    /// `afterok:` it ended successfully.
+    AfterOk,
+    /// `afterany:` it ended, however.
+    AfterAny,
+    /// `afternotok:` it ended unsuccessfully (failed, cancelled, timed
+    /// out, refused).
+    AfterNotOk,
+}
+
+impl DependencyKind {
+    pub const ALL: [DependencyKind; 4] = [
+        DependencyKind::After,
+        DependencyKind::AfterOk,
+        DependencyKind::AfterAny,
+        DependencyKind::AfterNotOk,
+    ];
+
+    /// The job-file key.
+    pub fn key(self) -> &'static str {
+        match self {
+            DependencyKind::After => "after",
+            DependencyKind::AfterOk => "afterok",
+            DependencyKind::AfterAny => "afterany",
+            DependencyKind::AfterNotOk => "afternotok",
+        }
+    }
+
+    /// Whether a task that `started` and ended as `ended` (`Some(true)`:
+    /// successfully) meets this kind: `Some(true)` met, `Some(false)`
+    /// never will be, `None` not yet.
+    pub fn met(self, started: bool, ended: Option<bool>) -> Option<bool> {
+        match (self, ended) {
+            (DependencyKind::After, _) if started || ended.is_some() => Some(true),
+            (DependencyKind::AfterAny, Some(_)) => Some(true),
+            (DependencyKind::AfterOk, Some(ok)) => Some(ok),
+            (DependencyKind::AfterNotOk, Some(ok)) => Some(!ok),
+            _ => None,
+        }
+    }
+}
+
+/// One task another waits for, and what the driver knew of it when the
+/// waiting task was queued: the core hears of ends while both are in its
+/// hands, but a task that ended before (or under an earlier daemon) is
+/// known only to the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dependency {
+    pub kind: DependencyKind,
+    pub task: TaskId,
+    /// It has started at least once.
+    pub started: bool,
+    /// It ended: successfully (`Some(true)`) or not.
+    pub ended: Option<bool>,
+}
+
+impl Dependency {
+    /// See [`DependencyKind::met`].
+    pub fn met(&self) -> Option<bool> {
+        self.kind.met(self.started, self.ended)
+    }
 }
 
 impl Demand {
@@ -92,6 +186,11 @@ impl Demand {
             exclusive: false,
             user: None,
             max_retries: None,
+            time_limit: None,
+            priority: 0,
+            after: Vec::new(),
+            history: None,
+            array: None,
         }
     }
 }
@@ -107,6 +206,8 @@ pub enum Exit {
     Failed(String),
     /// Stopped on a user's request.
     Cancelled,
+    /// Stopped because it reached its wall-time limit.
+    TimeLimit,
 }
 
 /// Why a task ended up in `failed/`.
@@ -120,6 +221,14 @@ pub enum FailReason {
     Cancelled,
     /// No GPU set of this server could ever run it.
     Unplaceable(String),
+    /// It asks for more than the queue allows anyone (a longer time limit
+    /// than the maximum).
+    Refused(String),
+    /// It ran for its whole wall-time limit and was stopped.
+    TimeLimit(Duration),
+    /// A task it depends on ended so that it can never run: the text names
+    /// which and how (`afterok: t12 failed`).
+    Dependency(String),
 }
 
 impl fmt::Display for FailReason {
@@ -131,6 +240,13 @@ impl fmt::Display for FailReason {
             }
             FailReason::Cancelled => f.write_str("cancelled"),
             FailReason::Unplaceable(why) => write!(f, "cannot be placed: {why}"),
+            FailReason::Refused(why) => write!(f, "refused: {why}"),
+            FailReason::Dependency(why) => write!(f, "dependency never satisfied: {why}"),
+            FailReason::TimeLimit(limit) => write!(
+                f,
+                "time limit: stopped after its {} of wall time",
+                wall_time::format(*limit)
+            ),
         }
     }
 }

@@ -14,6 +14,13 @@
 //!   memory limits make the newcomer fail, not the others).
 //! - A GPU's SM activity is `min(1, Σ smact)` under MPS and the mean of its
 //!   tasks' under `streams`; its power follows [`crate::gpu::power`].
+//! - A task launched with a wall-time limit is stopped when the limit
+//!   passes (the daemon's supervisor would do the same), its grace period
+//!   not modelled: it ends there, failed with "time limit".
+//! - Every task's trace duration is its history (the job ran before, as
+//!   the traces' jobs had), which backfill plans with; the time during
+//!   which the head of the queue could have started but for backfilled
+//!   tasks is summed as the head's delay.
 //! - The core sees a GPU sample whenever a GPU's state changes; since the
 //!   state is constant in between, that is exactly what 1 s sampling would
 //!   show, at a fraction of the cost.
@@ -50,6 +57,8 @@ enum Happening {
     Ramp(usize, u32),
     /// Task `n` finishes, if its rate was last set by `generation`.
     Finish(usize, u64),
+    /// Run `attempt` of task `n` reaches its wall-time limit.
+    TimeLimit(usize, u32),
     /// The core asked to be woken.
     Tick,
 }
@@ -99,6 +108,10 @@ struct Sim<'a> {
     next_tick: Option<u64>,
     /// GPUs whose state changed since the core last saw them.
     dirty: Vec<usize>,
+    /// Since when backfilled tasks keep the head of the queue from
+    /// starting, and the time they did so before.
+    delayed_since: Option<f64>,
+    head_delay_s: f64,
 }
 
 /// Runs the trace to the end, the core told the setup's trace column as
@@ -133,6 +146,8 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
         now: 0.0,
         next_tick: None,
         dirty: (0..setup.gpus.len()).collect(),
+        delayed_since: None,
+        head_delay_s: 0.0,
     };
     sim.flush();
     for (n, t) in trace.iter().enumerate() {
@@ -146,7 +161,7 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
     for g in 0..sim.gpus.len() {
         sim.integrate(g, end);
     }
-    Metrics::new(
+    let mut metrics = Metrics::new(
         &sim.records,
         &sim.gpus
             .iter()
@@ -157,7 +172,9 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
             setup.gpus.len(),
             setup.model.sharing,
         )),
-    )
+    );
+    metrics.head_delay_s = sim.head_delay_s;
+    metrics
 }
 
 impl Sim<'_> {
@@ -177,6 +194,7 @@ impl Sim<'_> {
                 let t = &self.trace[n];
                 let demand = Demand {
                     gpus: t.gpus,
+                    history: Some(std::time::Duration::from_secs_f64(t.duration_s)),
                     ..Demand::new(self.estimates.need(n, t))
                 };
                 self.feed(Event::Queued {
@@ -199,6 +217,15 @@ impl Sim<'_> {
                     self.feed(Event::Exited {
                         task: TaskId(n as u64),
                         exit: Exit::Success,
+                    });
+                }
+            }
+            Happening::TimeLimit(n, attempt) => {
+                if self.runs[n].as_ref().is_some_and(|r| r.attempt == attempt) {
+                    self.stop(n, false);
+                    self.feed(Event::Exited {
+                        task: TaskId(n as u64),
+                        exit: Exit::TimeLimit,
                     });
                 }
             }
@@ -227,12 +254,26 @@ impl Sim<'_> {
             let events = event.take().into_iter().chain(sample);
             for action in self.core.step_all(to_time(self.now), events) {
                 match action {
-                    Action::Launch { task, gpus, .. } => self.launch(task.0 as usize, gpus),
+                    Action::Launch {
+                        task,
+                        gpus,
+                        time_limit,
+                        ..
+                    } => self.launch(task.0 as usize, gpus, time_limit),
                     Action::Complete { task } => self.records[task.0 as usize].completed(self.now),
                     Action::Recover { .. } => {}
                     Action::Fail { task, .. } => self.records[task.0 as usize].failed(self.now),
                 }
             }
+        }
+        let delayed = self.core.backfill_delays_head();
+        match (delayed, self.delayed_since) {
+            (true, None) => self.delayed_since = Some(self.now),
+            (false, Some(since)) => {
+                self.head_delay_s += self.now - since;
+                self.delayed_since = None;
+            }
+            _ => {}
         }
         if let Some(deadline) = self.core.next_deadline() {
             let at = deadline.as_micros() as u64;
@@ -244,7 +285,7 @@ impl Sim<'_> {
         }
     }
 
-    fn launch(&mut self, n: usize, gpus: Vec<usize>) {
+    fn launch(&mut self, n: usize, gpus: Vec<usize>, time_limit: Option<Time>) {
         let t = &self.trace[n];
         let attempt = self.records[n].launched(self.now);
         for &g in &gpus {
@@ -262,6 +303,10 @@ impl Sim<'_> {
             claimed: false,
         });
         self.schedule(ramp_at, Happening::Ramp(n, attempt));
+        if let Some(limit) = time_limit {
+            let at = self.now + limit.as_secs_f64();
+            self.schedule(at, Happening::TimeLimit(n, attempt));
+        }
         self.changed(&gpus);
     }
 

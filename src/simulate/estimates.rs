@@ -138,7 +138,12 @@ impl Estimates for Carma {
     fn finished(&mut self, n: usize, task: &TraceTask) {
         if let Some(input) = self.inputs.get(n).and_then(Option::as_ref) {
             let peak = task.memory_mib.ceil() as u64;
-            if let Err(e) = self.chain.history().record(&input.fingerprint(), peak) {
+            let run_s = Some(task.duration_s);
+            if let Err(e) = self
+                .chain
+                .history()
+                .record(&input.fingerprint(), peak, run_s)
+            {
                 log::warn!("simulated history: {e}");
             }
         }

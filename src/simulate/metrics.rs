@@ -70,10 +70,17 @@ pub struct Metrics {
     pub avg_jct_s: f64,
     /// Runs that died of GPU out-of-memory.
     pub oom_crashes: u32,
+    /// Tasks that ended in failed/ (out of OOM retries, stopped at their
+    /// time limit, never placeable): the means above leave them out.
+    pub failed: usize,
     /// GPU energy over the trace, megajoules.
     pub energy_mj: f64,
     /// Mean GPU SM activity over the trace and all GPUs, 0..1.
     pub mean_utilization: f64,
+    /// Time during which the head of the queue could have started but for
+    /// tasks backfilled past it, seconds (the simulator's measure; 0 in
+    /// `carma report`). Backfill is meant to keep it at 0.
+    pub head_delay_s: f64,
     /// A lower bound on `total_time_s` that no policy can beat; `null` in
     /// `carma report`, where the tasks' standalone durations are unknown.
     pub lower_bound_s: Option<f64>,
@@ -108,6 +115,10 @@ impl Metrics {
             avg_exec_s: mean(&|r| r.exec),
             avg_jct_s: mean(&jct),
             oom_crashes: records.iter().map(|r| r.crashes).sum(),
+            failed: records
+                .iter()
+                .filter(|r| r.end.is_some() && !r.succeeded)
+                .count(),
             energy_mj: gpus.iter().map(|g| g.0).sum::<f64>() / 1e6,
             mean_utilization: if total > 0.0 && !gpus.is_empty() {
                 smact_seconds / (total * gpus.len() as f64)
@@ -115,6 +126,7 @@ impl Metrics {
                 0.0
             },
             lower_bound_s: lower_bound_s.map(|b| b - start.min(b)),
+            head_delay_s: 0.0,
         }
     }
 }
@@ -133,6 +145,8 @@ impl std::fmt::Display for Metrics {
         writeln!(f, "  avg execution     {:.1} s", self.avg_exec_s)?;
         writeln!(f, "  avg JCT           {:.1} s", self.avg_jct_s)?;
         writeln!(f, "  OOM crashes       {}", self.oom_crashes)?;
+        writeln!(f, "  failed            {}", self.failed)?;
+        writeln!(f, "  head delay        {:.1} s", self.head_delay_s)?;
         writeln!(f, "  GPU energy        {:.4} MJ", self.energy_mj)?;
         write!(
             f,

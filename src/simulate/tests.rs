@@ -322,3 +322,42 @@ fn a_job_file_that_is_not_a_job_is_an_error_naming_it() {
     let err = Carma::new(&[t], jobs.path(), &settings).unwrap_err();
     assert!(err.contains("a.rad:1:"), "{err}");
 }
+
+#[test]
+fn a_task_at_its_time_limit_is_stopped_and_the_next_one_starts() {
+    // One GPU, exclusive, a default limit of 30 s. A (100 s) is stopped
+    // at 30 s and fails; B (10 s, queued behind it) runs from 30 to 40.
+    let trace = [
+        task(0.0, 1, 100.0, 1000.0, 0.3),
+        task(0.0, 1, 10.0, 1000.0, 0.3),
+    ];
+    let mut setup = setup(1, Policy::Exclusive, MemoryLine::Oracle, Sharing::Mps);
+    setup.rules.queue.default_time_s = 30.0;
+    let m = run(&trace, &setup);
+    assert_eq!(m.failed, 1, "{m:?}");
+    assert!(close(m.total_time_s, 40.0), "{m:?}");
+    // Only B completed: it waited 30 s and ran 10.
+    assert!(close(m.avg_wait_s, 30.0), "{m:?}");
+    assert!(close(m.avg_exec_s, 10.0), "{m:?}");
+}
+
+#[test]
+fn backfill_fills_the_hole_before_a_blocked_head_without_delaying_it() {
+    // The trace of the head-of-line test, with backfill: B (2 GPUs) is
+    // reserved both GPUs from t=100, when A ends. C (t=10, 30 s) ends by
+    // then and runs on GPU 1 from 10 to 40, D (t=20, 10 s) after it from
+    // 40 to 50. B still starts at 100 and ends at 150: total 150 s
+    // instead of 180; waits 0, 100, 0, 20 → 30 s.
+    let trace = [
+        task(0.0, 1, 100.0, 1000.0, 0.3),
+        task(0.0, 2, 50.0, 1000.0, 0.3),
+        task(10.0, 1, 30.0, 1000.0, 0.3),
+        task(20.0, 1, 10.0, 1000.0, 0.3),
+    ];
+    let mut setup = setup(2, Policy::Exclusive, MemoryLine::Oracle, Sharing::Mps);
+    setup.rules.queue.backfill = true;
+    let m = run(&trace, &setup);
+    assert!(close(m.total_time_s, 150.0), "{m:?}");
+    assert!(close(m.avg_wait_s, 30.0), "{m:?}");
+    assert_eq!(m.head_delay_s, 0.0, "{m:?}");
+}

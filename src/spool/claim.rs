@@ -302,6 +302,11 @@ impl Spool {
         let claims: Vec<&Path> = claims.iter().map(|p| p.as_path()).collect();
         make_durable(&staging, &claims).map_err(at(&staging))?;
         for entry in entries {
+            if entry.starts_with(super::array::STAGED_ELEMENT) {
+                // An array element a crash left unplaced: made again.
+                let _ = fs::remove_dir_all(staging.join(&entry));
+                continue;
+            }
             if let Some(original) = entry.strip_prefix("incoming-") {
                 let back = self.dir(State::Pending).join(original);
                 if let Err(e) = rename_new(&staging.join(&entry), &back) {
@@ -497,7 +502,7 @@ pub(super) fn make_durable(parent: &Path, dirs: &[&Path]) -> io::Result<()> {
 
 /// fsync of every file and directory below `dir`, then of `dir` itself;
 /// links and other entries are left alone (they are not carma's writes).
-fn sync_tree(dir: &Path) -> io::Result<()> {
+pub(super) fn sync_tree(dir: &Path) -> io::Result<()> {
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let kind = entry.file_type()?;

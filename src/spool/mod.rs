@@ -9,7 +9,7 @@
 //!   failed/     tasks that failed, were cancelled, or could not be read
 //!   staging/    half-made tasks (`carma submit` by carma's own user,
 //!               claims of dropped files); carma's alone
-//!   cancel/     cancellation requests, one empty file per task name
+//!   cancel/     requests: cancel, hold, release, priority ([`request`])
 //!   next-id     the next task number (locked while allocating)
 //!   daemon.lock held by the one daemon serving this spool
 //!   status.json the daemon's view, refreshed every second
@@ -33,10 +33,12 @@
 //! anyone sees which tasks exist and where; a task directory's contents
 //! are for its owner and carma only.
 
+mod array;
 mod atomic;
 mod claim;
 mod name;
 pub mod record;
+pub mod request;
 pub mod safe;
 mod submission;
 

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use super::atomic::write_durable;
 use crate::estimate::Fingerprint;
-use crate::sched::Need;
+use crate::sched::{DependencyKind, Need};
 
 /// carma's record of a task, in the task directory.
 pub const RECORD: &str = "task.json";
@@ -100,9 +100,55 @@ pub struct TaskRecord {
     /// With the fingerprint, what a restarted daemon rebuilds history from.
     #[serde(default)]
     pub peak_mib: Option<u64>,
+    /// Seconds its last run took, when it ended in `done/`: history keeps
+    /// the longest, for backfill to plan with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_s: Option<f64>,
     /// How it ended, once it has.
     #[serde(default)]
     pub outcome: Option<Outcome>,
+    /// Held by `carma hold`: it waits until `carma release`. Kept here,
+    /// in carma's own record, so a hold survives the daemon's death.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
+    /// The priority `carma priority` gave, over the job file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// The tasks the job waits for, by number, once its dependencies'
+    /// names were resolved (`None` before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<ResolvedDependency>>,
+    /// `carma requeue` asked for the running job to stop and the task to
+    /// wait again: when the run ends, it goes back to `pending/`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeue: bool,
+    /// The array this task is an element of (`array:`), once the daemon
+    /// took the submitted task in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayMember>,
+}
+
+/// A task's place in an array job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayMember {
+    /// The array's number: that of the task submitted (its first element).
+    pub job: u64,
+    /// This element's index (`CARMA_ARRAY_INDEX`).
+    pub index: u32,
+    /// At most this many of the array's elements run at once (`%N`).
+    #[serde(default)]
+    pub at_once: Option<u32>,
+    /// The first element only: every other element has been made.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expanded: bool,
+}
+
+/// A dependency with the task it names found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedDependency {
+    pub kind: DependencyKind,
+    /// The task's number.
+    pub task: u64,
 }
 
 impl TaskRecord {
@@ -120,8 +166,25 @@ impl TaskRecord {
             gpus: Vec::new(),
             fingerprint: None,
             peak_mib: None,
+            run_s: None,
             outcome: None,
+            held: false,
+            priority: None,
+            after: None,
+            requeue: false,
+            array: None,
         }
+    }
+
+    /// The record of a task sent back to the queue (`carma requeue`): it
+    /// waits afresh, with no outcome and no crashes counted, keeping what
+    /// was learnt (estimate, peak) and what its owner set (hold, priority,
+    /// dependencies).
+    pub fn requeued(&mut self) {
+        self.outcome = None;
+        self.crashes = 0;
+        self.gpus.clear();
+        self.requeue = false;
     }
 }
 
@@ -186,6 +249,12 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// Seconds between SIGTERM and SIGKILL when the job is cancelled.
     pub grace_s: f64,
+    /// Wall time the job may run, seconds; the supervisor stops it there.
+    #[serde(default)]
+    pub time_limit_s: Option<f64>,
+    /// Seconds between SIGTERM and SIGKILL at the time limit.
+    #[serde(default)]
+    pub time_limit_grace_s: f64,
 }
 
 /// A Linux user a job runs as.
@@ -216,6 +285,9 @@ pub struct RunExit {
     /// It was stopped on a user's request.
     #[serde(default)]
     pub cancelled: bool,
+    /// It was stopped at its wall-time limit.
+    #[serde(default)]
+    pub timed_out: bool,
     /// The most GPU memory seen in use by the job, MiB (from the daemon's
     /// monitor).
     #[serde(default)]
@@ -233,7 +305,7 @@ pub struct RunExit {
 impl RunExit {
     /// The run ended with status 0.
     pub fn succeeded(&self) -> bool {
-        self.code == Some(0) && self.error.is_none() && !self.cancelled
+        self.code == Some(0) && self.error.is_none() && !self.cancelled && !self.timed_out
     }
 
     /// How it ended, for people: `exit status 3`, `killed by SIGKILL`.
@@ -389,6 +461,7 @@ mod tests {
             code: Some(0),
             signal: None,
             cancelled: false,
+            timed_out: false,
             peak_mib: None,
             error: None,
             transient: false,

@@ -413,6 +413,20 @@ impl Spool {
         spool
     }
 
+    /// Submits `files` (the first is the `.rad`) as `user` with `carma
+    /// submit` from a directory of theirs, `dir`; returns the task's name.
+    pub fn submit_as(&self, user: &TestUser, dir: &str, files: &[(&str, &str)]) -> String {
+        let home = self.user_dir(user, dir, files);
+        let out = user.carma(self, &format!("submit {}", home.join(files[0].0).display()));
+        assert!(
+            out.status.success(),
+            "submit as {}: {}",
+            user.name,
+            stderr(&out)
+        );
+        stdout(&out).trim().to_owned()
+    }
+
     /// A directory `name` in the test directory owned by `user`, holding
     /// the given files; returns its path.
     pub fn user_dir(&self, user: &TestUser, name: &str, files: &[(&str, &str)]) -> PathBuf {

@@ -14,11 +14,13 @@ use std::fmt::Debug;
 use std::fs;
 use std::path::PathBuf;
 
-use carma::daemon::status::{GpuStatus, RunningTask, Status};
+use carma::daemon::status::{GpuStatus, RunningTask, Status, WaitingTask};
 use carma::gpu::MetricSource;
 use carma::procfs::ProcessId;
 use carma::sched::Need;
-use carma::spool::record::{EstimateNote, Launch, Outcome, RunAs, RunExit, TaskRecord, read_state};
+use carma::spool::record::{
+    ArrayMember, EstimateNote, Launch, Outcome, RunAs, RunExit, TaskRecord, read_state,
+};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -41,6 +43,14 @@ fn task_record() -> TaskRecord {
             state: "failed".into(),
             reason: Some("CUDA out of memory".into()),
             at: 1_700_000_100.25,
+        }),
+        held: true,
+        priority: Some(-3),
+        array: Some(ArrayMember {
+            job: 42,
+            index: 1,
+            at_once: Some(2),
+            expanded: true,
         }),
         ..TaskRecord::new("000042-resnet50", "resnet50.rad", 1_700_000_000.5)
     }
@@ -65,6 +75,8 @@ fn launch() -> Launch {
         }),
         env: vec![("CUDA_VISIBLE_DEVICES".into(), "0,3".into())],
         grace_s: 10.0,
+        time_limit_s: Some(7200.0),
+        time_limit_grace_s: 30.0,
     }
 }
 
@@ -75,6 +87,7 @@ fn run_exit() -> RunExit {
         code: None,
         signal: Some(9),
         cancelled: false,
+        timed_out: false,
         peak_mib: Some(5000),
         error: None,
         transient: false,
@@ -113,11 +126,21 @@ fn status() -> Status {
             run: 2,
             gpus: vec![0],
             since: 1_700_000_050.0,
+            time_limit_s: Some(7200.0),
+            array: Some("42_1".into()),
             peak_mib: 5000,
             user: "ada".into(),
         }],
         recovery: vec![],
         pending: vec!["000043-bert".into()],
+        waiting: vec![WaitingTask {
+            name: "000043-bert".into(),
+            user: "ada".into(),
+            priority: -3,
+            held: true,
+            array: None,
+            why: "held (carma release 000043-bert lets it run)".into(),
+        }],
         head_waits_for: Some("memory".into()),
         adopted: vec![("submit-1000-1-2".into(), "000043-bert".into())],
         ending: vec![],

@@ -1,0 +1,90 @@
+//! Array jobs (`array: 1-10%2`): the submitted task becomes the first
+//! element and the daemon makes one task per other index.
+//!
+//! Expansion is idempotent, so a crash in the middle is harmless: the
+//! first element's record says it is an array (written before any copy)
+//! and, once every element exists, that it is expanded; a restarted
+//! daemon finds the elements already made (by their records) and makes
+//! only the missing ones.
+
+use std::collections::HashSet;
+
+use super::Daemon;
+use crate::spool::State;
+use crate::spool::record::{ArrayMember, RECORD, write_json};
+
+impl Daemon {
+    /// Makes the missing elements of the array whose first element is
+    /// task `seq`.
+    pub(super) fn expand_array(&mut self, seq: u64) {
+        let Some(task) = self.tasks.get(&seq) else {
+            return;
+        };
+        let (Some(spec), Some(member)) = (task.spec.array, task.record.array) else {
+            return;
+        };
+        if member.job != seq || member.expanded {
+            return;
+        }
+        let (name, state, record) = (task.name.clone(), task.state, task.record.clone());
+        let dir = self.spool.task_dir(state, &name);
+        if let Err(e) = write_json(&dir.join(RECORD), &record) {
+            log::error!("{name}: cannot record its array, elements not made: {e}");
+            return;
+        }
+        let made: HashSet<u32> = self
+            .array_elements(seq)
+            .into_iter()
+            .map(|(_, i)| i)
+            .collect();
+        for index in (spec.first..=spec.last).filter(|i| *i != member.index && !made.contains(i)) {
+            let mut element = record.clone();
+            element.requeued();
+            element.array = Some(ArrayMember {
+                index,
+                expanded: false,
+                ..member
+            });
+            if let Err(e) = self.spool.copy_task(state, &name, &element) {
+                log::error!(
+                    "{name}: cannot make array element {index}: {e}; made when the daemon next starts"
+                );
+                return;
+            }
+        }
+        if let Some(task) = self.tasks.get_mut(&seq) {
+            if let Some(a) = task.record.array.as_mut() {
+                a.expanded = true;
+            }
+            if let Err(e) = write_json(&dir.join(RECORD), &task.record) {
+                log::warn!("{name}: cannot record its array as made: {e}");
+            }
+        }
+        log::info!(
+            "{name}: array {seq} of {} tasks (indices {}-{})",
+            spec.last - spec.first + 1,
+            spec.first,
+            spec.last
+        );
+    }
+
+    /// The tasks of array `job` that exist, with their indices.
+    pub(super) fn array_elements(&self, job: u64) -> Vec<(crate::spool::TaskName, u32)> {
+        let mut found = Vec::new();
+        for state in State::ALL {
+            let Ok(listing) = self.spool.list(state) else {
+                continue;
+            };
+            for name in listing.tasks.into_iter().filter(|n| n.seq() >= job) {
+                let record = match self.tasks.get(&name.seq()) {
+                    Some(t) => Some(t.record.clone()),
+                    None => self.spool.load_record(state, &name).ok(),
+                };
+                if let Some(a) = record.and_then(|r| r.array).filter(|a| a.job == job) {
+                    found.push((name, a.index));
+                }
+            }
+        }
+        found
+    }
+}

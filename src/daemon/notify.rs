@@ -1,0 +1,106 @@
+//! Notifications: a command run, as the job's owner, when a job ends
+//! (`notify:` in the job file, else the configured `daemon.notify` hook).
+//!
+//! The command runs under a supervisor of its own, exactly as a job's run
+//! does (as its owner, with a login environment and nothing of the
+//! daemon's, its output in the task's `notify/` directory), with the job's
+//! number, name, state and reason in the environment and a time limit: a
+//! hook that hangs cannot pile up. It runs once the task has reached
+//! `done/` or `failed/`; a daemon that dies in between does not run it
+//! later (at most once, never twice).
+
+use std::path::PathBuf;
+
+use super::Daemon;
+use super::runs::current_user;
+use crate::spool::record::{Launch, RunAs, WORK, unix_now, write_json};
+use crate::spool::{State, TASK_DIR_MODE, TaskName, make_dir};
+use crate::supervisor;
+
+/// Longest a notification may run before it is stopped, seconds.
+const NOTIFY_TIME_LIMIT_S: f64 = 60.0;
+
+/// What a notification needs, gathered while the task is still in hand.
+#[derive(Debug, Clone)]
+pub(super) struct Notify {
+    pub command: String,
+    pub run_as: Option<RunAs>,
+    /// The job's own working directory, when it was not the task's.
+    pub workdir: Option<PathBuf>,
+}
+
+impl Daemon {
+    /// The notification for a job file's `notify:`, else the hook.
+    pub(super) fn notification(
+        &self,
+        own: Option<&String>,
+        run_as: Option<&RunAs>,
+        workdir: Option<&PathBuf>,
+    ) -> Option<Notify> {
+        let command = own
+            .cloned()
+            .or_else(|| Some(self.config.daemon.notify.clone()).filter(|c| !c.is_empty()))?;
+        Some(Notify {
+            command,
+            run_as: run_as.cloned(),
+            workdir: workdir.cloned(),
+        })
+    }
+
+    /// Runs `notify` for task `name`, which ended in `state` (`done` or
+    /// `failed`) for `reason`. Failures are logged, never fatal.
+    pub(super) fn notify(
+        &self,
+        name: &TaskName,
+        state: State,
+        reason: Option<&str>,
+        notify: &Notify,
+    ) {
+        let dir = self.spool.task_dir(state, name);
+        let notify_dir = dir.join("notify");
+        let user = notify.run_as.clone().unwrap_or_else(current_user);
+        let mut env = super::environment::login_env(&user, &self.config.daemon.job_path);
+        env.extend([
+            ("CARMA_TASK_ID".to_string(), name.to_string()),
+            ("CARMA_JOB_NAME".to_string(), name.stem().to_string()),
+            ("CARMA_STATE".to_string(), state.to_string()),
+            (
+                "CARMA_REASON".to_string(),
+                reason.unwrap_or_default().to_string(),
+            ),
+        ]);
+        let launch = Launch {
+            task: name.to_string(),
+            run: 0,
+            gpus: Vec::new(),
+            limit_mib: None,
+            why: "notification".into(),
+            launched_at: unix_now(),
+            script: vec![notify.command.clone()],
+            workdir: notify.workdir.clone().unwrap_or_else(|| dir.join(WORK)),
+            run_as: notify.run_as.clone(),
+            env,
+            grace_s: 1.0,
+            time_limit_s: Some(NOTIFY_TIME_LIMIT_S),
+            time_limit_grace_s: 1.0,
+        };
+        let started = make_dir(&notify_dir, TASK_DIR_MODE)
+            .and_then(|()| write_json(&notify_dir.join(supervisor::LAUNCH), &launch))
+            .and_then(|()| supervisor::start(&self.exe, &notify_dir));
+        match started {
+            Ok(mut child) => {
+                log::info!("{name}: notifying: {}", notify.command);
+                // Reaped, so it leaves no zombie; its end is in notify/.
+                let reaper = std::thread::Builder::new()
+                    .name(format!("notify-{}", name.seq()))
+                    .spawn(move || {
+                        let _ = child.wait();
+                    });
+                if let Err(e) = reaper {
+                    log::warn!("{name}: no thread to reap the notification: {e}");
+                }
+            }
+            Err(e) => log::warn!("{name}: cannot run its notification: {e}"),
+        }
+    }
+}

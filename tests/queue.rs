@@ -1,0 +1,529 @@
+//! The queue's rules end to end: time limits (and, as they come, holds,
+//! priorities, dependencies, per-user limits). Each test is a user story
+//! told to a real daemon on simulated GPUs.
+
+mod common;
+
+use std::fs;
+
+use common::{Spool, fake_job};
+
+#[test]
+fn a_job_past_its_time_limit_is_stopped_even_while_the_daemon_is_down() {
+    // The job ignores SIGTERM, so only the SIGKILL after the grace ends
+    // it. The daemon is killed while the job runs: the job's supervisor
+    // keeps the time, and the restarted daemon files the task in failed/
+    // with the reason "time limit".
+    let mut spool = Spool::with_config("1x40GiB", "[daemon]\ntime_limit_grace_s = 0.5\n");
+    spool.start_daemon();
+    let name = spool.submit(
+        "stubborn.rad",
+        "name: stubborn\nmemory: 1G\ntime: 2s\ntrap '' TERM\nsleep 60\n",
+    );
+    spool.wait_count("running", 1, 10.0);
+    spool.stop_daemon("KILL");
+    let run = spool.root.join("running").join(&name).join("run-1");
+    spool.wait_for("the supervisor to record the end", 20.0, || {
+        run.join("exit.json").exists()
+    });
+    let exit: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(run.join("exit.json")).unwrap()).unwrap();
+    assert_eq!(exit["timed_out"], true, "{exit}");
+    assert_eq!(exit["signal"], 9, "SIGTERM was ignored, so SIGKILL: {exit}");
+    spool.start_daemon();
+    spool.wait_count("failed", 1, 10.0);
+    let (_, dir) = spool.find(&name).unwrap();
+    let reason = fs::read_to_string(dir.join("reason")).unwrap();
+    assert_eq!(
+        reason.trim(),
+        "time limit: stopped after its 2s of wall time"
+    );
+}
+
+#[test]
+fn a_job_asking_for_more_than_the_maximum_time_is_refused() {
+    let mut spool = Spool::with_config("1x40GiB", "[queue]\nmax_time_s = 3600\n");
+    spool.start_daemon();
+    let name = spool.submit("long.rad", "name: long\nmemory: 1G\ntime: 2h\ntrue\n");
+    spool.wait_count("failed", 1, 10.0);
+    let (_, dir) = spool.find(&name).unwrap();
+    let reason = fs::read_to_string(dir.join("reason")).unwrap();
+    assert!(
+        reason.contains("time: 2h is more than the maximum of 1h"),
+        "{reason}"
+    );
+}
+
+/// A job that notes its start in `ledger` and holds the one GPU a while.
+fn ledger_job(name: &str, ledger: &std::path::Path, extra: &str) -> String {
+    format!(
+        "name: {name}\nmemory: whole\n{extra}echo {name} >> {}\nsleep 0.3\n",
+        ledger.display()
+    )
+}
+
+/// Why the task `name` failed, as its `reason` file says.
+fn reason(spool: &Spool, name: &str) -> String {
+    let (_, dir) = spool.find(name).unwrap();
+    fs::read_to_string(dir.join("reason")).unwrap()
+}
+
+/// `carma ARGS`, which must succeed; its stdout.
+fn carma(spool: &Spool, args: &[&str]) -> String {
+    let out = spool.carma().args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", common::stderr(&out));
+    common::stdout(&out)
+}
+
+fn status(spool: &Spool) -> serde_json::Value {
+    serde_json::from_str(&fs::read_to_string(spool.root.join("status.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn holds_and_priorities_order_the_queue_and_survive_a_killed_daemon() {
+    // One GPU, taken by `first` until released by a file. Behind it:
+    // `low`, `held` and `urgent`, in that order. `held` is held, `urgent`
+    // gets priority 5. The daemon is killed and restarted: the hold and
+    // the priority are still there, and the queue runs urgent, low, and
+    // held only once released.
+    let mut spool = Spool::new("1x40GiB");
+    let ledger = spool.dir.path().join("ledger");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    spool.submit(
+        "first.rad",
+        &format!(
+            "name: first\nmemory: whole\nwhile [ ! -e {} ]; do sleep 0.05; done\n",
+            gate.display()
+        ),
+    );
+    spool.wait_count("running", 1, 10.0);
+    for name in ["low", "held", "urgent"] {
+        spool.submit(&format!("{name}.rad"), &ledger_job(name, &ledger, ""));
+    }
+    let said = carma(&spool, &["hold", "held"]);
+    assert!(said.contains("held, priority 0"), "{said}");
+    let said = carma(&spool, &["priority", "urgent", "5"]);
+    assert!(said.contains("priority 5"), "{said}");
+    spool.stop_daemon("KILL");
+    spool.start_daemon();
+    let waiting = status(&spool)["waiting"].clone();
+    let listed: Vec<(String, i64, bool, String)> = waiting
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            let name = w["name"].as_str().unwrap();
+            let stem = name.split_once('-').unwrap().1.to_owned();
+            let why = w["why"].as_str().unwrap().to_owned();
+            (
+                stem,
+                w["priority"].as_i64().unwrap(),
+                w["held"].as_bool().unwrap(),
+                why,
+            )
+        })
+        .collect();
+    assert_eq!(listed[0].0, "urgent", "{listed:?}");
+    assert_eq!((listed[0].1, listed[0].2), (5, false));
+    assert!(listed[0].3.starts_with("needs an idle GPU"), "{listed:?}");
+    assert_eq!(listed[1].0, "low");
+    assert!(
+        listed[1].3.contains("-urgent (priority 5 > 0)"),
+        "{listed:?}"
+    );
+    assert_eq!((listed[2].0.as_str(), listed[2].2), ("held", true));
+    assert!(listed[2].3.starts_with("held (carma release"), "{listed:?}");
+    let shown = carma(&spool, &["show", "held"]);
+    assert!(shown.contains("priority   0, held"), "{shown}");
+    let shown = carma(&spool, &["status"]);
+    assert!(shown.contains("priority 5: needs an idle GPU"), "{shown}");
+
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 3, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "urgent\nlow\n");
+    carma(&spool, &["release", "held"]);
+    spool.wait_count("done", 4, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "urgent\nlow\nheld\n");
+}
+
+#[test]
+fn users_change_only_their_own_tasks_and_only_within_their_priorities() {
+    // A root daemon serves alice and bob. Bob may not hold alice's task;
+    // alice may lower her task's priority but not raise it above 0, and a
+    // job file of hers asking for priority 5 is refused.
+    let Some((alice, bob)) = common::two_users() else {
+        return;
+    };
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    let blocker = spool.submit_as(
+        &alice,
+        "a",
+        &[("blocker.rad", "name: blocker\nmemory: whole\nsleep 30\n")],
+    );
+    let waiting = spool.submit_as(
+        &alice,
+        "b",
+        &[("waiting.rad", "name: waiting\nmemory: whole\ntrue\n")],
+    );
+    spool.wait_count("running", 1, 10.0);
+    let out = bob.carma(&spool, &format!("hold {waiting}"));
+    assert!(!out.status.success(), "{}", common::stdout(&out));
+    assert!(
+        common::stderr(&out).contains("refused"),
+        "{}",
+        common::stderr(&out)
+    );
+    let out = alice.carma(&spool, &format!("priority {waiting} 5"));
+    assert!(!out.status.success(), "{}", common::stdout(&out));
+    let out = alice.carma(&spool, &format!("priority {waiting} -3"));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(common::stdout(&out).contains("priority -3"));
+    let out = alice.carma(&spool, &format!("hold {waiting}"));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        spool
+            .daemon_log()
+            .contains("hold refused: requested by uid")
+    );
+
+    let greedy = spool.submit_as(
+        &alice,
+        "c",
+        &[("greedy.rad", "name: greedy\npriority: 5\ntrue\n")],
+    );
+    spool.wait_for("greedy to be refused", 10.0, || {
+        spool
+            .find(&greedy)
+            .is_some_and(|(state, _)| state == "failed")
+    });
+    let reason = reason(&spool, &greedy);
+    assert!(
+        reason.contains("users may give priorities from -1000 to 0"),
+        "{reason}"
+    );
+    let out = alice.carma(&spool, &format!("cancel {blocker}"));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+}
+
+#[test]
+fn dependencies_wait_survive_a_killed_daemon_and_fail_when_unmeetable() {
+    // Two GPUs. `prep` runs until a gate file appears; `train` waits for
+    // it to succeed, `rescue` for it to fail, `orphan` for a task that
+    // does not exist. The daemon is killed and restarted while they wait.
+    let mut spool = Spool::new("2x40GiB");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    let prep = spool.submit(
+        "prep.rad",
+        &format!(
+            "name: prep\nmemory: 1G\nwhile [ ! -e {} ]; do sleep 0.05; done\n",
+            gate.display()
+        ),
+    );
+    spool.wait_count("running", 1, 10.0);
+    let train = spool.submit(
+        "train.rad",
+        "name: train\nmemory: 1G\nafterok: prep\ntrue\n",
+    );
+    let rescue = spool.submit(
+        "rescue.rad",
+        "name: rescue\nmemory: 1G\nafternotok: 1\ntrue\n",
+    );
+    let orphan = spool.submit("orphan.rad", "name: orphan\nafterany: 4242\ntrue\n");
+    spool.wait_count("failed", 1, 10.0);
+    assert!(
+        reason(&spool, &orphan).contains("afterany: 4242: no such task"),
+        "{}",
+        reason(&spool, &orphan)
+    );
+    spool.stop_daemon("KILL");
+    spool.start_daemon();
+    let shown = carma(&spool, &["show", "train"]);
+    assert!(
+        shown.contains(&format!("waits for {prep} to succeed (afterok)")),
+        "{shown}"
+    );
+    assert_eq!(spool.tasks("running").len(), 1, "only prep runs");
+
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 2, 20.0);
+    spool.wait_count("failed", 2, 10.0);
+    assert_eq!(spool.find(&train).unwrap().0, "done");
+    assert_eq!(
+        reason(&spool, &rescue).trim(),
+        "dependency never satisfied: afternotok: task 1 succeeded"
+    );
+}
+
+/// A job of `user`'s that notes its start in `ledger` (which all users
+/// may write) and runs until `gate` exists.
+fn gated_job(name: &str, ledger: &std::path::Path, gate: &std::path::Path) -> String {
+    format!(
+        "name: {name}\nmemory: whole\necho {name} >> {}\nwhile [ ! -e {} ]; do sleep 0.05; done\n",
+        ledger.display(),
+        gate.display()
+    )
+}
+
+/// A shared spool with a root daemon, a ledger every user may append to,
+/// and a gate file that ends the gated jobs.
+fn two_user_spool(gpus: &str, extra: &str) -> (Spool, std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut spool = Spool::shared(gpus, extra);
+    let ledger = spool.dir.path().join("ledger");
+    fs::write(&ledger, "").unwrap();
+    fs::set_permissions(&ledger, fs::Permissions::from_mode(0o666)).unwrap();
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    (spool, ledger, gate)
+}
+
+#[test]
+fn a_user_at_the_running_limit_waits_while_another_users_job_passes() {
+    // Two GPUs, one running job per user. Alice's second job waits with
+    // the limit as its reason although a GPU is idle; Bob's job, submitted
+    // after it, takes that GPU.
+    let Some((alice, bob)) = common::two_users() else {
+        return;
+    };
+    let (spool, ledger, gate) = two_user_spool("2x40GiB", "[queue]\nmax_running_per_user = 1\n");
+    spool.submit_as(
+        &alice,
+        "a1",
+        &[("a1.rad", &gated_job("a1", &ledger, &gate))],
+    );
+    spool.wait_count("running", 1, 10.0);
+    let a2 = spool.submit_as(
+        &alice,
+        "a2",
+        &[("a2.rad", &gated_job("a2", &ledger, &gate))],
+    );
+    spool.submit_as(&bob, "b1", &[("b1.rad", &gated_job("b1", &ledger, &gate))]);
+    spool.wait_count("running", 2, 10.0);
+    let out = alice.carma(&spool, &format!("show {a2}"));
+    let shown = common::stdout(&out);
+    assert!(
+        shown.contains("waits: its user runs 1 jobs, the most a user may"),
+        "{shown}"
+    );
+    spool.wait_for("b1 to start", 10.0, || {
+        fs::read_to_string(&ledger).unwrap() == "a1\nb1\n"
+    });
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 3, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "a1\nb1\na2\n");
+}
+
+#[test]
+fn fair_share_lets_the_user_who_used_less_go_first() {
+    // One GPU. While Alice's first job runs, she submits a second, then
+    // Bob submits one. Bob has used no GPU time, Alice has: his job goes
+    // before her second although it came later.
+    let Some((alice, bob)) = common::two_users() else {
+        return;
+    };
+    let (spool, ledger, gate) = two_user_spool("1x40GiB", "");
+    spool.submit_as(
+        &alice,
+        "a1",
+        &[("a1.rad", &gated_job("a1", &ledger, &gate))],
+    );
+    spool.wait_count("running", 1, 10.0);
+    let a2 = spool.submit_as(
+        &alice,
+        "a2",
+        &[("a2.rad", &gated_job("a2", &ledger, &gate))],
+    );
+    let b1 = spool.submit_as(&bob, "b1", &[("b1.rad", &gated_job("b1", &ledger, &gate))]);
+    spool.wait_for("both to be queued", 10.0, || {
+        status(&spool)["waiting"]
+            .as_array()
+            .is_some_and(|w| w.len() == 2)
+    });
+    let waiting = status(&spool)["waiting"].clone();
+    assert_eq!(waiting[0]["name"], b1.as_str(), "{waiting}");
+    assert_eq!(waiting[1]["name"], a2.as_str(), "{waiting}");
+    let why = waiting[1]["why"].as_str().unwrap();
+    assert!(
+        why.contains("fair share: carma-bob used the GPUs less lately than carma-alice"),
+        "{why}"
+    );
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 3, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "a1\nb1\na2\n");
+}
+
+#[test]
+fn with_backfill_a_short_job_passes_a_blocked_head_and_an_unbounded_one_does_not() {
+    // Two GPUs. `first` (limit 10 min) holds one; `wide` wants both and
+    // is reserved them from when `first` ends at the latest. `quick`
+    // (limit 5 min) ends before that and runs on the idle GPU; `endless`
+    // (no limit) could hold it past the reservation and waits.
+    let mut spool = Spool::with_config("2x40GiB", "[queue]\nbackfill = true\n");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    let hold = format!("while [ ! -e {} ]; do sleep 0.05; done\n", gate.display());
+    spool.submit(
+        "first.rad",
+        &format!("name: first\nmemory: whole\ntime: 10m\n{hold}"),
+    );
+    spool.wait_count("running", 1, 10.0);
+    let wide = spool.submit("wide.rad", "name: wide\ngpus: 2\nmemory: whole\ntrue\n");
+    let endless = spool.submit("endless.rad", "name: endless\nmemory: whole\ntrue\n");
+    let quick = spool.submit("quick.rad", "name: quick\nmemory: whole\ntime: 5m\ntrue\n");
+    spool.wait_for("quick to be done", 10.0, || {
+        spool.find(&quick).is_some_and(|(state, _)| state == "done")
+    });
+    assert_eq!(spool.find(&wide).unwrap().0, "pending");
+    assert_eq!(spool.find(&endless).unwrap().0, "pending");
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 4, 20.0);
+}
+
+#[test]
+fn with_backfill_a_job_that_ran_before_passes_a_blocked_head_by_its_history() {
+    // `again` states no limit, but it ran here before: history knows it
+    // took a second, so it may use the GPU that `wide`'s reservation
+    // leaves idle until `first` (limit 10 min) ends.
+    let mut spool = Spool::with_config("2x40GiB", "[queue]\nbackfill = true\n");
+    spool.start_daemon();
+    let again = fake_job("again", "memory: whole\n", "1G", 0.2);
+    spool.submit("again.rad", &again);
+    spool.wait_count("done", 1, 10.0);
+    let gate = spool.dir.path().join("gate");
+    let hold = format!("while [ ! -e {} ]; do sleep 0.05; done\n", gate.display());
+    spool.submit(
+        "first.rad",
+        &format!("name: first\nmemory: whole\ntime: 10m\n{hold}"),
+    );
+    spool.wait_count("running", 1, 10.0);
+    let wide = spool.submit("wide.rad", "name: wide\ngpus: 2\nmemory: whole\ntrue\n");
+    let second = spool.submit("again.rad", &again);
+    spool.wait_for("the repeat to be done", 15.0, || {
+        spool
+            .find(&second)
+            .is_some_and(|(state, _)| state == "done")
+    });
+    assert_eq!(spool.find(&wide).unwrap().0, "pending");
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 4, 20.0);
+}
+
+#[test]
+fn a_job_notifies_its_owner_when_it_ends_or_the_configured_hook_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook_note = dir.path().join("hook");
+    let hook = format!(
+        "[daemon]\nnotify = \"echo hook $CARMA_JOB_NAME $CARMA_STATE > {}\"\n",
+        hook_note.display()
+    );
+    let mut spool = Spool::with_config("1x40GiB", &hook);
+    spool.start_daemon();
+    let note = dir.path().join("note");
+    let name = spool.submit(
+        "doomed.rad",
+        &format!(
+            "name: doomed\nmemory: 1G\nnotify: echo \"$CARMA_TASK_ID $CARMA_STATE $CARMA_REASON\" > {}\nexit 3\n",
+            note.display()
+        ),
+    );
+    spool.submit("plain.rad", "name: plain\nmemory: 1G\ntrue\n");
+    spool.wait_for("both notifications", 20.0, || {
+        note.exists() && hook_note.exists()
+    });
+    spool.wait_for("the notes to be written", 10.0, || {
+        fs::read_to_string(&note).is_ok_and(|n| n.ends_with('\n'))
+            && fs::read_to_string(&hook_note).is_ok_and(|n| n.ends_with('\n'))
+    });
+    assert_eq!(
+        fs::read_to_string(&note).unwrap(),
+        format!("{name} failed job failed: exit status 3\n")
+    );
+    assert_eq!(fs::read_to_string(&hook_note).unwrap(), "hook plain done\n");
+}
+
+#[test]
+fn requeue_runs_an_ended_task_again_and_stops_a_running_one_to_queue_it() {
+    // The job notes each run; runs after the first wait for a gate. It
+    // ends (run 1), is requeued from done/ (run 2 starts and waits), is
+    // requeued while running (run 2 is stopped, run 3 starts), and ends.
+    let mut spool = Spool::new("1x40GiB");
+    let ledger = spool.dir.path().join("ledger");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    let name = spool.submit(
+        "again.rad",
+        &format!(
+            "name: again\nmemory: 1G\necho $CARMA_RUN >> {ledger}\n\
+             if [ $CARMA_RUN -gt 1 ]; then while [ ! -e {gate} ]; do sleep 0.05; done; fi\n",
+            ledger = ledger.display(),
+            gate = gate.display()
+        ),
+    );
+    spool.wait_count("done", 1, 10.0);
+    let said = carma(&spool, &["requeue", &name]);
+    assert!(said.contains("requeued"), "{said}");
+    let runs = |n: &str| fs::read_to_string(&ledger).unwrap_or_default() == n;
+    spool.wait_for("run 2", 10.0, || runs("1\n2\n"));
+    let said = carma(&spool, &["requeue", &name]);
+    assert!(said.contains("being stopped"), "{said}");
+    spool.wait_for("run 3", 20.0, || runs("1\n2\n3\n"));
+    let (state, dir) = spool.find(&name).unwrap();
+    assert_eq!(state, "running");
+    let exit = fs::read_to_string(dir.join("run-2/exit.json")).unwrap();
+    assert!(exit.contains("\"cancelled\": true"), "{exit}");
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 1, 10.0);
+    assert!(spool.tasks("failed").is_empty());
+    let out = spool.carma().args(["requeue", &name]).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+}
+
+#[test]
+fn an_array_job_runs_one_task_per_index_at_most_n_at_once_and_cancels_together() {
+    let mut spool = Spool::new("4x40GiB");
+    let ledger = spool.dir.path().join("ledger");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    // Three indices, each noting its array and index.
+    let first = spool.submit(
+        "sweep.rad",
+        &format!(
+            "name: sweep\nmemory: 1G\narray: 1-3\necho $CARMA_ARRAY_JOB_ID $CARMA_ARRAY_INDEX >> {}\n",
+            ledger.display()
+        ),
+    );
+    spool.wait_count("done", 3, 20.0);
+    let job = first.split_once('-').unwrap().0.trim_start_matches('0');
+    let mut lines: Vec<String> = fs::read_to_string(&ledger)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, [1, 2, 3].map(|i| format!("{job} {i}")));
+
+    // Four indices, two at once, on four GPUs: two run, two wait for the
+    // array's limit; cancelled together.
+    let held = spool.submit(
+        "pairs.rad",
+        &format!(
+            "name: pairs\nmemory: 1G\narray: 1-4%2\nwhile [ ! -e {} ]; do sleep 0.05; done\n",
+            gate.display()
+        ),
+    );
+    spool.wait_for("two running, two waiting", 10.0, || {
+        spool.tasks("running").len() == 2 && spool.tasks("pending").len() == 2
+    });
+    spool.wait_for("the array's limit as the reason", 10.0, || {
+        let waiting = status(&spool)["waiting"].clone();
+        waiting[0]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("the most it allows at once (%2)"))
+    });
+    carma(&spool, &["cancel", "--array", &held]);
+    spool.wait_count("failed", 4, 20.0);
+    assert_eq!(spool.tasks("done").len(), 3);
+}
