@@ -8,7 +8,7 @@
 //! then waits for the daemon's next status and reports what it shows, so
 //! a refused request is said, not assumed to have worked.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -67,17 +67,9 @@ pub fn requeue(config_path: Option<&Path>, args: TaskArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     let runs_before = runs(&spool, state, &name);
-    let request = Request {
-        verb: Verb::Requeue,
-        task: name.to_string(),
-    };
-    let path = spool
-        .leave_request(&request)
-        .with_context(|| format!("cannot leave the request cancel/{request}"))?;
-    if !spool.daemon_running() {
-        println!("{name}: requested; no daemon runs now, it takes effect when one starts");
+    let Some(path) = leave(&spool, &name, Verb::Requeue)? else {
         return Ok(ExitCode::SUCCESS);
-    }
+    };
     if state == State::Running {
         println!("{name}: its job is being stopped; then it waits in the queue again");
         return Ok(ExitCode::SUCCESS);
@@ -97,6 +89,24 @@ pub fn requeue(config_path: Option<&Path>, args: TaskArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Leaves the request `verb` on `name` for the daemon; its path to watch,
+/// or `None` when no daemon runs (it is said so: the request waits for the
+/// next one).
+fn leave(spool: &Spool, name: &TaskName, verb: Verb) -> Result<Option<PathBuf>> {
+    let request = Request {
+        verb,
+        task: name.to_string(),
+    };
+    let path = spool
+        .leave_request(&request)
+        .with_context(|| format!("cannot leave the request cancel/{request}"))?;
+    if !spool.daemon_running() {
+        println!("{name}: requested; no daemon runs now, it takes effect when one starts");
+        return Ok(None);
+    }
+    Ok(Some(path))
 }
 
 /// How many runs task `name` in `state` has had: its `run-N` directories,
@@ -124,17 +134,9 @@ fn adjust(config_path: Option<&Path>, args: TaskArgs, verb: Verb) -> Result<Exit
         }
         _ => {}
     }
-    let request = Request {
-        verb,
-        task: name.to_string(),
-    };
-    let path = spool
-        .leave_request(&request)
-        .with_context(|| format!("cannot leave the request cancel/{request}"))?;
-    if !spool.daemon_running() {
-        println!("{name}: requested; no daemon runs now, it takes effect when one starts");
+    let Some(path) = leave(&spool, &name, verb)? else {
         return Ok(ExitCode::SUCCESS);
-    }
+    };
     let Some(status) = after_request(&spool, &path) else {
         eprintln!("carma: {name}: the daemon has not acted on the request within {WAIT:?}");
         return Ok(ExitCode::FAILURE);
