@@ -251,7 +251,15 @@ mod tests {
         let tricky = dir.path().join("a) (b 1 2");
         std::os::unix::fs::symlink(sleep, &tricky).unwrap();
         let mut child = Command::new(&tricky).arg("5").spawn().unwrap();
-        let comm = fs::read_to_string(format!("/proc/{}/comm", child.id())).unwrap();
+        // Until the child has exec'd, /proc shows the forked test thread's
+        // name: wait for the exec, not for a fixed time.
+        let comm_path = format!("/proc/{}/comm", child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut comm = fs::read_to_string(&comm_path).unwrap();
+        while comm.trim_end() != "a) (b 1 2" && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            comm = fs::read_to_string(&comm_path).unwrap();
+        }
         assert_eq!(comm.trim_end(), "a) (b 1 2");
         let id = ProcessId::of(child.id()).unwrap();
         assert!(id.is_alive());
