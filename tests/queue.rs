@@ -5,6 +5,7 @@
 mod common;
 
 use std::fs;
+use std::path::Path;
 
 use common::{Spool, fake_job};
 
@@ -280,6 +281,23 @@ fn two_user_spool(gpus: &str, extra: &str) -> (Spool, std::path::PathBuf, std::p
     (spool, ledger, gate)
 }
 
+/// Alice submits `a1` and, once it runs, `a2`; then Bob submits `b1`.
+/// Returns the task names of `a2` and `b1`.
+fn alice_twice_then_bob(
+    spool: &Spool,
+    alice: &common::TestUser,
+    bob: &common::TestUser,
+    ledger: &Path,
+    gate: &Path,
+) -> (String, String) {
+    let job = |name: &str| gated_job(name, ledger, gate);
+    spool.submit_as(alice, "a1", &[("a1.rad", &job("a1"))]);
+    spool.wait_count("running", 1, 10.0);
+    let a2 = spool.submit_as(alice, "a2", &[("a2.rad", &job("a2"))]);
+    let b1 = spool.submit_as(bob, "b1", &[("b1.rad", &job("b1"))]);
+    (a2, b1)
+}
+
 #[test]
 fn a_user_at_the_running_limit_waits_while_another_users_job_passes() {
     // Two GPUs, one running job per user. Alice's second job waits with
@@ -289,18 +307,7 @@ fn a_user_at_the_running_limit_waits_while_another_users_job_passes() {
         return;
     };
     let (spool, ledger, gate) = two_user_spool("2x40GiB", "[queue]\nmax_running_per_user = 1\n");
-    spool.submit_as(
-        &alice,
-        "a1",
-        &[("a1.rad", &gated_job("a1", &ledger, &gate))],
-    );
-    spool.wait_count("running", 1, 10.0);
-    let a2 = spool.submit_as(
-        &alice,
-        "a2",
-        &[("a2.rad", &gated_job("a2", &ledger, &gate))],
-    );
-    spool.submit_as(&bob, "b1", &[("b1.rad", &gated_job("b1", &ledger, &gate))]);
+    let (a2, _) = alice_twice_then_bob(&spool, &alice, &bob, &ledger, &gate);
     spool.wait_count("running", 2, 10.0);
     let out = alice.carma(&spool, &format!("show {a2}"));
     let shown = common::stdout(&out);
@@ -325,18 +332,7 @@ fn fair_share_lets_the_user_who_used_less_go_first() {
         return;
     };
     let (spool, ledger, gate) = two_user_spool("1x40GiB", "");
-    spool.submit_as(
-        &alice,
-        "a1",
-        &[("a1.rad", &gated_job("a1", &ledger, &gate))],
-    );
-    spool.wait_count("running", 1, 10.0);
-    let a2 = spool.submit_as(
-        &alice,
-        "a2",
-        &[("a2.rad", &gated_job("a2", &ledger, &gate))],
-    );
-    let b1 = spool.submit_as(&bob, "b1", &[("b1.rad", &gated_job("b1", &ledger, &gate))]);
+    let (a2, b1) = alice_twice_then_bob(&spool, &alice, &bob, &ledger, &gate);
     spool.wait_for("both to be queued", 10.0, || {
         status(&spool)["waiting"]
             .as_array()
