@@ -4,12 +4,15 @@
 //! head task (a task exits, the head takes its place: the daemon's common
 //! step), and one where the head fits nowhere (every GPU is checked and
 //! rejected: the worst case for an idle step). Each GPU carries a full
-//! 60 s window of 1 s SMACT samples, as under the live daemon.
+//! 60 s window of 1 s SMACT samples, as under the live daemon. Both are
+//! measured twice: tasks without users (the simulator's case), and tasks
+//! of 20 users under fair share with a per-user queued-jobs limit, so the
+//! queue's order and limits are at work.
 
 use std::time::{Duration, Instant};
 
 use carma::config::Config;
-use carma::sched::{Action, Demand, Event, GpuSample, Need, Scheduler, TaskId, Time};
+use carma::sched::{Action, Demand, Event, GpuSample, Need, Rules, Scheduler, TaskId, Time};
 
 const GPUS: usize = 64;
 const QUEUED: u64 = 10_000;
@@ -17,6 +20,20 @@ const GIB: u64 = 1024;
 
 fn main() {
     let rules = Config::load(None).expect("built-in config").rules();
+    measure("no users", rules.clone(), |_| None);
+    let mut shared = rules;
+    shared.queue.fair_share = true;
+    shared.queue.max_queued_per_user = 400;
+    measure(
+        "20 users, fair share, 400 queued each at most",
+        shared,
+        |n| Some(1000 + (n % 20) as u32),
+    );
+}
+
+/// Both figures for a queue of tasks whose `n`-th is `user(n)`'s.
+fn measure(what: &str, rules: Rules, user: fn(u64) -> Option<u32>) {
+    println!("{what}:");
     let mut core = Scheduler::new(rules, &[80 * GIB; GPUS]);
     let mut now = Time::ZERO;
     // 60 s of samples: memory in use varies by GPU, SMACT below the cap.
@@ -45,7 +62,10 @@ fn main() {
                 now,
                 Event::Queued {
                     task: TaskId(next),
-                    demand: Demand::new(need),
+                    demand: Demand {
+                        user: user(next),
+                        ..Demand::new(need)
+                    },
                 },
             );
             for a in actions {
@@ -61,7 +81,7 @@ fn main() {
         queue(&mut core, Need::Mib(4 * GIB), &mut running);
     }
     println!(
-        "{} tasks running, {} queued, {GPUS} GPUs",
+        "  {} tasks running, {} queued, {GPUS} GPUs",
         running.len(),
         core.queued().1
     );
@@ -107,7 +127,7 @@ fn report(what: &str, times: &mut [Duration]) {
     let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
     let mean = times.iter().sum::<Duration>() / times.len() as u32;
     println!(
-        "{what}: mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs ({} runs)",
+        "  {what}: mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs ({} runs)",
         mean.as_secs_f64() * 1e6,
         pct(0.5).as_secs_f64() * 1e6,
         pct(0.99).as_secs_f64() * 1e6,

@@ -92,20 +92,14 @@ impl Scheduler {
     /// were backfilled: the delay backfill must not cause, measured (the
     /// simulator sums the time it is true).
     pub fn backfill_delays_head(&self) -> bool {
-        let backfilled: Vec<TaskId> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.running && t.backfilled)
-            .map(|(&id, _)| id)
-            .collect();
-        if backfilled.is_empty() {
+        if self.backfilled.is_empty() {
             return false;
         }
         let Some(head) = self.head() else {
             return false;
         };
         let mut without = self.clone();
-        for task in backfilled {
+        for &task in &self.backfilled {
             without.forget_running(task);
         }
         without.place(head, &[]).is_some()

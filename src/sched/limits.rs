@@ -5,49 +5,47 @@
 //! its reason, so one user's backlog never blocks another's jobs. Tasks
 //! without a user (the simulator, tests) are never limited.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
+use super::queue::Queue;
 use super::{ArrayOf, QueueRules, Task, TaskId};
 
-/// What each user has running and waiting, as limits see it.
-#[derive(Debug, Default)]
+/// What each user has running, as limits see it: kept up to date as
+/// tasks start and stop, so a dispatch need not count.
+#[derive(Debug, Clone, Default)]
 pub(super) struct Loads {
     /// Per user: running jobs and the GPUs they hold.
     running: HashMap<u32, (u32, u32)>,
     /// Per array job: elements running.
     arrays: HashMap<u64, u32>,
-    /// Waiting tasks beyond their user's queued-jobs limit (the latest
-    /// arrivals).
-    beyond_queue: HashSet<TaskId>,
+}
+
+/// Per user over the queued-jobs limit: the first of their waiting tasks
+/// beyond it (by arrival); it and those after it may not start.
+#[derive(Debug, Default)]
+pub(super) struct QueueCut(HashMap<u32, (u64, TaskId)>);
+
+impl QueueCut {
+    /// Where `waiting` is cut for `rules`; empty with no limit.
+    pub fn of(waiting: &Queue, rules: &QueueRules) -> QueueCut {
+        let keep = rules.max_queued_per_user as usize;
+        if keep == 0 {
+            return QueueCut::default();
+        }
+        QueueCut(
+            waiting
+                .per_user()
+                .filter_map(|(user, queued)| Some((user, *queued.iter().nth(keep)?)))
+                .collect(),
+        )
+    }
+
+    fn cuts(&self, user: u32, id: TaskId, t: &Task) -> bool {
+        self.0.get(&user).is_some_and(|&cut| (t.arrival, id) >= cut)
+    }
 }
 
 impl Loads {
-    /// The loads of `tasks`; `waiting` are those not running.
-    pub fn of(tasks: &HashMap<TaskId, Task>, waiting: &[TaskId], rules: &QueueRules) -> Loads {
-        let mut loads = Loads::default();
-        for t in tasks.values().filter(|t| t.running) {
-            loads.launched(t);
-        }
-        if rules.max_queued_per_user > 0 {
-            let mut per_user: HashMap<u32, Vec<(u64, TaskId)>> = HashMap::new();
-            for &id in waiting {
-                if let Some(t) = tasks.get(&id) {
-                    if let Some(user) = t.demand.user {
-                        per_user.entry(user).or_default().push((t.arrival, id));
-                    }
-                }
-            }
-            for mut queued in per_user.into_values() {
-                queued.sort_unstable();
-                let keep = rules.max_queued_per_user as usize;
-                loads
-                    .beyond_queue
-                    .extend(queued.into_iter().skip(keep).map(|(_, id)| id));
-            }
-        }
-        loads
-    }
-
     /// Counts a launch of `t`.
     pub fn launched(&mut self, t: &Task) {
         if let Some(user) = t.demand.user {
@@ -60,9 +58,41 @@ impl Loads {
         }
     }
 
+    /// Counts the end of a run of `t`.
+    pub fn stopped(&mut self, t: &Task) {
+        if let Some(user) = t.demand.user {
+            if let Some((jobs, held)) = self.running.get_mut(&user) {
+                *jobs = jobs.saturating_sub(1);
+                *held = held.saturating_sub(t.demand.gpus);
+                if *jobs == 0 {
+                    self.running.remove(&user);
+                }
+            }
+        }
+        if let Some(array) = t.demand.array {
+            if let Some(running) = self.arrays.get_mut(&array.job) {
+                *running = running.saturating_sub(1);
+                if *running == 0 {
+                    self.arrays.remove(&array.job);
+                }
+            }
+        }
+    }
+
+    /// GPUs held per user.
+    pub fn gpus_held(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.running.iter().map(|(&user, &(_, gpus))| (user, gpus))
+    }
+
     /// Why task `id` may not start now for its user's limits or its
     /// array's, if so.
-    pub fn refuses(&self, id: TaskId, t: &Task, rules: &QueueRules) -> Option<String> {
+    pub fn refuses(
+        &self,
+        id: TaskId,
+        t: &Task,
+        rules: &QueueRules,
+        cut: &QueueCut,
+    ) -> Option<String> {
         if let Some(ArrayOf {
             job,
             at_once: Some(max),
@@ -76,7 +106,7 @@ impl Loads {
             }
         }
         let user = t.demand.user?;
-        if self.beyond_queue.contains(&id) {
+        if cut.cuts(user, id, t) {
             return Some(format!(
                 "beyond its user's {} queued jobs (queue.max_queued_per_user)",
                 rules.max_queued_per_user

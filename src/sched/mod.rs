@@ -38,7 +38,7 @@ mod share;
 mod task;
 mod window;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 pub use gate::Gate;
@@ -49,9 +49,9 @@ pub use task::{ArrayOf, Demand, Dependency, DependencyKind, Exit, FailReason, Ne
 
 use gate::{Activity, Load};
 use ledger::Ledger;
-use limits::Loads;
+use limits::{Loads, QueueCut};
 use policy::Candidate;
-use queue::Order;
+use queue::Queue;
 use share::Shares;
 
 use crate::size::format_mib;
@@ -211,8 +211,6 @@ struct Task {
     arrival: u64,
     /// When its current run was launched (or adopted).
     started: Time,
-    /// Its current run was started from behind a blocked head.
-    backfilled: bool,
 }
 
 impl Task {
@@ -237,8 +235,17 @@ pub struct Scheduler {
     rules: Rules,
     gpus: Vec<Gpu>,
     tasks: HashMap<TaskId, Task>,
-    /// Tasks waiting to be launched, in no order (see [`queue`]).
-    waiting: Vec<TaskId>,
+    /// Tasks waiting to be launched, in dispatch order (see [`queue`]).
+    waiting: Queue,
+    /// What each user has running, for their limits and fair share.
+    loads: Loads,
+    /// Per task, the tasks that wait for it (`after:`, ...).
+    dependents: HashMap<TaskId, Vec<TaskId>>,
+    /// Running tasks started from behind a blocked head.
+    backfilled: BTreeSet<TaskId>,
+    /// Waiting tasks found to depend on something that can no longer
+    /// happen, for [`Scheduler::settle`] to fail.
+    doomed: Vec<TaskId>,
     /// Arrivals so far: the next task's arrival number.
     arrivals: u64,
     /// Each user's recent GPU use, for fair share.
@@ -274,7 +281,11 @@ impl Scheduler {
             rules,
             gpus,
             tasks: HashMap::new(),
-            waiting: Vec::new(),
+            waiting: Queue::default(),
+            loads: Loads::default(),
+            dependents: HashMap::new(),
+            doomed: Vec::new(),
+            backfilled: BTreeSet::new(),
             arrivals: 0,
             shares: Shares::default(),
             ledger: Ledger::new(gpu_total_mib.len()),
@@ -320,6 +331,9 @@ impl Scheduler {
                 Event::Prioritize { task, priority } => {
                     if let Some(t) = self.tasks.get_mut(&task) {
                         t.priority = priority;
+                        if self.waiting.contains(task) {
+                            self.waiting.insert(task, t);
+                        }
                     }
                 }
                 Event::Ended { task, succeeded } => self.note_ended(task, succeeded),
@@ -362,112 +376,121 @@ impl Scheduler {
 
     /// Tasks waiting: (recovery queue, main queue).
     pub fn queued(&self) -> (usize, usize) {
-        let recovering = self
-            .waiting
-            .iter()
-            .filter(|id| self.tasks.get(id).is_some_and(|t| t.crashes > 0))
-            .count();
+        let recovering = self.waiting.recovering();
         (recovering, self.waiting.len() - recovering)
     }
 
     /// Every waiting task's place in the queue, in dispatch order.
     pub fn places(&self) -> Vec<(TaskId, Place)> {
-        let loads = self.loads();
-        self.with_order(|order| order.places(&self.waiting, |id, t| self.blocked(id, t, &loads)))
+        let cut = QueueCut::of(&self.waiting, &self.rules.queue);
+        let usage = self.usage();
+        self.waiting
+            .places(&self.tasks, &usage, |id, t| self.blocked(id, t, &cut))
     }
 
     /// The task dispatch considers next: the first waiting one that may
     /// start.
     fn head(&self) -> Option<TaskId> {
-        let loads = self.loads();
-        self.with_order(|order| order.ordered(&self.waiting))
-            .into_iter()
-            .find(|&id| {
-                self.tasks
-                    .get(&id)
-                    .is_some_and(|t| self.blocked(id, t, &loads).is_none())
-            })
-    }
-
-    /// Runs `f` with the queue's order as the rules configure it.
-    fn with_order<R>(&self, f: impl FnOnce(&Order<'_>) -> R) -> R {
-        let usage = |user: Option<u32>| self.shares.usage(user);
-        f(&Order {
-            tasks: &self.tasks,
-            usage: self.rules.queue.fair_share.then_some(&usage),
+        let cut = QueueCut::of(&self.waiting, &self.rules.queue);
+        let usage = self.usage();
+        self.waiting.ordered(&usage).find(|&id| {
+            self.tasks
+                .get(&id)
+                .is_some_and(|t| self.blocked(id, t, &cut).is_none())
         })
     }
 
-    fn loads(&self) -> Loads {
-        Loads::of(&self.tasks, &self.waiting, &self.rules.queue)
+    /// Each user's recent GPU use as the queue's order sees it: all alike
+    /// with fair share off.
+    fn usage(&self) -> impl Fn(Option<u32>) -> f64 + use<> {
+        let shares = self.rules.queue.fair_share.then(|| self.shares.clone());
+        move |user| shares.as_ref().map_or(0.0, |s| s.usage(user))
     }
 
     /// Why task `id` may not start now whatever the GPUs, if so: held,
     /// waiting for another task, or over its user's limits.
-    fn blocked(&self, id: TaskId, t: &Task, loads: &Loads) -> Option<Place> {
+    fn blocked(&self, id: TaskId, t: &Task, cut: &QueueCut) -> Option<Place> {
         if t.held {
             return Some(Place::Held);
         }
         if let Some(d) = t.waits_for() {
             return Some(Place::Waiting(*d));
         }
-        loads
-            .refuses(id, t, &self.rules.queue)
+        self.loads
+            .refuses(id, t, &self.rules.queue, cut)
             .map(Place::OverLimit)
     }
 
     /// Adds the GPU-seconds held since the last step to each user's
     /// usage: the running set has not changed in between.
     fn account(&mut self, now: Time) {
-        let mut held: HashMap<u32, u32> = HashMap::new();
-        for t in self.tasks.values().filter(|t| t.running) {
-            if let Some(user) = t.demand.user {
-                *held.entry(user).or_default() += t.gpus.len() as u32;
-            }
-        }
         let half_life = Duration::from_secs_f64(self.rules.queue.fair_share_half_life_s);
-        self.shares.advance(now.max(self.now), half_life, &held);
+        self.shares
+            .advance(now.max(self.now), half_life, self.loads.gpus_held());
     }
 
     /// Tells the tasks that depend on `task` that it started.
     fn note_started(&mut self, task: TaskId) {
-        for d in self.dependencies_on(task) {
-            d.started = true;
+        for id in self.dependents.get(&task).into_iter().flatten() {
+            if let Some(t) = self.tasks.get_mut(id) {
+                for d in t.demand.after.iter_mut().filter(|d| d.task == task) {
+                    d.started = true;
+                }
+            }
         }
     }
 
-    /// Tells the tasks that depend on `task` how it ended.
+    /// Tells the tasks that depend on `task` how it ended; those that now
+    /// never can start are doomed.
     fn note_ended(&mut self, task: TaskId, succeeded: bool) {
-        for d in self.dependencies_on(task) {
-            d.ended = Some(succeeded);
+        for &id in self.dependents.get(&task).into_iter().flatten() {
+            if let Some(t) = self.tasks.get_mut(&id) {
+                for d in t.demand.after.iter_mut().filter(|d| d.task == task) {
+                    d.ended = Some(succeeded);
+                }
+                if t.demand.after.iter().any(|d| d.met() == Some(false)) {
+                    self.doomed.push(id);
+                }
+            }
         }
     }
 
-    fn dependencies_on(&mut self, task: TaskId) -> impl Iterator<Item = &mut Dependency> {
-        self.tasks
-            .values_mut()
-            .flat_map(|t| t.demand.after.iter_mut())
-            .filter(move |d| d.task == task)
+    /// Takes a task that ends out of the core, and out of the lists of
+    /// the tasks it waited for.
+    fn forget(&mut self, task: TaskId) {
+        self.waiting.remove(task);
+        let Some(t) = self.tasks.remove(&task) else {
+            return;
+        };
+        for d in &t.demand.after {
+            if let Some(dependents) = self.dependents.get_mut(&d.task) {
+                dependents.retain(|&id| id != task);
+                if dependents.is_empty() {
+                    self.dependents.remove(&d.task);
+                }
+            }
+        }
     }
 
     /// Fails the waiting tasks whose dependencies can never be met, and
     /// then those that depended on them, and so on.
     fn settle(&mut self, actions: &mut Vec<Action>) {
-        loop {
-            let doomed = self.waiting.iter().find_map(|&id| {
-                let t = self.tasks.get(&id)?;
-                let d = t.demand.after.iter().find(|d| d.met() == Some(false))?;
-                let how = match d.ended {
-                    Some(true) => "succeeded",
-                    _ => "did not succeed",
-                };
-                Some((id, format!("{}: task {} {how}", d.kind.key(), d.task.0)))
-            });
-            let Some((task, why)) = doomed else {
-                return;
+        while let Some(task) = self.doomed.pop() {
+            if !self.waiting.contains(task) {
+                continue;
+            }
+            let Some(t) = self.tasks.get(&task) else {
+                continue;
             };
-            self.waiting.retain(|&t| t != task);
-            self.tasks.remove(&task);
+            let Some(d) = t.demand.after.iter().find(|d| d.met() == Some(false)) else {
+                continue;
+            };
+            let how = match d.ended {
+                Some(true) => "succeeded",
+                _ => "did not succeed",
+            };
+            let why = format!("{}: task {} {how}", d.kind.key(), d.task.0);
+            self.forget(task);
             self.note_ended(task, false);
             actions.push(Action::Fail {
                 task,
@@ -580,22 +603,25 @@ impl Scheduler {
             actions.push(Action::Fail { task, reason });
             return;
         }
+        for d in &demand.after {
+            self.dependents.entry(d.task).or_default().push(task);
+        }
+        if demand.after.iter().any(|d| d.met() == Some(false)) {
+            self.doomed.push(task);
+        }
         let arrival = self.arrive();
-        self.tasks.insert(
-            task,
-            Task {
-                priority: demand.priority,
-                demand,
-                crashes,
-                running: false,
-                gpus: Vec::new(),
-                held: false,
-                arrival,
-                started: self.now,
-                backfilled: false,
-            },
-        );
-        self.waiting.push(task);
+        let t = Task {
+            priority: demand.priority,
+            demand,
+            crashes,
+            running: false,
+            gpus: Vec::new(),
+            held: false,
+            arrival,
+            started: self.now,
+        };
+        self.waiting.insert(task, &t);
+        self.tasks.insert(task, t);
     }
 
     fn arrive(&mut self) -> u64 {
@@ -623,20 +649,18 @@ impl Scheduler {
         self.occupy(task, demand.user, &placed, want);
         self.note_started(task);
         let arrival = self.arrive();
-        self.tasks.insert(
-            task,
-            Task {
-                priority: demand.priority,
-                demand,
-                crashes,
-                running: true,
-                gpus: placed.iter().map(|&(g, _)| g).collect(),
-                held: false,
-                arrival,
-                started: self.now,
-                backfilled: false,
-            },
-        );
+        let t = Task {
+            priority: demand.priority,
+            demand,
+            crashes,
+            running: true,
+            gpus: placed.iter().map(|&(g, _)| g).collect(),
+            held: false,
+            arrival,
+            started: self.now,
+        };
+        self.loads.launched(&t);
+        self.tasks.insert(task, t);
     }
 
     /// Takes a running task off its GPUs and out of the ledger; false
@@ -646,6 +670,8 @@ impl Scheduler {
             return false;
         };
         t.running = false;
+        self.loads.stopped(t);
+        self.backfilled.remove(&task);
         for &g in &t.gpus {
             self.gpus[g].occupants.retain(|o| o.task != task);
         }
@@ -669,7 +695,7 @@ impl Scheduler {
             Exit::Success => Action::Complete { task },
             Exit::Oom if t.crashes < max_retries => {
                 t.crashes += 1;
-                self.waiting.push(task);
+                self.waiting.insert(task, t);
                 let crashes = t.crashes;
                 let need = looser_need(&self.rules, &t.demand, crashes);
                 let why = match self.rules.recovery.mode {
@@ -705,7 +731,7 @@ impl Scheduler {
                 ),
             },
         };
-        self.tasks.remove(&task);
+        self.forget(task);
         self.note_ended(task, matches!(outcome, Action::Complete { .. }));
         actions.push(outcome);
     }
@@ -715,15 +741,15 @@ impl Scheduler {
             return;
         }
         // Back to its place: its rank has not changed.
-        self.waiting.push(task);
+        if let Some(t) = self.tasks.get(&task) {
+            self.waiting.insert(task, t);
+        }
         self.hold_until = Some(self.hold_until.map_or(retry_at, |h| h.max(retry_at)));
     }
 
     fn cancel(&mut self, task: TaskId, actions: &mut Vec<Action>) {
-        let before = self.waiting.len();
-        self.waiting.retain(|&t| t != task);
-        if self.waiting.len() < before {
-            self.tasks.remove(&task);
+        if self.waiting.contains(task) {
+            self.forget(task);
             self.note_ended(task, false);
             actions.push(Action::Fail {
                 task,
@@ -765,52 +791,61 @@ impl Scheduler {
         // pass. A launch may free a task that waits `after:` it, further
         // back, so passes repeat while they launch.
         loop {
-            let launched = actions.len();
-            let mut loads = self.loads();
-            // Once the head cannot be placed: its reservation, which tasks
-            // further back must respect (see [`backfill`]).
-            let mut reserved = None;
-            for task in self.with_order(|order| order.ordered(&self.waiting)) {
-                let Some(t) = self.tasks.get(&task) else {
-                    continue;
-                };
-                if self.blocked(task, t, &loads).is_some() {
-                    continue;
-                }
-                let action = match &reserved {
-                    None => match self.place(task, &[]) {
-                        Some(action) => action,
-                        None if self.rules.queue.backfill => match self.reservation(task) {
-                            Some(r) => {
-                                reserved = Some(r);
-                                continue;
-                            }
-                            None => return,
-                        },
-                        None => return,
-                    },
-                    Some(r) => {
-                        let off_limits = self.off_limits(task, r);
-                        let Some(action) = self.place(task, &off_limits) else {
-                            continue;
-                        };
-                        if let Some(t) = self.tasks.get_mut(&task) {
-                            t.backfilled = true;
-                        }
-                        action
-                    }
-                };
-                if let Some(t) = self.tasks.get(&task) {
-                    loads.launched(t);
-                }
-                self.waiting.retain(|&t| t != task);
-                self.note_started(task);
-                actions.push(action);
+            let waiting = std::mem::take(&mut self.waiting);
+            let (launched, go_on) = self.pass(&waiting, actions);
+            self.waiting = waiting;
+            for &task in &launched {
+                self.waiting.remove(task);
             }
-            if actions.len() == launched {
+            if launched.is_empty() || !go_on {
                 return;
             }
         }
+    }
+
+    /// One dispatch pass over `waiting` (taken out of the core while it
+    /// runs): the tasks it launched, and whether another pass might
+    /// launch more (false: the head is stuck).
+    fn pass(&mut self, waiting: &Queue, actions: &mut Vec<Action>) -> (Vec<TaskId>, bool) {
+        let cut = QueueCut::of(waiting, &self.rules.queue);
+        let usage = self.usage();
+        let mut launched = Vec::new();
+        // Once the head cannot be placed: its reservation, which tasks
+        // further back must respect (see [`backfill`]).
+        let mut reserved = None;
+        for task in waiting.ordered(&usage) {
+            let Some(t) = self.tasks.get(&task) else {
+                continue;
+            };
+            if self.blocked(task, t, &cut).is_some() {
+                continue;
+            }
+            let action = match &reserved {
+                None => match self.place(task, &[]) {
+                    Some(action) => action,
+                    None if self.rules.queue.backfill => match self.reservation(task) {
+                        Some(r) => {
+                            reserved = Some(r);
+                            continue;
+                        }
+                        None => return (launched, false),
+                    },
+                    None => return (launched, false),
+                },
+                Some(r) => {
+                    let off_limits = self.off_limits(task, r);
+                    let Some(action) = self.place(task, &off_limits) else {
+                        continue;
+                    };
+                    self.backfilled.insert(task);
+                    action
+                }
+            };
+            launched.push(task);
+            self.note_started(task);
+            actions.push(action);
+        }
+        (launched, true)
     }
 
     /// Tries to place one task on GPUs not in `off_limits`; returns its
@@ -853,7 +888,7 @@ impl Scheduler {
             t.running = true;
             t.gpus = gpus.clone();
             t.started = self.now;
-            t.backfilled = false;
+            self.loads.launched(t);
         }
         Some(Action::Launch {
             task,

@@ -26,7 +26,12 @@ pub(super) struct Shares {
 impl Shares {
     /// Brings usage up to `now`, with `held` GPUs per user held since the
     /// last call.
-    pub fn advance(&mut self, now: Time, half_life: Duration, held: &HashMap<u32, u32>) {
+    pub fn advance(
+        &mut self,
+        now: Time,
+        half_life: Duration,
+        held: impl IntoIterator<Item = (u32, u32)>,
+    ) {
         let dt = now.saturating_sub(self.at).as_secs_f64();
         self.at = self.at.max(now);
         let h = half_life.as_secs_f64();
@@ -37,7 +42,7 @@ impl Shares {
         for value in self.usage.values_mut() {
             *value *= keep;
         }
-        for (&user, &gpus) in held {
+        for (user, gpus) in held {
             let added = f64::from(gpus) * h / std::f64::consts::LN_2 * (1.0 - keep);
             *self.usage.entry(user).or_default() += added;
         }
@@ -61,12 +66,12 @@ mod tests {
     fn usage_adds_gpu_seconds_and_halves_every_half_life() {
         let h = Duration::from_secs(100);
         let mut s = Shares::default();
-        let held = HashMap::from([(7, 2)]);
+        let held = [(7, 2)];
         // Two GPUs for 1 s: about 2 GPU-seconds.
-        s.advance(Time::from_secs(1), h, &held);
+        s.advance(Time::from_secs(1), h, held);
         assert!((s.usage(Some(7)) - 2.0).abs() < 0.01, "{s:?}");
         // Then nothing for a half-life: half of it.
-        s.advance(Time::from_secs(101), h, &HashMap::new());
+        s.advance(Time::from_secs(101), h, []);
         assert!((s.usage(Some(7)) - 1.0).abs() < 0.01, "{s:?}");
         assert_eq!(s.usage(Some(8)), 0.0);
         assert_eq!(s.usage(None), 0.0);
