@@ -1398,6 +1398,7 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("placement", "margin_mib"),
     ("placement", "unknown_margin_mib"),
     ("placement", "reservation_ramp_s"),
+    ("placement", "settle_s"),
     ("placement", "idle_used_mib"),
     ("legacy", "honour_policy_line"),
     ("legacy", "memory_line"),

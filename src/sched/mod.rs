@@ -183,6 +183,9 @@ struct Gpu {
     exclusive_only: bool,
     /// Memory the last sample attributed to each task here.
     seen: Vec<(TaskId, u64)>,
+    /// It took a task last at this time and takes none before
+    /// `placement.settle_s` has passed.
+    settles_at: Time,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -275,6 +278,7 @@ impl Scheduler {
                 occupants: Vec::new(),
                 exclusive_only: false,
                 seen: Vec::new(),
+                settles_at: Time::ZERO,
             })
             .collect();
         Scheduler {
@@ -367,9 +371,11 @@ impl Scheduler {
             // A hair later than the exact crossing, so the average is
             // below the cap even after rounding.
             .map(|t| t + Duration::from_millis(1));
+        let settling = self.gpus.iter().map(|g| g.settles_at);
         lapse
             .into_iter()
             .chain(cooling)
+            .chain(settling)
             .filter(|&t| t > self.now)
             .min()
     }
@@ -542,6 +548,11 @@ impl Scheduler {
             };
             let why = match here {
                 _ if !gpu.healthy => "cannot be read".to_string(),
+                _ if gpu.settles_at > self.now => format!(
+                    "took a task {:.0} s ago; takes none for {:.0} s more (placement.settle_s)",
+                    p.settle_s - (gpu.settles_at - self.now).as_secs_f64(),
+                    (gpu.settles_at - self.now).as_secs_f64()
+                ),
                 Want::Idle(_) if !gpu.occupants.is_empty() => {
                     format!("not idle: carma tasks run there{whole}")
                 }
@@ -884,6 +895,10 @@ impl Scheduler {
             .collect();
         self.occupy(task, user, &placed, want);
         let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
+        let settle = Duration::from_secs_f64(self.rules.placement.settle_s);
+        for &g in &gpus {
+            self.gpus[g].settles_at = self.now + settle;
+        }
         if let Some(t) = self.tasks.get_mut(&task) {
             t.running = true;
             t.gpus = gpus.clone();
@@ -978,7 +993,7 @@ impl Scheduler {
     fn passes(&self, index: usize, demand: &Demand, want: Want) -> Option<Candidate> {
         let p = &self.rules.placement;
         let gpu = &self.gpus[index];
-        if !gpu.healthy {
+        if !gpu.healthy || gpu.settles_at > self.now {
             return None;
         }
         let free_mib = gpu

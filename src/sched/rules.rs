@@ -105,6 +105,7 @@ pub struct PlacementRules {
     pub margin_mib: u64,
     pub unknown_margin_mib: u64,
     pub reservation_ramp_s: f64,
+    pub settle_s: f64,
     pub idle_used_mib: u64,
     /// Jobs of different users never share a GPU. Not a setting of its
     /// own: an MPS server serves one user at a time, so this is on exactly
@@ -157,6 +158,12 @@ impl Rules {
             return Err(format!(
                 "placement.reservation_ramp_s = {}: expected seconds >= 0 (at most a year)",
                 p.reservation_ramp_s
+            ));
+        }
+        if !(p.settle_s >= 0.0 && p.settle_s <= MAX_SECONDS) {
+            return Err(format!(
+                "placement.settle_s = {}: expected seconds >= 0 (at most a year)",
+                p.settle_s
             ));
         }
         let q = &self.queue;

@@ -354,6 +354,26 @@ fn a_booking_lapses_after_the_ramp_time() {
 }
 
 #[test]
+fn a_gpu_that_just_took_a_task_settles_first() {
+    // settle_s = 30: two 1 GiB tasks arrive together on a 40 GiB GPU with
+    // room for both; the second waits until 30 s after the first's
+    // launch, and the deadline and the head's reason say so.
+    let mut r = rules(Policy::FirstFit);
+    r.placement.settle_s = 30.0;
+    let mut core = Scheduler::new(r, &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 0, 0.0)]));
+    assert_eq!(launched(&queue(&mut core, 1.0, 1, Need::Mib(GIB))).len(), 1);
+    assert!(launched(&queue(&mut core, 2.0, 2, Need::Mib(GIB))).is_empty());
+    assert_eq!(core.next_deadline(), Some(s(31.0)));
+    let why = core.head_waits_for().unwrap().why;
+    assert!(
+        why.contains("took a task 1 s ago; takes none for 29 s more"),
+        "{why}"
+    );
+    assert_eq!(launched(&core.step(s(31.0), Event::Tick)), [(2, vec![0])]);
+}
+
+#[test]
 fn fifo_head_of_line_blocks_smaller_tasks_behind() {
     // GPU has 10 GiB free. Head needs 20 GiB, the next only 1 GiB: the
     // second must not overtake the first.
