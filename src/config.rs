@@ -182,7 +182,8 @@ mod tests {
         // Too long for the clock: refused, never a panic later.
         assert!(Config::from_override("t", "[daemon]\ncancel_grace_s = 1e300\n").is_err());
         assert!(Config::from_override("t", "[placement]\nreservation_ramp_s = 1e300\n").is_err());
-        assert!(Config::from_override("t", "[simulate]\nramp_s = -1\n").is_err());
+        assert!(Config::from_override("t", "[simulate]\nwarmup_s = -1\n").is_err());
+        assert!(Config::from_override("t", "[simulate]\nwarmup_start = 0\n").is_err());
         assert!(Config::from_override("t", "[queue]\nmax_time_s = -1\n").is_err());
         assert!(
             Config::from_override("t", "[queue]\nmax_time_s = 60\ndefault_time_s = 120\n").is_err()

@@ -4,16 +4,14 @@
 //! # Model
 //!
 //! - A task needs `duration_s` seconds of work; alone it does one second of
-//!   work per second. Sharing slows it: under MPS every task on a GPU runs
-//!   at rate `min(1, 1 / Σ smact)` of the tasks there, under `streams` at
-//!   `1/k` for `k` tasks; a multi-GPU task runs at its slowest GPU's rate.
-//! - A task allocates its measured memory (`memory_mib`, per GPU) at
-//!   `min(ramp_s, duration_s / 2)` after it starts. If that memory is not
-//!   free on one of its GPUs then, it dies of OOM, its work is lost, and
-//!   the core decides what happens next. Neighbours are unaffected (MPS
-//!   memory limits make the newcomer fail, not the others).
-//! - A GPU's SM activity is `min(1, Σ smact)` under MPS and the mean of its
-//!   tasks' under `streams`; its power follows [`crate::gpu::power`].
+//!   work per second. Sharing slows it ([`Model::speed`]); a multi-GPU
+//!   task runs at its slowest GPU's rate.
+//! - A task allocates its measured memory (`memory_mib`, per GPU) step by
+//!   step over its warm-up ([`Model::held_after`]). A step that does not
+//!   fit on one of its GPUs kills it with OOM, its work lost, and the core
+//!   decides what happens next; its neighbours keep running.
+//! - A GPU's SM activity is the sum of its tasks' SM activity times their
+//!   speed, at most 1; its power follows [`crate::gpu::power`].
 //! - A task launched with a wall-time limit is stopped when the limit
 //!   passes (the daemon's supervisor would do the same), its grace period
 //!   not modelled: it ends there, failed with "time limit".
@@ -30,10 +28,11 @@ use std::collections::BinaryHeap;
 
 use crate::sched::{Action, Demand, Event, Exit, GpuSample, Rules, Scheduler, TaskId, Time};
 
+use super::Model;
 use super::estimates::{Columns, Estimates};
 use super::metrics::{Metrics, TaskRecord};
+use super::model::WARMUP_STEPS;
 use super::trace::TraceTask;
-use super::{Model, Sharing};
 use crate::rad::MemoryLine;
 
 /// Everything one simulation run needs besides the trace.
@@ -53,8 +52,8 @@ pub struct Setup {
 enum Happening {
     /// Trace row `n` is submitted.
     Arrive(usize),
-    /// Run `generation` of task `n` allocates its memory.
-    Ramp(usize, u32),
+    /// Run `attempt` of task `n` takes warm-up allocation step `step`.
+    Grow(usize, u32, u32),
     /// Task `n` finishes, if its rate was last set by `generation`.
     Finish(usize, u64),
     /// Run `attempt` of task `n` reaches its wall-time limit.
@@ -74,9 +73,13 @@ struct Run {
     since: f64,
     /// Unique per rate change (of any run), invalidating stale finishes.
     generation: u64,
-    /// Which launch of the task this is, so a ramp belongs to one run.
+    /// Which launch of the task this is, so a warm-up step belongs to one
+    /// run.
     attempt: u32,
-    claimed: bool,
+    /// Memory it holds on each of its GPUs so far, MiB.
+    held_mib: u64,
+    /// Seconds between its warm-up steps.
+    step_s: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -167,11 +170,7 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
             .iter()
             .map(|g| (g.joules, g.smact_seconds))
             .collect::<Vec<_>>(),
-        Some(super::metrics::lower_bound(
-            trace,
-            setup.gpus.len(),
-            setup.model.sharing,
-        )),
+        Some(super::metrics::lower_bound(trace, setup.gpus.len())),
     );
     metrics.head_delay_s = sim.head_delay_s;
     metrics
@@ -202,9 +201,9 @@ impl Sim<'_> {
                     demand,
                 });
             }
-            Happening::Ramp(n, attempt) => {
+            Happening::Grow(n, attempt, step) => {
                 if self.runs[n].as_ref().is_some_and(|r| r.attempt == attempt) {
-                    self.ramp(n);
+                    self.grow(n, step);
                 }
             }
             Happening::Finish(n, generation) => {
@@ -292,7 +291,8 @@ impl Sim<'_> {
             self.integrate(g, self.now);
             self.gpus[g].tasks.push(n);
         }
-        let ramp_at = self.now + self.setup.model.ramp_s.min(t.duration_s / 2.0);
+        let warmup = self.setup.model.warmup_s.min(t.duration_s / 2.0);
+        let step_s = warmup / f64::from(WARMUP_STEPS);
         self.runs[n] = Some(Run {
             gpus: gpus.clone(),
             remaining: t.duration_s,
@@ -300,9 +300,10 @@ impl Sim<'_> {
             since: self.now,
             generation: 0,
             attempt,
-            claimed: false,
+            held_mib: 0,
+            step_s,
         });
-        self.schedule(ramp_at, Happening::Ramp(n, attempt));
+        self.schedule(self.now + step_s, Happening::Grow(n, attempt, 1));
         if let Some(limit) = time_limit {
             let at = self.now + limit.as_secs_f64();
             self.schedule(at, Happening::TimeLimit(n, attempt));
@@ -310,31 +311,41 @@ impl Sim<'_> {
         self.changed(&gpus);
     }
 
-    /// The task allocates its memory: it fits or dies of OOM.
-    fn ramp(&mut self, n: usize) {
-        let mib = self.trace[n].memory_mib.ceil() as u64;
-        let Some(run) = self.runs[n].as_mut() else {
+    /// The task takes warm-up step `step`: it fits, or it dies of OOM.
+    fn grow(&mut self, n: usize, step: u32) {
+        let target = self.setup.model.held_after(self.trace[n].memory_mib, step);
+        let Some(run) = self.runs[n].as_ref() else {
             return;
         };
-        let fits = run
-            .gpus
-            .iter()
-            .all(|&g| self.gpus[g].used_mib + mib <= self.gpus[g].total_mib);
-        if fits {
-            run.claimed = true;
-            let gpus = run.gpus.clone();
-            for &g in &gpus {
-                self.gpus[g].used_mib += mib;
-            }
-            self.dirty.extend(gpus);
-            self.flush();
-        } else {
+        let more = target.saturating_sub(run.held_mib);
+        let fits = run.gpus.iter().all(|&g| {
+            let gpu = &self.gpus[g];
+            let slack = match gpu.tasks.len() {
+                0 | 1 => 0,
+                _ => self.setup.model.fragmentation_mib,
+            };
+            gpu.used_mib + more + slack <= gpu.total_mib
+        });
+        if !fits {
             self.stop(n, true);
             self.feed(Event::Exited {
                 task: TaskId(n as u64),
                 exit: Exit::Oom,
             });
+            return;
         }
+        let (gpus, attempt, next) = (run.gpus.clone(), run.attempt, self.now + run.step_s);
+        for &g in &gpus {
+            self.gpus[g].used_mib += more;
+        }
+        if let Some(run) = self.runs[n].as_mut() {
+            run.held_mib += more;
+        }
+        if step < WARMUP_STEPS {
+            self.schedule(next, Happening::Grow(n, attempt, step + 1));
+        }
+        self.dirty.extend(gpus);
+        self.flush();
     }
 
     /// Takes a task off its GPUs (finished, or crashed).
@@ -342,56 +353,53 @@ impl Sim<'_> {
         let Some(run) = self.runs[n].take() else {
             return;
         };
-        let mib = self.trace[n].memory_mib.ceil() as u64;
         for &g in &run.gpus {
             self.integrate(g, self.now);
             let gpu = &mut self.gpus[g];
             gpu.tasks.retain(|&m| m != n);
-            if run.claimed {
-                gpu.used_mib -= mib;
-            }
+            gpu.used_mib -= run.held_mib;
         }
         self.records[n].stopped(self.now, crashed);
         self.changed(&run.gpus);
     }
 
-    /// Recomputes SM activity and task rates after `gpus` changed, and
+    /// Recomputes task rates and SM activity after `gpus` changed, and
     /// marks them for the core's next sample.
     fn changed(&mut self, gpus: &[usize]) {
         self.dirty.extend_from_slice(gpus);
-        let sharing = self.setup.model.sharing;
-        for &g in gpus {
-            let smacts: Vec<f64> = self.gpus[g]
-                .tasks
-                .iter()
-                .map(|&n| self.trace[n].smact_assumed)
-                .collect();
-            self.gpus[g].smact = match sharing {
-                Sharing::Mps => smacts.iter().fold(0.0, |a, s| a + s).min(1.0),
-                Sharing::Streams if smacts.is_empty() => 0.0,
-                Sharing::Streams => smacts.iter().sum::<f64>() / smacts.len() as f64,
-            };
-        }
         let mut affected: Vec<usize> = gpus
             .iter()
             .flat_map(|&g| self.gpus[g].tasks.iter().copied())
             .collect();
         affected.sort_unstable();
         affected.dedup();
-        for n in affected {
+        let mut touched = gpus.to_vec();
+        for &n in &affected {
             self.rerate(n);
+            touched.extend(self.runs[n].iter().flat_map(|r| r.gpus.iter().copied()));
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for g in touched {
+            self.integrate(g, self.now);
+            let busy: f64 = self.gpus[g]
+                .tasks
+                .iter()
+                .filter_map(|&n| Some(self.trace[n].smact_assumed * self.runs[n].as_ref()?.rate))
+                .sum();
+            self.gpus[g].smact = busy.min(1.0);
         }
     }
 
-    fn gpu_rate(&self, g: usize) -> f64 {
-        let tasks = &self.gpus[g].tasks;
-        match self.setup.model.sharing {
-            Sharing::Mps => {
-                let demand: f64 = tasks.iter().map(|&n| self.trace[n].smact_assumed).sum();
-                if demand > 1.0 { 1.0 / demand } else { 1.0 }
-            }
-            Sharing::Streams => 1.0 / tasks.len().max(1) as f64,
-        }
+    /// How fast task `n` runs on GPU `g` beside the tasks there.
+    fn speed_on(&self, g: usize, n: usize) -> f64 {
+        let others: f64 = self.gpus[g]
+            .tasks
+            .iter()
+            .filter(|&&m| m != n)
+            .map(|&m| self.trace[m].smact_assumed)
+            .sum();
+        self.setup.model.speed(self.trace[n].smact_assumed, others)
     }
 
     /// Brings a running task's progress up to now under its old rate, sets
@@ -400,7 +408,10 @@ impl Sim<'_> {
         let Some(gpus) = self.runs[n].as_ref().map(|r| r.gpus.clone()) else {
             return;
         };
-        let rate = gpus.iter().map(|&g| self.gpu_rate(g)).fold(1.0, f64::min);
+        let rate = gpus
+            .iter()
+            .map(|&g| self.speed_on(g, n))
+            .fold(1.0, f64::min);
         let now = self.now;
         let Some(run) = self.runs[n].as_mut() else {
             return;
@@ -443,8 +454,10 @@ impl Sim<'_> {
                     tasks: gpu
                         .tasks
                         .iter()
-                        .filter(|&&n| self.runs[n].as_ref().is_some_and(|r| r.claimed))
-                        .map(|&n| (TaskId(n as u64), self.trace[n].memory_mib.ceil() as u64))
+                        .filter_map(|&n| {
+                            let held = self.runs[n].as_ref()?.held_mib;
+                            (held > 0).then_some((TaskId(n as u64), held))
+                        })
                         .collect(),
                 }
             })

@@ -3,7 +3,6 @@
 
 use serde::Serialize;
 
-use super::Sharing;
 use super::trace::TraceTask;
 
 /// What happened to one task, in seconds of trace time.
@@ -161,28 +160,24 @@ impl std::fmt::Display for Metrics {
 ///
 /// Derivation. (1) A task never runs faster than alone (rate <= 1), so it
 /// ends no earlier than `submit + duration`. (2) Each GPU has a capacity
-/// per second that running tasks use up: under MPS a GPU's tasks run at
-/// `min(1, 1/Σs)` each, so `Σ rate_i * s_i <= 1`; a task needs
-/// `duration * smact` of that per GPU it uses. Under time-slicing
-/// `Σ rate_i <= 1`, so it needs `duration`. Work submitted at or after `t0`
+/// per second that running tasks use up: a GPU's tasks run at most at
+/// `min(1, 1/Σs)` each, so `Σ rate_i * s_i <= 1`, under MPS and
+/// time-slicing alike; a task needs `duration * smact` of that per GPU it
+/// uses. Work submitted at or after `t0`
 /// cannot be done before `t0`, and `gpus` GPUs deliver at most `gpus`
 /// units per second, so the trace cannot end before
 /// `t0 + (work submitted at or after t0) / gpus`, for every `t0`. OOM
 /// crashes and waiting only add to both. The bound is the largest of all
 /// these.
-pub fn lower_bound(trace: &[TraceTask], gpus: usize, sharing: Sharing) -> f64 {
+pub fn lower_bound(trace: &[TraceTask], gpus: usize) -> f64 {
     let gpus = gpus.max(1) as f64;
     let each_alone = trace
         .iter()
         .map(|t| t.submit_s + t.duration_s)
         .fold(0.0, f64::max);
-    let work = |t: &TraceTask| {
-        let per_gpu = match sharing {
-            Sharing::Mps => t.duration_s * t.smact_assumed,
-            Sharing::Streams => t.duration_s,
-        };
-        per_gpu * f64::from(t.gpus)
-    };
+    // However GPUs are shared, a GPU does at most one SM-second of work
+    // per second.
+    let work = |t: &TraceTask| t.duration_s * t.smact_assumed * f64::from(t.gpus);
     let mut by_submit: Vec<&TraceTask> = trace.iter().collect();
     by_submit.sort_by(|a, b| b.submit_s.total_cmp(&a.submit_s));
     // Walk from the last submission backwards, accumulating later work.
