@@ -14,8 +14,13 @@ use carma::simulate::{self, Sharing};
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace CSV (the format of shared/data/carma/traces).
-    #[arg(long)]
-    trace: PathBuf,
+    #[arg(long, required_unless_present = "compare_paper")]
+    trace: Option<PathBuf>,
+    /// Instead of one run: the published CARMA results beside the
+    /// simulator's, as a Markdown table, from the traces in DIR (the
+    /// data's `carma/traces/`).
+    #[arg(long, value_name = "DIR", conflicts_with = "trace")]
+    compare_paper: Option<PathBuf>,
     /// GPUs and their memory, e.g. 4x40GiB or 2x40GiB,2x80GiB.
     #[arg(long, default_value = "4x40GiB")]
     gpus: String,
@@ -72,7 +77,16 @@ pub enum SharingArg {
 
 pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config)?;
-    let trace = simulate::trace::load(&args.trace)?;
+    if let Some(dir) = &args.compare_paper {
+        let rows = simulate::paper::compare(dir, &config.rules(), &config.simulate)
+            .map_err(anyhow::Error::msg)?;
+        print!("{}", simulate::paper::Table(&rows));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(trace_path) = args.trace.clone() else {
+        anyhow::bail!("--trace FILE is needed (or --compare-paper DIR)");
+    };
+    let trace = simulate::trace::load(&trace_path)?;
     let gpus = carma::size::parse_gpu_set(&args.gpus)
         .map_err(|e| anyhow::anyhow!("--gpus {}: column {}: {}", args.gpus, e.column, e.message))?;
     let mut rules = config.rules();
@@ -103,7 +117,7 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
         EstimatorArg::Carma => {
             let jobs = args.jobs.clone().unwrap_or_else(|| {
-                args.trace
+                trace_path
                     .parent()
                     .filter(|d| !d.as_os_str().is_empty())
                     .unwrap_or(Path::new("."))
@@ -124,7 +138,7 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
     } else {
         println!(
             "trace {} on {} with {policy}, estimator {label}:",
-            args.trace.display(),
+            trace_path.display(),
             args.gpus,
         );
         println!("{m}");

@@ -6,6 +6,7 @@ mod engine;
 mod estimates;
 mod metrics;
 mod model;
+pub mod paper;
 pub mod trace;
 
 pub use engine::{Setup, run, run_with};
