@@ -259,7 +259,9 @@ fn jobs_on_a_partitioned_gpu_run_on_its_instances_at_once() {
             ),
         );
     }
-    spool.wait_for("both jobs running", 10.0, || spool.tasks("running").len() == 2);
+    spool.wait_for("both jobs running", 10.0, || {
+        spool.tasks("running").len() == 2
+    });
     spool.wait_count("done", 2, 20.0);
     let mut seen: Vec<String> = ["a", "b"]
         .iter()
@@ -276,13 +278,12 @@ fn jobs_on_a_partitioned_gpu_run_on_its_instances_at_once() {
     seen.sort();
     assert_eq!(
         seen,
-        [
-            "gpus=0 visible=MIG-SIM-0-0",
-            "gpus=1 visible=MIG-SIM-0-1"
-        ]
+        ["gpus=0 visible=MIG-SIM-0-0", "gpus=1 visible=MIG-SIM-0-1"]
     );
     assert!(
-        spool.daemon_log().contains("Simulated GPU GPU 0 MIG 2g.10gb"),
+        spool
+            .daemon_log()
+            .contains("Simulated GPU GPU 0 MIG 2g.10gb"),
         "{}",
         spool.daemon_log()
     );

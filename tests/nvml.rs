@@ -588,7 +588,9 @@ fn a_mig_gpu_without_instances_is_not_placed_on() {
     release(&spool, "a");
     spool.wait_count("done", 1, 20.0);
     assert!(
-        spool.daemon_log().contains("MIG mode is on but it has no MIG instances"),
+        spool
+            .daemon_log()
+            .contains("MIG mode is on but it has no MIG instances"),
         "{}",
         spool.daemon_log()
     );

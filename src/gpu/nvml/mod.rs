@@ -368,7 +368,11 @@ fn describe_instance(
         .map_err(|e| format!("NVML cannot read its UUID: {e}"))?;
     let memory = required(Quantity::Memory, instance.memory_info())?;
     let name = instance.name().unwrap_or_default();
-    Ok((uuid, values::mig_profile(&name, parent_name), values::mib_down(memory.total)))
+    Ok((
+        uuid,
+        values::mig_profile(&name, parent_name),
+        values::mib_down(memory.total),
+    ))
 }
 
 impl GpuBackend for NvmlGpus {
@@ -383,13 +387,15 @@ impl GpuBackend for NvmlGpus {
             .map(|dmon| dmon.fresh(Instant::now()))
             .unwrap_or_default();
         (0..self.gpus.len())
-            .map(|index| match self.read(index, dcgm.get(&self.gpus[index].nvml_index).copied()) {
-                Ok(reading) => {
-                    self.gpus[index].last = Some(reading.clone());
-                    reading
-                }
-                Err(why) => self.failed(index, why),
-            })
+            .map(
+                |index| match self.read(index, dcgm.get(&self.gpus[index].nvml_index).copied()) {
+                    Ok(reading) => {
+                        self.gpus[index].last = Some(reading.clone());
+                        reading
+                    }
+                    Err(why) => self.failed(index, why),
+                },
+            )
             .collect()
     }
 

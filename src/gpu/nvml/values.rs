@@ -106,7 +106,10 @@ mod tests {
     #[test]
     fn a_mig_profile_is_read_from_the_instance_name() {
         let gpu = "NVIDIA A100-SXM4-40GB";
-        assert_eq!(mig_profile("NVIDIA A100-SXM4-40GB MIG 3g.20gb", gpu), "3g.20gb");
+        assert_eq!(
+            mig_profile("NVIDIA A100-SXM4-40GB MIG 3g.20gb", gpu),
+            "3g.20gb"
+        );
         assert_eq!(mig_profile("NVIDIA A100-SXM4-40GB 1g.5gb", gpu), "1g.5gb");
         assert_eq!(mig_profile("", gpu), "unknown profile");
     }

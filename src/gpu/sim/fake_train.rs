@@ -247,9 +247,7 @@ impl FakeTrain {
                     .map_err(FakeTrainError::Output)?;
                 Ok(Some(Outcome::OutOfMemory))
             }
-            Err(Refusal::NoSuchGpu { index, count }) => {
-                Err(no_such_gpu(&index.to_string(), count))
-            }
+            Err(Refusal::NoSuchGpu { index, count }) => Err(no_such_gpu(&index.to_string(), count)),
         }
     }
 }
@@ -301,13 +299,7 @@ mod tests {
     fn visible_devices_are_read_in_cuda_order() {
         let p = Placement::from_env(Some("/x".into()), Some(" 2, 0 ")).unwrap();
         assert_eq!(p.visible, ["2", "0"]);
-        for bad in [
-            None,
-            Some(""),
-            Some(" "),
-            Some("1,1"),
-            Some("0,"),
-        ] {
+        for bad in [None, Some(""), Some(" "), Some("1,1"), Some("0,")] {
             let err = Placement::from_env(Some("/x".into()), bad).unwrap_err();
             assert!(err.to_string().contains("CUDA_VISIBLE_DEVICES"), "{err}");
         }

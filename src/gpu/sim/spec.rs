@@ -196,10 +196,15 @@ mod tests {
         let (column, message) = err("1x40GiB,40GiB:mig=1g.5gb+9g.5gb");
         assert_eq!(column, 26);
         assert!(message.contains("found `9g.5gb`"), "{message}");
-        for bad in ["3g20gb", "3g.20", "g.20gb", "3g.gb", "0g.5gb", "3g.0gb", "3g.-5gb"] {
+        for bad in [
+            "3g20gb", "3g.20", "g.20gb", "3g.gb", "0g.5gb", "3g.0gb", "3g.-5gb",
+        ] {
             let (column, message) = err(&format!("40GiB:mig={bad}"));
             assert_eq!(column, 11, "{bad}");
-            assert!(message.contains("expected a MIG profile"), "{bad}: {message}");
+            assert!(
+                message.contains("expected a MIG profile"),
+                "{bad}: {message}"
+            );
         }
         let (column, message) = err("1x40GiB,1x40GiB:mig=4g.20gb+4g.20gb");
         assert_eq!(column, 9);

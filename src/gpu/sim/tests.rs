@@ -265,7 +265,9 @@ fn nonsense_gpus_and_power_are_refused() {
             max_w,
             ..LINEAR
         };
-        let err = SimGpus::open(spool.path(), &whole(sizes), power).err().unwrap();
+        let err = SimGpus::open(spool.path(), &whole(sizes), power)
+            .err()
+            .unwrap();
         assert!(matches!(err, SimError::Invalid(_)), "{err}");
     }
 }
