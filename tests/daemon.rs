@@ -244,6 +244,68 @@ fn a_two_gpu_job_gets_two_gpus() {
 }
 
 #[test]
+fn jobs_on_a_partitioned_gpu_run_on_its_instances_at_once() {
+    // One GPU, partitioned into two 10 GiB instances: two 6 GiB jobs
+    // (8 GiB with the margin) cannot share an instance, so they run at
+    // once, one per instance, each seeing its instance's UUID.
+    let mut spool = Spool::new("1x40GiB:mig=2g.10gb+2g.10gb");
+    spool.start_daemon();
+    for name in ["a", "b"] {
+        spool.submit(
+            &format!("{name}.rad"),
+            &format!(
+                "name: {name}\nmemory: 6G\necho gpus=$CARMA_GPUS visible=$CUDA_VISIBLE_DEVICES\n\
+                 {CARMA} fake-train --mem 6G --secs 3\n"
+            ),
+        );
+    }
+    spool.wait_for("both jobs running", 10.0, || {
+        spool.tasks("running").len() == 2
+    });
+    spool.wait_count("done", 2, 20.0);
+    let mut seen: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let (_, dir) = spool.find(&format!("-{name}")).unwrap();
+            fs::read_to_string(dir.join("run-1/stdout"))
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["gpus=0 visible=MIG-SIM-0-0", "gpus=1 visible=MIG-SIM-0-1"]
+    );
+    assert!(
+        spool
+            .daemon_log()
+            .contains("Simulated GPU GPU 0 MIG 2g.10gb"),
+        "{}",
+        spool.daemon_log()
+    );
+}
+
+#[test]
+fn a_bad_mig_spec_says_where() {
+    let spool = Spool::new("1x40GiB");
+    let out = spool
+        .carma()
+        .args(["daemon", "--simulate-gpus", "1x40GiB:mig=3g.20gb+9g.5gb"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("column 21: expected a MIG profile such as 3g.20gb"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn one_daemon_per_spool() {
     let mut spool = Spool::new("1x40GiB");
     spool.start_daemon();

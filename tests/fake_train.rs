@@ -9,6 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use carma::gpu::sim::SimGpus;
+use carma::gpu::sim::spec::Declared;
 use carma::gpu::sim::state::{State, StateDir};
 use carma::gpu::{GpuBackend, GpuReading};
 use nix::sys::signal::{Signal, kill};
@@ -26,9 +27,10 @@ struct Sim {
 impl Sim {
     fn new(sizes_mib: &[u64]) -> Sim {
         let spool = tempfile::tempdir().unwrap();
+        let declared: Vec<Declared> = sizes_mib.iter().copied().map(Declared::whole).collect();
         let gpus = SimGpus::open(
             spool.path(),
-            sizes_mib,
+            &declared,
             carma::gpu::power::PowerCurve {
                 idle_w: 50.0,
                 max_w: 400.0,

@@ -563,29 +563,37 @@ fn a_gpu_unreadable_at_start_keeps_its_index_and_is_never_used() {
 }
 
 #[test]
-fn a_mig_gpu_takes_only_tasks_that_hold_it_whole() {
-    // GPU 0 is in MIG mode and has the most free memory: the first job
-    // gets it alone; the next ones share GPU 1 rather than join it.
+fn a_mig_gpu_without_instances_is_not_placed_on() {
+    // NVML GPU 0 is in MIG mode with no instances: carma has nothing to
+    // place on there, says so, and numbers NVML GPU 1 its GPU 0, which
+    // CUDA still knows as device 1.
     let mut mig = FakeGpu::a100(0);
     mig.mig = true;
     let (spool, _nvml) = start("", vec![mig, FakeGpu::a100(10_000)]);
-    spool.wait_for("the MIG flag in the status", 10.0, || {
-        status(&spool)["gpus"][0]["mig"] == true
+    spool.wait_for("one GPU in the status", 10.0, || {
+        status(&spool)["gpus"].as_array().map(Vec::len) == Some(1)
     });
-    for name in ["a", "b", "c"] {
-        spool.submit(&format!("{name}.rad"), &waiting_job(&spool, name, "1G"));
-        wait_running(&spool, &format!("-{name}"));
-    }
+    assert_eq!(status(&spool)["gpus"][0]["uuid"], "GPU-00000001-fake");
+    spool.submit("a.rad", &waiting_job(&spool, "a", "1G"));
+    wait_running(&spool, "-a");
     assert_eq!(gpus_of(&spool, "-a"), serde_json::json!([0]));
-    assert_eq!(gpus_of(&spool, "-b"), serde_json::json!([1]));
-    assert_eq!(gpus_of(&spool, "-c"), serde_json::json!([1]));
-    let why = run_file(&spool, "-a", "launch.json")["why"].clone();
-    assert!(why.as_str().unwrap().contains("MIG"), "{why}");
-    for name in ["a", "b", "c"] {
-        release(&spool, name);
-    }
-    spool.wait_count("done", 3, 20.0);
-    assert!(spool.daemon_log().contains("MIG mode: used only whole"));
+    let env = run_file(&spool, "-a", "launch.json")["env"].clone();
+    let visible = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pair| pair[0] == "CUDA_VISIBLE_DEVICES")
+        .map(|pair| pair[1].clone());
+    assert_eq!(visible, Some(serde_json::json!("1")), "{env}");
+    release(&spool, "a");
+    spool.wait_count("done", 1, 20.0);
+    assert!(
+        spool
+            .daemon_log()
+            .contains("MIG mode is on but it has no MIG instances"),
+        "{}",
+        spool.daemon_log()
+    );
 }
 
 #[test]

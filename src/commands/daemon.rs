@@ -19,7 +19,9 @@ pub struct Args {
     #[command(flatten)]
     spool: SpoolArg,
     /// Run on simulated GPUs instead of NVML, e.g. 4x40GiB: memory and SM
-    /// activity then come from `carma fake-train` jobs.
+    /// activity then come from `carma fake-train` jobs. A GPU partitioned
+    /// into MIG instances: 1x40GiB:mig=3g.20gb+2g.10gb+1g.5gb (`mig=`
+    /// alone: MIG on, no instances).
     #[arg(long, value_name = "SPEC")]
     simulate_gpus: Option<String>,
     /// The NVML library to read real GPUs through [default: gpu.nvml_library
@@ -54,11 +56,11 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     spool.create()?;
     let backend: Box<dyn GpuBackend> = match &args.simulate_gpus {
         Some(spec) => {
-            let sizes = carma::size::parse_gpu_set(spec).map_err(|e| {
+            let declared = carma::gpu::sim::spec::parse(spec).map_err(|e| {
                 anyhow::anyhow!("--simulate-gpus {spec}: column {}: {}", e.column, e.message)
             })?;
             Box::new(
-                SimGpus::open(spool.root(), &sizes, config.simulate.power())
+                SimGpus::open(spool.root(), &declared, config.simulate.power())
                     .context("cannot set up the simulated GPUs")?,
             )
         }

@@ -130,7 +130,7 @@ fn print_human(out: &Output) {
             None => g.tasks.join(", "),
         };
         if g.mig {
-            tasks.push_str(" [MIG: whole-GPU tasks only]");
+            tasks.push_str(" [MIG instance: single-GPU tasks, SMACT not measured]");
         }
         let source = g.source.map_or_else(|| "-".to_owned(), |s| s.to_string());
         println!(

@@ -231,7 +231,12 @@ pub fn run(options: Options) -> Result<()> {
     let chain = Chain::new(&config.estimate.for_spool(spool.root()));
     let mps = match config.mps.enabled {
         true => {
-            let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+            // MIG instances are not MPS's here: see `Daemon::mps_env`.
+            let uuids: Vec<String> = gpus
+                .iter()
+                .filter(|g| g.mig.is_none())
+                .map(|g| g.uuid.clone())
+                .collect();
             let saved = spool.root().join(crate::mps::SAVED_MODES);
             match Mps::start(&config.mps, &saved, &uuids) {
                 Ok(mps) => Some(mps),
@@ -251,8 +256,8 @@ pub fn run(options: Options) -> Result<()> {
         false => None,
     };
     let mut core = Scheduler::new(config.rules(), &sizes);
-    for gpu in gpus.iter().filter(|g| g.mig) {
-        core.set_exclusive_only(gpu.index);
+    for gpu in gpus.iter().filter(|g| g.mig.is_some()) {
+        core.set_mig_instance(gpu.index);
     }
     let gpu_log = RotatingLog::new(
         spool.root(),
@@ -639,7 +644,7 @@ impl Daemon {
                         uuid: g.uuid.clone(),
                         name: g.name.clone(),
                         total_mib: g.total_mib,
-                        mig: g.mig,
+                        mig: g.mig.is_some(),
                         used_mib: reading.map_or(0, |r| r.used_mib),
                         smact: reading.map_or(0.0, |r| r.smact),
                         occupancy: reading.and_then(|r| r.occupancy),

@@ -125,9 +125,24 @@ impl Daemon {
         let time_limit_grace_s = self.config.daemon.time_limit_grace_s;
         let job_path = self.config.daemon.job_path.clone();
         let mut carma_env = self.backend_env.clone();
-        if self.mps.is_some() {
+        // carma's one MPS control daemon serves whole GPUs; MPS on a MIG
+        // instance needs a control daemon of its own (NVIDIA's MIG guide),
+        // which carma does not run: a job on an instance runs without MPS.
+        let on_instance = gpus
+            .iter()
+            .any(|&g| self.gpus.get(g).is_some_and(|info| info.mig.is_some()));
+        if self.mps.is_some() && !on_instance {
             carma_env.extend(self.config.mps.job_env(gpus.len(), limit_mib));
         }
+        // Whole GPUs by NVML index, MIG instances by UUID (GpuInfo::device).
+        let devices: Vec<String> = gpus
+            .iter()
+            .map(|&g| {
+                self.gpus
+                    .get(g)
+                    .map_or_else(|| g.to_string(), |info| info.device.clone())
+            })
+            .collect();
         let Some(task) = self.tasks.get_mut(&id.0) else {
             return Err("the daemon lost track of this task".into());
         };
@@ -143,7 +158,7 @@ impl Daemon {
         let mut env = super::environment::login_env(&user, &job_path);
         env.extend(carma_env);
         env.extend([
-            ("CUDA_VISIBLE_DEVICES".to_string(), indices.join(",")),
+            ("CUDA_VISIBLE_DEVICES".to_string(), devices.join(",")),
             ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
             ("CARMA_TASK_ID".to_string(), name.to_string()),
             ("CARMA_RUN".to_string(), run.to_string()),

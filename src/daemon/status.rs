@@ -48,7 +48,7 @@ pub struct GpuStatus {
     pub uuid: String,
     pub name: String,
     pub total_mib: u64,
-    /// MIG mode is on: only whole-GPU tasks go there.
+    /// A MIG instance: single-GPU tasks only, SM activity not measured.
     #[serde(default)]
     pub mig: bool,
     pub used_mib: u64,

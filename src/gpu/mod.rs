@@ -10,6 +10,7 @@
 mod config;
 pub mod dcgm;
 pub mod log;
+pub mod mig;
 pub mod nvml;
 pub mod power;
 pub mod sim;
@@ -20,21 +21,39 @@ use std::fmt;
 pub use config::GpuConfig;
 pub use source::{MetricSource, MetricsSetting};
 
-/// What a GPU is, read once at start.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// What carma places tasks on, read once at start: a whole GPU, or one
+/// MIG instance of a GPU the operator has partitioned (the partitioned GPU
+/// itself is never placed on: a job that sees it without an instance finds
+/// no usable device).
+#[derive(Debug, Clone, PartialEq)]
 pub struct GpuInfo {
-    /// Index in the backend's enumeration order; what `CARMA_GPUS` lists.
+    /// Index in carma's enumeration ([`mig::units`]); what the scheduling
+    /// core, `CARMA_GPUS` and `carma status` number. Not NVML's index as
+    /// soon as a partitioned GPU is present.
     pub index: usize,
-    /// Stable identity (NVML UUID; `SIM-<n>` for simulated GPUs).
+    /// Stable identity (NVML UUID, `MIG-...` for an instance; `SIM-<n>`
+    /// and `MIG-SIM-<n>-<i>` for simulated ones).
     pub uuid: String,
-    /// Marketing name, for people.
+    /// Marketing name, for people; an instance's says its parent and
+    /// profile.
     pub name: String,
     /// Memory, MiB.
     pub total_mib: u64,
-    /// MIG mode is on: carma cannot share the GPU's memory safely between
-    /// its slices, so the daemon places only whole-GPU tasks on it.
-    #[serde(default)]
-    pub mig: bool,
+    /// How `CUDA_VISIBLE_DEVICES` names it: a whole GPU by its NVML index
+    /// (the daemon sets `CUDA_DEVICE_ORDER=PCI_BUS_ID`, so CUDA numbers as
+    /// NVML does), an instance by its UUID, the only way CUDA accepts.
+    pub device: String,
+    /// Set for a MIG instance.
+    pub mig: Option<MigInstance>,
+}
+
+/// Where a MIG instance lives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigInstance {
+    /// The partitioned GPU's NVML index.
+    pub parent: usize,
+    /// The instance's profile, e.g. `3g.20gb`, where known.
+    pub profile: String,
 }
 
 /// One process's GPU memory, for attributing usage to tasks.
@@ -131,8 +150,8 @@ impl fmt::Display for GpuInfo {
             crate::size::format_mib(self.total_mib),
             self.uuid
         )?;
-        if self.mig {
-            f.write_str(", MIG mode: used only whole")?;
+        if self.mig.is_some() {
+            f.write_str(", MIG instance: single-GPU tasks only, SM activity not measured")?;
         }
         Ok(())
     }

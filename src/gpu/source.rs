@@ -26,6 +26,11 @@ pub enum MetricSource {
     Utilization,
     /// The simulated GPUs' own model.
     Simulated,
+    /// Not measured: a MIG instance. NVML's utilization counter does not
+    /// answer on MIG instances and DCGM numbers them apart from NVML, so
+    /// its SM activity reads 0 and the SM-activity cap never refuses it;
+    /// MIG isolates its instances' SMs from each other anyway.
+    Unmeasured,
 }
 
 impl MetricSource {
@@ -36,6 +41,7 @@ impl MetricSource {
             MetricSource::Gpm => "gpm",
             MetricSource::Utilization => "utilization",
             MetricSource::Simulated => "simulated",
+            MetricSource::Unmeasured => "unmeasured",
         }
     }
 }
@@ -47,6 +53,7 @@ impl fmt::Display for MetricSource {
             MetricSource::Gpm => "GPM",
             MetricSource::Utilization => "utilization counter",
             MetricSource::Simulated => "simulated",
+            MetricSource::Unmeasured => "not measured (MIG)",
         })
     }
 }

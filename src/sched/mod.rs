@@ -178,9 +178,9 @@ struct Gpu {
     activity: Activity,
     /// carma tasks running here.
     occupants: Vec<Occupant>,
-    /// Takes only tasks that hold it alone (e.g. a MIG-enabled GPU, whose
-    /// slices carma does not manage).
-    exclusive_only: bool,
+    /// A MIG instance: takes only single-GPU tasks, since CUDA shows a
+    /// process at most one MIG instance.
+    mig_instance: bool,
     /// Memory the last sample attributed to each task here.
     seen: Vec<(TaskId, u64)>,
     /// It took a task last at this time and takes none before
@@ -276,7 +276,7 @@ impl Scheduler {
                 healthy: true,
                 activity: Activity::new(rules.placement.smact_window_s),
                 occupants: Vec::new(),
-                exclusive_only: false,
+                mig_instance: false,
                 seen: Vec::new(),
                 settles_at: Time::ZERO,
             })
@@ -505,11 +505,12 @@ impl Scheduler {
         }
     }
 
-    /// Lets `gpu` take only tasks that hold it alone, whatever the policy:
-    /// for GPUs whose memory carma cannot share safely (MIG mode).
-    pub fn set_exclusive_only(&mut self, gpu: usize) {
+    /// Marks `gpu` as a MIG instance: it takes only single-GPU tasks (a
+    /// CUDA process sees one MIG instance at most, so a task on two would
+    /// find one GPU). Otherwise it is placed on like any GPU.
+    pub fn set_mig_instance(&mut self, gpu: usize) {
         if let Some(g) = self.gpus.get_mut(gpu) {
-            g.exclusive_only = true;
+            g.mig_instance = true;
         }
     }
 
@@ -969,12 +970,9 @@ impl Scheduler {
 
     /// What `want` asks of GPU `g` in particular: a need that fills the
     /// whole GPU asks for it idle, so no task waits forever for memory no
-    /// GPU has; an exclusive-only GPU is always taken whole.
+    /// GPU has.
     fn on_gpu(&self, want: Want, g: usize) -> Want {
         match want {
-            Want::Free { .. } if self.gpus[g].exclusive_only => {
-                Want::Idle("the GPU is used only whole (MIG)")
-            }
             Want::Free { free_mib, .. } if free_mib >= self.gpus[g].total_mib => {
                 Want::Idle("its need fills a whole GPU")
             }
@@ -993,7 +991,7 @@ impl Scheduler {
     fn passes(&self, index: usize, demand: &Demand, want: Want) -> Option<Candidate> {
         let p = &self.rules.placement;
         let gpu = &self.gpus[index];
-        if !gpu.healthy || gpu.settles_at > self.now {
+        if !gpu.healthy || gpu.settles_at > self.now || (gpu.mig_instance && demand.gpus > 1) {
             return None;
         }
         let free_mib = gpu

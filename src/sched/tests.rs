@@ -936,34 +936,40 @@ fn a_task_found_in_recovery_queues_ahead_of_the_main_queue() {
 }
 
 #[test]
-fn an_exclusive_only_gpu_is_never_shared() {
-    // GPU 0 is MIG-enabled and exclusive-only. Under first-fit, task 1
-    // takes it whole; task 2 (tiny) cannot join and goes to GPU 1.
-    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
-    core.set_exclusive_only(0);
+fn mig_instances_are_shared_but_take_single_gpu_tasks_only() {
+    // GPUs 0 and 1 are MIG instances, GPU 2 a whole GPU. Two one-GPU
+    // tasks share instance 0 (first-fit), as they would a GPU; a two-GPU
+    // task may take neither instance, so with one whole GPU it waits,
+    // although every GPU has room.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[20 * GIB, 20 * GIB, 40 * GIB]);
+    core.set_mig_instance(0);
+    core.set_mig_instance(1);
     core.step(
         s(0.0),
-        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+        Event::Sample(vec![
+            sample(0, 0, 0.0),
+            sample(1, 0, 0.0),
+            sample(2, 0, 0.0),
+        ]),
     );
-    match &queue(&mut core, 1.0, 1, Need::Mib(GIB))[..] {
-        [
-            Action::Launch {
-                gpus,
-                limit_mib,
-                why,
-                ..
-            },
-        ] => {
-            assert_eq!(gpus, &[0]);
-            assert_eq!(*limit_mib, None);
-            assert!(why.contains("MIG"), "{why}");
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(GIB))),
+        [(1, vec![0])]
+    );
     assert_eq!(
         launched(&queue(&mut core, 1.0, 2, Need::Mib(GIB))),
-        [(2, vec![1])]
+        [(2, vec![0])]
     );
+    let mut demand = Demand::new(Need::Mib(GIB));
+    demand.gpus = 2;
+    let actions = core.step(
+        s(2.0),
+        Event::Queued {
+            task: TaskId(3),
+            demand,
+        },
+    );
+    assert_eq!(launched(&actions), []);
 }
 
 #[test]

@@ -44,6 +44,7 @@ enum {
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_GPU_IS_LOST = 15,
@@ -370,6 +371,23 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned *current, unsign
     }
     *current = *pending = mig != 0;
     return NVML_SUCCESS;
+}
+
+/* MIG: a GPU in MIG mode has the 7 slots of an A100, all empty (the fake
+ * makes no instances), as a GPU partitioned by nobody reads. */
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned *count) {
+    DEVICE(device, gpu);
+    double mig = 0;
+    *count = gpu_number(gpu, "mig", &mig) && mig != 0 ? 7 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned index,
+                                                 nvmlDevice_t *mig) {
+    DEVICE(device, gpu);
+    (void)index;
+    (void)mig;
+    return NVML_ERROR_NOT_FOUND;
 }
 
 nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support) {

@@ -40,6 +40,18 @@ pub struct Activity {
     pub source: MetricSource,
 }
 
+impl Activity {
+    /// A MIG instance's: not measured (see [`MetricSource::Unmeasured`]).
+    pub fn unmeasured() -> Activity {
+        Activity {
+            smact: 0.0,
+            occupancy: None,
+            dram: None,
+            source: MetricSource::Unmeasured,
+        }
+    }
+}
+
 /// One GPU's metric reader.
 pub struct ActivityReader {
     /// GPM, while the GPU supports it and the setting allows it: the

@@ -16,6 +16,14 @@
 //! skipped by placement, and read again every interval until it answers.
 //! Nothing here panics or stops the monitor.
 //!
+//! A GPU the operator has partitioned is read through its MIG instances
+//! ([`crate::gpu::mig`]): each instance's own memory and compute processes
+//! (NVML answers both on a MIG device handle). Its SM activity is not
+//! measured ([`crate::gpu::MetricSource::Unmeasured`]), and power, energy, temperature
+//! and clock, which belong to the whole board, are not read for instances.
+//! Instances are found once, at start: the operator repartitions a GPU
+//! with no jobs on it and restarts carma.
+//!
 //! NVML stays loaded for the life of the process: the backend leaks its
 //! handle, so the device handles and the previous GPM sample, which borrow
 //! it, live in the backend between readings. The daemon makes one backend
@@ -36,8 +44,9 @@ use nvml_wrapper::{Device, Nvml};
 use thiserror::Error;
 
 use super::dcgm::Dmon;
+use super::mig::{self, Found, Instance, Partition};
 use super::{GpuBackend, GpuConfig, GpuInfo, GpuReading, MetricsSetting};
-use activity::ActivityReader;
+use activity::{Activity, ActivityReader};
 use failure::{Failure, Quantity, Said, classify, optional, required};
 use values::Raw;
 
@@ -70,14 +79,25 @@ pub struct NvmlGpus {
     dcgm: Option<Dmon>,
 }
 
-/// One GPU's handle and what its readings carry over.
+/// One unit's handle and what its readings carry over.
 struct Gpu {
+    /// NVML's index of the GPU (of the partitioned GPU, for an instance);
+    /// DCGM numbers GPUs the same way.
+    nvml_index: usize,
     /// `None` when the GPU could not be read at start: its size is unknown
     /// to the core, so it stays out until the daemon restarts.
-    device: Option<(Device<'static>, ActivityReader)>,
+    device: Option<(Device<'static>, Kind)>,
     /// The last good reading: returned, marked with the error, while the
     /// GPU cannot be read.
     last: Option<GpuReading>,
+}
+
+/// What a unit is, which decides what is read from it.
+enum Kind {
+    /// A whole GPU, with its SM-metric reader.
+    Board(ActivityReader),
+    /// A MIG instance: memory and processes only.
+    Instance,
 }
 
 impl NvmlGpus {
@@ -115,28 +135,38 @@ impl NvmlGpus {
         let driver = nvml
             .sys_driver_version()
             .unwrap_or_else(|e| format!("unknown ({e})"));
-        let mut inventory = Vec::new();
-        let mut gpus = Vec::new();
-        for index in 0..count as usize {
-            let (info, device) = match identify(nvml, index) {
-                Ok((info, device)) => {
-                    let reader = ActivityReader::start(&device, config.metrics);
-                    (info, Some((device, reader)))
-                }
-                Err(why) => {
+        let found = (0..count as usize)
+            .map(|index| {
+                identify(nvml, index).unwrap_or_else(|why| {
                     log::error!("GPU {index}: {why}; not used until the daemon restarts");
-                    let info = GpuInfo {
-                        index,
+                    Found {
                         uuid: "unknown".into(),
                         name: "unreadable GPU".into(),
                         total_mib: 0,
-                        mig: false,
-                    };
-                    (info, None)
-                }
-            };
+                        partition: Partition::Whole((index, None)),
+                    }
+                })
+            })
+            .collect();
+        let mut inventory = Vec::new();
+        let mut gpus = Vec::new();
+        for (info, (nvml_index, device)) in mig::units(found) {
+            let device = device.map(|device| {
+                let kind = match info.mig {
+                    Some(_) => Kind::Instance,
+                    None => Kind::Board(ActivityReader::start(&device, config.metrics)),
+                };
+                (device, kind)
+            });
             inventory.push(info);
-            gpus.push(Gpu { device, last: None });
+            gpus.push(Gpu {
+                nvml_index,
+                device,
+                last: None,
+            });
+        }
+        if inventory.is_empty() {
+            return Err(OpenError::NoGpus { library: name });
         }
         Ok(NvmlGpus {
             library: name,
@@ -159,27 +189,19 @@ impl NvmlGpus {
         dcgm: Option<super::dcgm::Fields>,
     ) -> Result<GpuReading, String> {
         let said = &mut self.said;
-        let Some((device, activity)) = &mut self.gpus[index].device else {
+        let Some((device, kind)) = &mut self.gpus[index].device else {
             return Err(
                 "could not be read when the daemon started; restart it to use this GPU".into(),
             );
         };
         let memory = required(Quantity::Memory, device.memory_info())?;
-        let activity = activity.read(index, device, dcgm, said)?;
-        let power_mw = optional(said, index, Quantity::Power, device.power_usage())?;
-        let energy_mj = optional(
-            said,
-            index,
-            Quantity::Energy,
-            device.total_energy_consumption(),
-        )?;
-        let temperature_c = optional(
-            said,
-            index,
-            Quantity::Temperature,
-            device.temperature(TemperatureSensor::Gpu),
-        )?;
-        let sm_clock_mhz = optional(said, index, Quantity::SmClock, device.clock_info(Clock::SM))?;
+        let (activity, board) = match kind {
+            Kind::Board(activity) => (
+                activity.read(index, device, dcgm, said)?,
+                read_board(said, index, device)?,
+            ),
+            Kind::Instance => (Activity::unmeasured(), Board::default()),
+        };
         let compute = optional(
             said,
             index,
@@ -210,10 +232,10 @@ impl NvmlGpus {
                 total_bytes: memory.total,
                 free_bytes: memory.free,
                 activity,
-                power_mw,
-                energy_mj,
-                temperature_c,
-                sm_clock_mhz,
+                power_mw: board.power_mw,
+                energy_mj: board.energy_mj,
+                temperature_c: board.temperature_c,
+                sm_clock_mhz: board.sm_clock_mhz,
                 processes,
             },
         ))
@@ -231,8 +253,43 @@ impl NvmlGpus {
     }
 }
 
-/// GPU `index`'s identity and handle; the reason when it cannot be read.
-fn identify(nvml: &'static Nvml, index: usize) -> Result<(GpuInfo, Device<'static>), String> {
+/// What belongs to the whole board: read for whole GPUs only.
+#[derive(Debug, Default)]
+struct Board {
+    power_mw: Option<u32>,
+    energy_mj: Option<u64>,
+    temperature_c: Option<u32>,
+    sm_clock_mhz: Option<u32>,
+}
+
+/// The board quantities of GPU `index`, each left out (said once) where
+/// the GPU cannot give it.
+fn read_board(said: &mut Said, index: usize, device: &Device<'static>) -> Result<Board, String> {
+    Ok(Board {
+        power_mw: optional(said, index, Quantity::Power, device.power_usage())?,
+        energy_mj: optional(
+            said,
+            index,
+            Quantity::Energy,
+            device.total_energy_consumption(),
+        )?,
+        temperature_c: optional(
+            said,
+            index,
+            Quantity::Temperature,
+            device.temperature(TemperatureSensor::Gpu),
+        )?,
+        sm_clock_mhz: optional(said, index, Quantity::SmClock, device.clock_info(Clock::SM))?,
+    })
+}
+
+/// The handle a unit is read through: NVML's index of the GPU and, when it
+/// could be opened, the device (the GPU's, or a MIG instance's).
+type Handle = (usize, Option<Device<'static>>);
+
+/// GPU `index` as NVML shows it, MIG instances included; the reason when
+/// it cannot be read.
+fn identify(nvml: &'static Nvml, index: usize) -> Result<Found<Handle>, String> {
     let index_u32 = u32::try_from(index).map_err(|e| e.to_string())?;
     let device = nvml
         .device_by_index(index_u32)
@@ -249,21 +306,73 @@ fn identify(nvml: &'static Nvml, index: usize) -> Result<(GpuInfo, Device<'stati
         Err(e) => match classify(Quantity::MigMode, &e) {
             // GPUs before Ampere have no MIG.
             Failure::Unavailable => false,
-            // Unsure: a whole GPU is the safe way to use it.
-            Failure::Broken(why) => {
-                log::warn!("GPU {index}: {why}; it is used only whole");
-                true
-            }
+            // Unsure: without instances there is nothing to place on.
+            Failure::Broken(why) => return Err(why),
         },
     };
-    let info = GpuInfo {
-        index,
+    let partition = match mig {
+        true => Partition::Mig(instances(index, &device, &name)?),
+        false => Partition::Whole((index, Some(device))),
+    };
+    Ok(Found {
         uuid,
         name,
         total_mib: values::mib_down(memory.total),
-        mig,
-    };
-    Ok((info, device))
+        partition,
+    })
+}
+
+/// The MIG instances of partitioned GPU `index` (named `name`), in NVML's
+/// order. NVML counts the slots an instance may take; an empty slot
+/// answers "not found". An instance that cannot be read is logged and left
+/// out: the others are still usable.
+fn instances(
+    index: usize,
+    device: &Device<'static>,
+    name: &str,
+) -> Result<Vec<Instance<Handle>>, String> {
+    let slots = device
+        .mig_device_count()
+        .map_err(|e| format!("NVML cannot count its MIG instances: {e}"))?;
+    let mut found = Vec::new();
+    for slot in 0..slots {
+        let instance = match device.mig_device_by_index(slot) {
+            Ok(instance) => instance,
+            Err(NvmlError::NotFound) => continue,
+            Err(e) => {
+                log::error!("GPU {index}: NVML cannot open its MIG instance {slot}: {e}; left out");
+                continue;
+            }
+        };
+        match describe_instance(&instance, name) {
+            Ok((uuid, profile, total_mib)) => found.push(Instance {
+                uuid,
+                profile,
+                total_mib,
+                handle: (index, Some(instance)),
+            }),
+            Err(why) => log::error!("GPU {index}: MIG instance {slot}: {why}; left out"),
+        }
+    }
+    Ok(found)
+}
+
+/// A MIG instance's UUID, profile and memory (MiB). NVML names an
+/// instance `<GPU name> MIG <profile>`; the profile is what follows.
+fn describe_instance(
+    instance: &Device<'static>,
+    parent_name: &str,
+) -> Result<(String, String, u64), String> {
+    let uuid = instance
+        .uuid()
+        .map_err(|e| format!("NVML cannot read its UUID: {e}"))?;
+    let memory = required(Quantity::Memory, instance.memory_info())?;
+    let name = instance.name().unwrap_or_default();
+    Ok((
+        uuid,
+        values::mig_profile(&name, parent_name),
+        values::mib_down(memory.total),
+    ))
 }
 
 impl GpuBackend for NvmlGpus {
@@ -278,13 +387,15 @@ impl GpuBackend for NvmlGpus {
             .map(|dmon| dmon.fresh(Instant::now()))
             .unwrap_or_default();
         (0..self.gpus.len())
-            .map(|index| match self.read(index, dcgm.get(&index).copied()) {
-                Ok(reading) => {
-                    self.gpus[index].last = Some(reading.clone());
-                    reading
-                }
-                Err(why) => self.failed(index, why),
-            })
+            .map(
+                |index| match self.read(index, dcgm.get(&self.gpus[index].nvml_index).copied()) {
+                    Ok(reading) => {
+                        self.gpus[index].last = Some(reading.clone());
+                        reading
+                    }
+                    Err(why) => self.failed(index, why),
+                },
+            )
             .collect()
     }
 

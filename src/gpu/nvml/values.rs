@@ -34,6 +34,22 @@ pub fn mib_up(bytes: u64) -> u64 {
     bytes.div_ceil(MIB)
 }
 
+/// The profile in a MIG instance's NVML name (`NVIDIA A100-SXM4-40GB MIG
+/// 3g.20gb` on GPU `NVIDIA A100-SXM4-40GB`): what follows the last `MIG `,
+/// else the name without its GPU's, else `unknown profile`.
+pub fn mig_profile(instance_name: &str, parent_name: &str) -> String {
+    let profile = match instance_name.rsplit_once("MIG ") {
+        Some((_, profile)) => profile,
+        None => instance_name
+            .strip_prefix(parent_name)
+            .unwrap_or(instance_name),
+    };
+    match profile.trim() {
+        "" => "unknown profile".to_owned(),
+        profile => profile.to_owned(),
+    }
+}
+
 /// A percentage as a fraction in 0..=1. GPM metrics are ratios of
 /// counters and can stray past 100 or be NaN on a counter wrap.
 pub fn fraction(percent: f64) -> f64 {
@@ -86,6 +102,17 @@ pub fn reading(index: usize, raw: &Raw) -> GpuReading {
 mod tests {
     use super::*;
     use crate::gpu::MetricSource;
+
+    #[test]
+    fn a_mig_profile_is_read_from_the_instance_name() {
+        let gpu = "NVIDIA A100-SXM4-40GB";
+        assert_eq!(
+            mig_profile("NVIDIA A100-SXM4-40GB MIG 3g.20gb", gpu),
+            "3g.20gb"
+        );
+        assert_eq!(mig_profile("NVIDIA A100-SXM4-40GB 1g.5gb", gpu), "1g.5gb");
+        assert_eq!(mig_profile("", gpu), "unknown profile");
+    }
 
     #[test]
     fn memory_rounds_capacity_down_and_use_up() {

@@ -42,9 +42,9 @@ pub struct FakeTrain {
 pub struct Placement {
     /// The simulated GPUs' state directory (`CARMA_SIMGPU`).
     pub state_dir: PathBuf,
-    /// Indices of the GPUs the job sees (`CUDA_VISIBLE_DEVICES`), in the
-    /// order CUDA numbers them.
-    pub visible: Vec<usize>,
+    /// The GPUs the job sees (`CUDA_VISIBLE_DEVICES`: indices of whole
+    /// GPUs, UUIDs of MIG instances), in the order CUDA numbers them.
+    pub visible: Vec<String>,
 }
 
 /// How a job that started ended.
@@ -83,7 +83,7 @@ impl Outcome {
 
 impl Placement {
     /// Reads the placement from the values of `CARMA_SIMGPU` and
-    /// `CUDA_VISIBLE_DEVICES` (comma-separated indices).
+    /// `CUDA_VISIBLE_DEVICES` (comma-separated GPU indices or MIG UUIDs).
     pub fn from_env(
         state_dir: Option<OsString>,
         visible_devices: Option<&str>,
@@ -105,17 +105,18 @@ impl Placement {
         }
         let mut visible = Vec::new();
         for part in visible_devices.split(',') {
-            let index: usize = part.trim().parse().map_err(|_| {
-                FakeTrainError::Usage(format!(
-                    "CUDA_VISIBLE_DEVICES={visible_devices}: `{part}` is not a GPU index"
-                ))
-            })?;
-            if visible.contains(&index) {
+            let device = part.trim();
+            if device.is_empty() {
                 return Err(FakeTrainError::Usage(format!(
-                    "CUDA_VISIBLE_DEVICES={visible_devices} names GPU {index} twice"
+                    "CUDA_VISIBLE_DEVICES={visible_devices}: an empty entry is not a GPU"
                 )));
             }
-            visible.push(index);
+            if visible.iter().any(|seen| seen == device) {
+                return Err(FakeTrainError::Usage(format!(
+                    "CUDA_VISIBLE_DEVICES={visible_devices} names GPU {device} twice"
+                )));
+            }
+            visible.push(device.to_owned());
         }
         Ok(Placement { state_dir, visible })
     }
@@ -157,10 +158,18 @@ impl FakeTrain {
         })?;
         let state = StateDir::existing(&placement.state_dir);
         // Fail before the warm-up, not after it, when the GPUs are not there.
-        let count = state.lock()?.read()?.gpus.len();
-        if let Some(&index) = placement.visible.iter().find(|&&index| index >= count) {
-            return Err(no_such_gpu(index, count));
-        }
+        let units = {
+            let current = state.lock()?.read()?;
+            placement
+                .visible
+                .iter()
+                .map(|device| {
+                    current
+                        .find(device)
+                        .ok_or_else(|| no_such_gpu(device, current.gpus.len()))
+                })
+                .collect::<Result<Vec<usize>, _>>()?
+        };
 
         let start = Instant::now();
         let epochs = (self.secs.ceil() as u64).max(1);
@@ -175,7 +184,7 @@ impl FakeTrain {
                 }
                 let elapsed = start.elapsed().as_secs_f64();
                 if !claimed && elapsed >= self.ramp_secs {
-                    if let Some(outcome) = self.claim(&state, placement, me, err)? {
+                    if let Some(outcome) = self.claim(&state, &units, me, err)? {
                         return Ok(outcome);
                     }
                     claimed = true;
@@ -220,13 +229,13 @@ impl FakeTrain {
     fn claim(
         &self,
         state: &StateDir,
-        placement: &Placement,
+        units: &[usize],
         me: ProcessId,
         err: &mut dyn Write,
     ) -> Result<Option<Outcome>, FakeTrainError> {
         let locked = state.lock()?;
         let mut current = locked.read()?;
-        match current.claim(&placement.visible, me, self.mem_mib, self.smact) {
+        match current.claim(units, me, self.mem_mib, self.smact) {
             Ok(()) => {
                 locked.write(&current)?;
                 Ok(None)
@@ -238,14 +247,14 @@ impl FakeTrain {
                     .map_err(FakeTrainError::Output)?;
                 Ok(Some(Outcome::OutOfMemory))
             }
-            Err(Refusal::NoSuchGpu { index, count }) => Err(no_such_gpu(index, count)),
+            Err(Refusal::NoSuchGpu { index, count }) => Err(no_such_gpu(&index.to_string(), count)),
         }
     }
 }
 
-fn no_such_gpu(index: usize, count: usize) -> FakeTrainError {
+fn no_such_gpu(device: &str, count: usize) -> FakeTrainError {
     FakeTrainError::Usage(format!(
-        "CUDA_VISIBLE_DEVICES names GPU {index}, but the simulation has {count} GPU(s)"
+        "CUDA_VISIBLE_DEVICES names GPU {device}, but the simulation has {count} GPU(s)"
     ))
 }
 
@@ -264,7 +273,7 @@ mod tests {
     fn gpus(sizes: &[u64]) -> (tempfile::TempDir, PathBuf) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = StateDir::create(&tmp.path().join("simgpu")).unwrap();
-        dir.lock().unwrap().write(&State::new(sizes)).unwrap();
+        dir.lock().unwrap().write(&State::whole(sizes)).unwrap();
         let path = dir.path().to_owned();
         (tmp, path)
     }
@@ -289,15 +298,8 @@ mod tests {
     #[test]
     fn visible_devices_are_read_in_cuda_order() {
         let p = Placement::from_env(Some("/x".into()), Some(" 2, 0 ")).unwrap();
-        assert_eq!(p.visible, vec![2, 0]);
-        for bad in [
-            None,
-            Some(""),
-            Some(" "),
-            Some("0,x"),
-            Some("1,1"),
-            Some("0,"),
-        ] {
+        assert_eq!(p.visible, ["2", "0"]);
+        for bad in [None, Some(""), Some(" "), Some("1,1"), Some("0,")] {
             let err = Placement::from_env(Some("/x".into()), bad).unwrap_err();
             assert!(err.to_string().contains("CUDA_VISIBLE_DEVICES"), "{err}");
         }

@@ -9,11 +9,18 @@
 //! jobs, OOM crashes, processes killed with their memory still counted until
 //! the next sample notices they are gone.
 //!
+//! Partitioned GPUs ([`spec`]) are numbered by the same code as NVML's
+//! ([`crate::gpu::mig`]): their instances get `MIG-SIM-<gpu>-<i>` UUIDs,
+//! which fake jobs find in `CUDA_VISIBLE_DEVICES`, and they are read as
+//! NVML reads instances: memory and processes, SM activity not measured,
+//! no board power.
+//!
 //! The state lives in the spool so that it outlives the daemon: a restarted
 //! daemon finds the claims of the fake jobs that kept running.
 
 pub mod fake_train;
 mod oom;
+pub mod spec;
 pub mod state;
 
 use std::path::{Path, PathBuf};
@@ -21,8 +28,10 @@ use std::time::Instant;
 
 use thiserror::Error;
 
+use super::mig::{self, Found, Instance, Partition};
 use super::power::PowerCurve;
 use super::{GpuBackend, GpuInfo, GpuReading, MetricSource, ProcessMemory};
+use spec::Declared;
 use state::{State, StateDir};
 
 /// The variable that tells a fake job where the simulated GPUs keep their
@@ -63,25 +72,39 @@ pub struct SimGpus {
 }
 
 impl SimGpus {
-    /// Opens the simulated GPUs of the spool at `spool`, one per entry of
-    /// `sizes_mib`, drawing the watts `power` gives for their SM activity.
+    /// Opens the simulated GPUs `declared` of the spool at `spool`, drawing
+    /// the watts `power` gives for their SM activity.
     ///
-    /// An existing state with the same GPU sizes is kept, with its claims:
-    /// the daemon restarts while fake jobs run. A state with other sizes, or
+    /// An existing state with the same units is kept, with its claims: the
+    /// daemon restarts while fake jobs run. A state with other units, or
     /// one that cannot be read, is replaced (and the log says so): its
     /// claims would not fit the new GPUs.
-    pub fn open(spool: &Path, sizes_mib: &[u64], power: PowerCurve) -> Result<SimGpus, SimError> {
-        if sizes_mib.is_empty() || sizes_mib.contains(&0) {
+    pub fn open(
+        spool: &Path,
+        declared: &[Declared],
+        power: PowerCurve,
+    ) -> Result<SimGpus, SimError> {
+        if declared.is_empty() || declared.iter().any(|gpu| gpu.total_mib == 0) {
             return Err(SimError::Invalid(format!(
-                "every GPU needs memory, got {sizes_mib:?} MiB"
+                "every GPU needs memory, got {declared:?}"
             )));
         }
         power.validate().map_err(SimError::Invalid)?;
+        let inventory: Vec<GpuInfo> = mig::units(found(declared))
+            .into_iter()
+            .map(|(info, ())| info)
+            .collect();
+        if inventory.is_empty() {
+            return Err(SimError::Invalid(
+                "no GPU or MIG instance to place jobs on".into(),
+            ));
+        }
+        let fresh = State::new(&inventory);
         let state = StateDir::create(&spool.join(STATE_DIR))?;
         {
             let locked = state.lock()?;
             match locked.read() {
-                Ok(old) if old.sizes_mib() == sizes_mib => {
+                Ok(old) if old.layout() == fresh.layout() => {
                     let claims: usize = old.gpus.iter().map(|gpu| gpu.claims.len()).sum();
                     log::info!(
                         "simulated GPUs: keeping {} with {claims} claim(s)",
@@ -90,31 +113,20 @@ impl SimGpus {
                 }
                 Ok(old) => {
                     log::warn!(
-                        "simulated GPUs: replacing {}: it has GPUs of {:?} MiB, asked for {:?} MiB",
+                        "simulated GPUs: replacing {}: it has GPUs {:?} (name, MiB), asked for {:?}",
                         state.path().display(),
-                        old.sizes_mib(),
-                        sizes_mib
+                        old.layout(),
+                        fresh.layout()
                     );
-                    locked.write(&State::new(sizes_mib))?;
+                    locked.write(&fresh)?;
                 }
-                Err(SimError::Missing { .. }) => locked.write(&State::new(sizes_mib))?,
+                Err(SimError::Missing { .. }) => locked.write(&fresh)?,
                 Err(e) => {
                     log::warn!("simulated GPUs: replacing unreadable state: {e}");
-                    locked.write(&State::new(sizes_mib))?;
+                    locked.write(&fresh)?;
                 }
             }
         }
-        let inventory = sizes_mib
-            .iter()
-            .enumerate()
-            .map(|(index, &total_mib)| GpuInfo {
-                index,
-                uuid: format!("SIM-{index}"),
-                name: "Simulated GPU".into(),
-                total_mib,
-                mig: false,
-            })
-            .collect();
         Ok(SimGpus {
             state,
             inventory,
@@ -135,6 +147,24 @@ impl SimGpus {
             .iter()
             .enumerate()
             .map(|(index, gpu)| {
+                let processes = gpu
+                    .claims
+                    .iter()
+                    .map(|claim| ProcessMemory {
+                        pid: claim.process.pid,
+                        used_mib: claim.mib,
+                    })
+                    .collect();
+                if self.inventory[index].mig.is_some() {
+                    // As NVML reads an instance: memory and processes only.
+                    return GpuReading {
+                        used_mib: gpu.used_mib(),
+                        total_mib: gpu.total_mib,
+                        processes,
+                        source: Some(MetricSource::Unmeasured),
+                        ..GpuReading::unknown(index)
+                    };
+                }
                 let smact = gpu.smact();
                 let power_w = self.power.watts(smact);
                 // NVML's counter integrates power continuously; between two
@@ -159,14 +189,7 @@ impl SimGpus {
                     energy_j: Some(energy_j),
                     temperature_c: Some(gpu.temperature_c()),
                     sm_clock_mhz: Some(gpu.sm_clock_mhz()),
-                    processes: gpu
-                        .claims
-                        .iter()
-                        .map(|claim| ProcessMemory {
-                            pid: claim.process.pid,
-                            used_mib: claim.mib,
-                        })
-                        .collect(),
+                    processes,
                     source: Some(MetricSource::Simulated),
                     error: None,
                 }
@@ -181,22 +204,23 @@ impl SimGpus {
     fn read_state(&self) -> Result<State, SimError> {
         let locked = self.state.lock()?;
         let mut state = locked.read()?;
-        if state.sizes_mib() != self.sizes_mib() {
+        let expected: Vec<(&str, u64)> = self
+            .inventory
+            .iter()
+            .map(|gpu| (gpu.device.as_str(), gpu.total_mib))
+            .collect();
+        if state.layout() != expected {
             return Err(SimError::Invalid(format!(
-                "{} now has GPUs of {:?} MiB, this backend {:?} MiB (another daemon on this spool?)",
+                "{} now has GPUs {:?} (name, MiB), this backend {expected:?} (another daemon \
+                 on this spool?)",
                 self.state.path().display(),
-                state.sizes_mib(),
-                self.sizes_mib()
+                state.layout(),
             )));
         }
         if state.prune() {
             locked.write(&state)?;
         }
         Ok(state)
-    }
-
-    fn sizes_mib(&self) -> Vec<u64> {
-        self.inventory.iter().map(|gpu| gpu.total_mib).collect()
     }
 
     /// The last good readings (zero before the first) marked with `error`.
@@ -212,6 +236,35 @@ impl SimGpus {
         }
         readings
     }
+}
+
+/// The simulated GPUs as a backend finds them: `SIM-<n>` for GPU `n`,
+/// `MIG-SIM-<n>-<i>` for its instance `i`.
+fn found(declared: &[Declared]) -> Vec<Found<()>> {
+    declared
+        .iter()
+        .enumerate()
+        .map(|(n, gpu)| Found {
+            uuid: format!("SIM-{n}"),
+            name: "Simulated GPU".into(),
+            total_mib: gpu.total_mib,
+            partition: match &gpu.mig {
+                None => Partition::Whole(()),
+                Some(profiles) => Partition::Mig(
+                    profiles
+                        .iter()
+                        .enumerate()
+                        .map(|(i, profile)| Instance {
+                            uuid: format!("MIG-SIM-{n}-{i}"),
+                            profile: profile.name.clone(),
+                            total_mib: profile.total_mib,
+                            handle: (),
+                        })
+                        .collect(),
+                ),
+            },
+        })
+        .collect()
 }
 
 impl GpuBackend for SimGpus {

@@ -102,6 +102,7 @@ mod tests {
     #[test]
     fn the_message_names_the_request_the_gpu_and_its_neighbours() {
         let gpu = SimGpu {
+            device: "0".into(),
             total_mib: 40960,
             claims: vec![Claim {
                 process: ProcessId {

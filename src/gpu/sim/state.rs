@@ -6,7 +6,8 @@
 //! - `lock`: empty; holding an exclusive `flock` on it is the right to read
 //!   and change the state. A separate file, because the state file itself
 //!   is replaced on every write and a lock on a replaced file guards nothing.
-//! - `state.json`: per GPU its memory and the claims on it.
+//! - `state.json`: per GPU (per unit: a whole GPU or a MIG instance) its
+//!   name in `CUDA_VISIBLE_DEVICES`, its memory and the claims on it.
 //!
 //! The state is not durable (a lost file only loses claims of fake jobs), so
 //! writes skip fsync; but a reader must never see half a file, so every
@@ -27,6 +28,7 @@ use fs2::FileExt;
 use serde::{Deserialize, Serialize};
 
 use super::SimError;
+use crate::gpu::GpuInfo;
 use crate::procfs::ProcessId;
 
 /// Every GPU of the simulation and what is claimed on it.
@@ -36,9 +38,14 @@ pub struct State {
     pub gpus: Vec<SimGpu>,
 }
 
-/// One simulated GPU.
+/// One simulated GPU (or MIG instance).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimGpu {
+    /// How `CUDA_VISIBLE_DEVICES` names it (see [`crate::gpu::GpuInfo`]);
+    /// empty in a state written before MIG, which then no longer matches
+    /// and is replaced.
+    #[serde(default)]
+    pub device: String,
     /// Memory, MiB.
     pub total_mib: u64,
     /// What the processes on this GPU hold, oldest first.
@@ -67,12 +74,29 @@ pub enum Refusal {
 }
 
 impl State {
-    /// GPUs with these sizes (MiB) and nothing claimed.
-    pub fn new(sizes_mib: &[u64]) -> State {
+    /// The units `inventory` with nothing claimed.
+    pub fn new(inventory: &[GpuInfo]) -> State {
+        State {
+            gpus: inventory
+                .iter()
+                .map(|gpu| SimGpu {
+                    device: gpu.device.clone(),
+                    total_mib: gpu.total_mib,
+                    claims: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whole GPUs with these sizes (MiB), numbered from 0.
+    #[cfg(test)]
+    pub fn whole(sizes_mib: &[u64]) -> State {
         State {
             gpus: sizes_mib
                 .iter()
-                .map(|&total_mib| SimGpu {
+                .enumerate()
+                .map(|(index, &total_mib)| SimGpu {
+                    device: index.to_string(),
                     total_mib,
                     claims: Vec::new(),
                 })
@@ -80,9 +104,17 @@ impl State {
         }
     }
 
-    /// Each GPU's memory, MiB, in index order.
-    pub fn sizes_mib(&self) -> Vec<u64> {
-        self.gpus.iter().map(|gpu| gpu.total_mib).collect()
+    /// Each unit's name and memory (MiB), in index order.
+    pub fn layout(&self) -> Vec<(&str, u64)> {
+        self.gpus
+            .iter()
+            .map(|gpu| (gpu.device.as_str(), gpu.total_mib))
+            .collect()
+    }
+
+    /// The index of the unit `CUDA_VISIBLE_DEVICES` calls `device`.
+    pub fn find(&self, device: &str) -> Option<usize> {
+        self.gpus.iter().position(|gpu| gpu.device == device)
     }
 
     /// Drops the claims of processes that are gone (exited, killed, or
@@ -362,7 +394,7 @@ mod tests {
 
     #[test]
     fn claims_sum_up_and_smact_caps_at_one() {
-        let mut state = State::new(&[40960]);
+        let mut state = State::whole(&[40960]);
         state.claim(&[0], me(), 10240, 0.7).unwrap();
         state.claim(&[0], me(), 5120, 0.6).unwrap();
         let gpu = &state.gpus[0];
@@ -373,7 +405,7 @@ mod tests {
 
     #[test]
     fn a_claim_that_does_not_fit_everywhere_is_claimed_nowhere() {
-        let mut state = State::new(&[40960, 40960]);
+        let mut state = State::whole(&[40960, 40960]);
         state.claim(&[1], me(), 30720, 0.5).unwrap();
         let before = state.clone();
         let refusal = state.claim(&[0, 1], me(), 20480, 0.5).unwrap_err();
@@ -392,14 +424,14 @@ mod tests {
 
     #[test]
     fn an_exact_fit_is_a_fit() {
-        let mut state = State::new(&[1024]);
+        let mut state = State::whole(&[1024]);
         assert_eq!(state.claim(&[0], me(), 1024, 0.5), Ok(()));
         assert_eq!(state.gpus[0].free_mib(), 0);
     }
 
     #[test]
     fn release_drops_only_the_holders_claims() {
-        let mut state = State::new(&[40960, 40960]);
+        let mut state = State::whole(&[40960, 40960]);
         let other = dead();
         state.claim(&[0, 1], me(), 1024, 0.5).unwrap();
         state.claim(&[0], other, 2048, 0.5).unwrap();
@@ -411,7 +443,7 @@ mod tests {
 
     #[test]
     fn dead_claims_are_pruned() {
-        let mut state = State::new(&[40960]);
+        let mut state = State::whole(&[40960]);
         state.claim(&[0], me(), 1024, 0.5).unwrap();
         state.claim(&[0], dead(), 2048, 0.5).unwrap();
         assert!(state.prune());
@@ -423,7 +455,7 @@ mod tests {
     fn state_survives_a_write_and_a_read() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = StateDir::create(&tmp.path().join("simgpu")).unwrap();
-        let mut state = State::new(&[40960, 81920]);
+        let mut state = State::whole(&[40960, 81920]);
         state.claim(&[1], me(), 1024, 0.25).unwrap();
         let locked = dir.lock().unwrap();
         locked.write(&state).unwrap();

@@ -19,8 +19,12 @@ fn me() -> ProcessId {
     ProcessId::current().unwrap()
 }
 
+fn whole(sizes: &[u64]) -> Vec<Declared> {
+    sizes.iter().copied().map(Declared::whole).collect()
+}
+
 fn open(spool: &Path, sizes: &[u64]) -> SimGpus {
-    SimGpus::open(spool, sizes, LINEAR).unwrap()
+    SimGpus::open(spool, &whole(sizes), LINEAR).unwrap()
 }
 
 /// Changes the state file as a fake job would.
@@ -261,7 +265,9 @@ fn nonsense_gpus_and_power_are_refused() {
             max_w,
             ..LINEAR
         };
-        let err = SimGpus::open(spool.path(), sizes, power).err().unwrap();
+        let err = SimGpus::open(spool.path(), &whole(sizes), power)
+            .err()
+            .unwrap();
         assert!(matches!(err, SimError::Invalid(_)), "{err}");
     }
 }
