@@ -42,7 +42,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         writer.flush()?;
     }
     if let Some(dir) = &args.plot {
-        plot_into(dir, &r.picture)?;
+        plot_into(dir, &[&r.picture])?;
     }
     let m = &r.metrics;
     if args.json {
@@ -78,12 +78,13 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the run's pictures into `dir` and names them on stderr (stdout
-/// stays the report, JSON included).
-pub fn plot_into(dir: &Path, run: &plot::Run) -> Result<()> {
+/// Writes the runs' pictures into `dir`, side by side when there are
+/// several, and names them on stderr (stdout stays the report, JSON
+/// included).
+pub fn plot_into(dir: &Path, runs: &[&plot::Run]) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (kind, name) in [(plot::Kind::Timeline, "gpus"), (plot::Kind::Gantt, "tasks")] {
-        let files = plot::write(kind, &[run], &dir.join(name)).map_err(anyhow::Error::msg)?;
+        let files = plot::write(kind, runs, &dir.join(name)).map_err(anyhow::Error::msg)?;
         for f in files {
             eprintln!("wrote {}", f.display());
         }

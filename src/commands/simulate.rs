@@ -9,7 +9,10 @@ use anyhow::Result;
 use carma::config::Config;
 use carma::rad::MemoryLine;
 use carma::sched::Policy;
-use carma::simulate::{self, Sharing};
+use carma::simulate::{self, Metrics, Quality, Sharing};
+
+/// One simulation's figures, estimate quality and picture.
+type Outcome = (Metrics, Option<Quality>, Option<carma::plot::Run>);
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -48,6 +51,16 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also draw the run into DIR: `gpus.svg`/`.png` (SM activity, memory
+    /// and power per GPU over time) and `tasks.svg`/`.png` (which task ran
+    /// where, coloured by class, OOM crashes outlined).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// With --plot: run the trace under this policy too and draw it on
+    /// the left, the run asked for on the right (e.g. `--versus
+    /// exclusive`).
+    #[arg(long, value_name = "POLICY", requires = "plot")]
+    versus: Option<Policy>,
 }
 
 /// A trace column, or carma's own chain.
@@ -110,25 +123,62 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         rules,
         model,
     };
-    let (m, quality, label) = match args.estimator {
-        EstimatorArg::Column(column) => {
-            setup.estimator = column;
-            (simulate::run(&trace, &setup), None, column.to_string())
-        }
-        EstimatorArg::Carma => {
-            let jobs = args.jobs.clone().unwrap_or_else(|| {
-                trace_path
-                    .parent()
-                    .filter(|d| !d.as_os_str().is_empty())
-                    .unwrap_or(Path::new("."))
-                    .to_owned()
-            });
-            let mut carma = simulate::Carma::new(&trace, &jobs, &config.estimate)
-                .map_err(anyhow::Error::msg)?;
-            let m = simulate::run_with(&trace, &setup, &mut carma);
-            (m, Some(carma.quality()), "carma".to_string())
-        }
+    let jobs = args.jobs.clone().unwrap_or_else(|| {
+        trace_path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_owned()
+    });
+    // One run of the trace with the estimator asked for: its figures, the
+    // estimates' quality (carma's chain only) and its picture (--plot).
+    let simulate = |setup: &mut simulate::Setup| -> Result<Outcome> {
+        let pictured = args.plot.is_some();
+        let go = |setup: &simulate::Setup, estimates: &mut dyn simulate::Estimates| {
+            if pictured {
+                let (m, picture) = simulate::run_pictured(&trace, setup, estimates);
+                (m, Some(picture))
+            } else {
+                (simulate::run_with(&trace, setup, estimates), None)
+            }
+        };
+        Ok(match args.estimator {
+            EstimatorArg::Column(column) => {
+                setup.estimator = column;
+                let (m, picture) = go(setup, &mut simulate::Columns(column));
+                (m, None, picture)
+            }
+            EstimatorArg::Carma => {
+                let mut carma = simulate::Carma::new(&trace, &jobs, &config.estimate)
+                    .map_err(anyhow::Error::msg)?;
+                let (m, mut picture) = go(setup, &mut carma);
+                if let Some(p) = picture.as_mut() {
+                    p.title = format!("{policy}, carma");
+                }
+                (m, Some(carma.quality()), picture)
+            }
+        })
     };
+    let (m, quality, picture) = simulate(&mut setup)?;
+    let label = match args.estimator {
+        EstimatorArg::Column(column) => column.to_string(),
+        EstimatorArg::Carma => "carma".to_string(),
+    };
+    if let (Some(dir), Some(picture)) = (&args.plot, &picture) {
+        let mut runs = Vec::new();
+        if let Some(other) = args.versus {
+            let mut versus = setup.clone();
+            versus.rules.placement.policy = other;
+            runs.push(simulate(&mut versus)?.2.unwrap_or_default());
+        }
+        runs.push(picture.clone());
+        // One time axis for both, so the panels compare at a glance.
+        let span = runs.iter().map(|r| r.span).fold(0.0, f64::max);
+        for run in &mut runs {
+            run.span = span;
+        }
+        super::report::plot_into(dir, &runs.iter().collect::<Vec<_>>())?;
+    }
     if args.json {
         let mut json = serde_json::to_value(&m)?;
         if let (Some(q), Some(map)) = (&quality, json.as_object_mut()) {

@@ -33,6 +33,7 @@ use super::estimates::{Columns, Estimates};
 use super::metrics::{Metrics, TaskRecord};
 use super::model::WARMUP_STEPS;
 use super::trace::TraceTask;
+use crate::plot;
 use crate::rad::MemoryLine;
 
 /// Everything one simulation run needs besides the trace.
@@ -80,6 +81,8 @@ struct Run {
     held_mib: u64,
     /// Seconds between its warm-up steps.
     step_s: f64,
+    /// When it was launched.
+    started: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -115,6 +118,8 @@ struct Sim<'a> {
     /// starting, and the time they did so before.
     delayed_since: Option<f64>,
     head_delay_s: f64,
+    /// What pictures show, when asked for ([`run_pictured`]).
+    picture: Option<plot::Run>,
 }
 
 /// Runs the trace to the end, the core told the setup's trace column as
@@ -126,6 +131,26 @@ pub fn run(trace: &[TraceTask], setup: &Setup) -> Metrics {
 /// Runs the trace to the end with estimates from `estimates`, which hears
 /// of every task that finishes (to learn from it, as history does).
 pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimates) -> Metrics {
+    simulate(trace, setup, estimates, false).0
+}
+
+/// [`run_with`], and the run as pictures show it: each GPU's state after
+/// every change, and every run of every task, coloured by its class.
+pub fn run_pictured(
+    trace: &[TraceTask],
+    setup: &Setup,
+    estimates: &mut dyn Estimates,
+) -> (Metrics, plot::Run) {
+    let (metrics, picture) = simulate(trace, setup, estimates, true);
+    (metrics, picture.unwrap_or_default())
+}
+
+fn simulate(
+    trace: &[TraceTask],
+    setup: &Setup,
+    estimates: &mut dyn Estimates,
+    pictured: bool,
+) -> (Metrics, Option<plot::Run>) {
     let mut sim = Sim {
         trace,
         setup,
@@ -151,6 +176,18 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
         dirty: (0..setup.gpus.len()).collect(),
         delayed_since: None,
         head_delay_s: 0.0,
+        picture: pictured.then(|| plot::Run {
+            title: format!("{}, {}", setup.rules.placement.policy, setup.estimator),
+            gpus: (0..setup.gpus.len())
+                .map(|gpu| plot::GpuSeries {
+                    gpu,
+                    samples: Vec::new(),
+                })
+                .collect(),
+            bars: Vec::new(),
+            gpu_count: setup.gpus.len(),
+            span: 0.0,
+        }),
     };
     sim.flush();
     for (n, t) in trace.iter().enumerate() {
@@ -173,7 +210,11 @@ pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimate
         Some(super::metrics::lower_bound(trace, setup.gpus.len())),
     );
     metrics.head_delay_s = sim.head_delay_s;
-    metrics
+    let picture = sim.picture.map(|mut p| {
+        p.span = end;
+        p
+    });
+    (metrics, picture)
 }
 
 impl Sim<'_> {
@@ -302,6 +343,7 @@ impl Sim<'_> {
             attempt,
             held_mib: 0,
             step_s,
+            started: self.now,
         });
         self.schedule(self.now + step_s, Happening::Grow(n, attempt, 1));
         if let Some(limit) = time_limit {
@@ -337,6 +379,7 @@ impl Sim<'_> {
         let (gpus, attempt, next) = (run.gpus.clone(), run.attempt, self.now + run.step_s);
         for &g in &gpus {
             self.gpus[g].used_mib += more;
+            self.note(g);
         }
         if let Some(run) = self.runs[n].as_mut() {
             run.held_mib += more;
@@ -360,6 +403,17 @@ impl Sim<'_> {
             gpu.used_mib -= run.held_mib;
         }
         self.records[n].stopped(self.now, crashed);
+        if let Some(picture) = self.picture.as_mut() {
+            let t = &self.trace[n];
+            picture.bars.extend(run.gpus.iter().map(|&gpu| plot::Bar {
+                gpu,
+                start: run.started,
+                end: self.now,
+                task: t.task.clone(),
+                group: t.class.clone(),
+                crashed,
+            }));
+        }
         self.changed(&run.gpus);
     }
 
@@ -388,6 +442,7 @@ impl Sim<'_> {
                 .filter_map(|&n| Some(self.trace[n].smact_assumed * self.runs[n].as_ref()?.rate))
                 .sum();
             self.gpus[g].smact = busy.min(1.0);
+            self.note(g);
         }
     }
 
@@ -427,6 +482,28 @@ impl Sim<'_> {
         run.generation = self.order;
         let generation = run.generation;
         self.schedule(finish, Happening::Finish(n, generation));
+    }
+
+    /// Adds GPU `g`'s state now to the picture, if one is drawn.
+    fn note(&mut self, g: usize) {
+        let Some(picture) = self.picture.as_mut() else {
+            return;
+        };
+        let gpu = &self.gpus[g];
+        let samples = &mut picture.gpus[g].samples;
+        // The state is constant between changes: draw steps, not slopes.
+        if let Some(&last) = samples.last().filter(|s| s.t < self.now) {
+            samples.push(plot::Sample {
+                t: self.now,
+                ..last
+            });
+        }
+        samples.push(plot::Sample {
+            t: self.now,
+            smact: gpu.smact,
+            used_mib: gpu.used_mib as f64,
+            power_w: Some(self.setup.model.power().watts(gpu.smact)),
+        });
     }
 
     /// Accumulates GPU `g`'s energy and SMACT-seconds up to `t`.

@@ -421,3 +421,36 @@ fn the_paper_comparison_fills_every_row_and_keeps_the_calibrated_ones() {
     let table = super::paper::Table(&rows).to_string();
     assert!(table.starts_with("| figure | published | carma simulate | target met |\n"));
 }
+
+#[test]
+fn a_pictured_run_draws_every_run_and_each_gpu_change() {
+    // The last-allocator trace: A crashes at 30 s and re-runs 101-201 s,
+    // B runs 1-101 s. Three bars, the first outlined as a crash; the
+    // GPU's memory climbs in steps to 40 GiB before the crash and its
+    // samples are in time order.
+    let trace = [
+        task(0.0, 1, 100.0, 30720.0, 0.3),
+        task(1.0, 1, 100.0, 30720.0, 0.3),
+    ];
+    let setup = setup(1, Policy::Magm, MemoryLine::None, Sharing::Mps);
+    let (m, picture) = super::run_pictured(&trace, &setup, &mut Columns(MemoryLine::None));
+    assert_eq!(m, run(&trace, &setup));
+    let bars: Vec<(f64, f64, bool)> = picture
+        .bars
+        .iter()
+        .map(|b| (b.start, b.end, b.crashed))
+        .collect();
+    assert_eq!(
+        bars,
+        [
+            (0.0, 30.0, true),
+            (1.0, 101.0, false),
+            (101.0, 201.0, false)
+        ]
+    );
+    let samples = &picture.gpus[0].samples;
+    assert!(samples.windows(2).all(|w| w[0].t <= w[1].t), "{samples:?}");
+    let peak = samples.iter().map(|s| s.used_mib).fold(0.0, f64::max);
+    assert!(close(peak, 40.0 * 1024.0), "{peak}");
+    assert!(close(picture.span, 201.0), "{}", picture.span);
+}
