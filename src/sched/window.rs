@@ -36,11 +36,15 @@ impl SmactWindow {
     }
 
     /// Records the value from `at` on. Samples must come in time order; a
-    /// sample at the same time as the last replaces it.
+    /// sample at the same time as the last replaces it, one with the same
+    /// value as the last is already recorded.
     pub fn record(&mut self, at: Time, value: f64) {
         let t = at.as_secs_f64();
         match self.samples.back_mut() {
             Some(last) if last.0 >= t => last.1 = value,
+            // The same value again: the step function goes on unchanged,
+            // and a window of fewer samples averages faster.
+            Some(last) if last.1 == value => {}
             _ => self.samples.push_back((t, value)),
         }
         // Drop samples whose successor already starts at or before the
