@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use carma::config::Config;
+use carma::gpu::sim::spec::Declared;
 use carma::rad::MemoryLine;
 use carma::sched::Policy;
 use carma::simulate::{self, Setup, trace::TraceTask};
@@ -67,7 +68,7 @@ fn main() {
         let mut rules = config.rules();
         rules.placement.policy = policy;
         let setup = Setup {
-            gpus: vec![40 * 1024; GPUS],
+            gpus: vec![Declared::whole(40 * 1024); GPUS],
             estimator,
             rules,
             model: config.simulate.clone(),

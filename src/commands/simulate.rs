@@ -24,7 +24,9 @@ pub struct Args {
     /// data's `carma/traces/`).
     #[arg(long, value_name = "DIR", conflicts_with = "trace")]
     compare_paper: Option<PathBuf>,
-    /// GPUs and their memory, e.g. 4x40GiB or 2x40GiB,2x80GiB.
+    /// GPUs and their memory, e.g. 4x40GiB or 2x40GiB,2x80GiB; a GPU
+    /// cut into MIG instances as `1x40GiB:mig=3g.20gb+2g.10gb+1g.5gb`
+    /// (each instance a GPU of its own, for single-GPU tasks).
     #[arg(long, default_value = "4x40GiB")]
     gpus: String,
     /// Placement policy [default: placement.policy of the configuration].
@@ -100,7 +102,7 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         anyhow::bail!("--trace FILE is needed (or --compare-paper DIR)");
     };
     let trace = simulate::trace::load(&trace_path)?;
-    let gpus = carma::size::parse_gpu_set(&args.gpus)
+    let gpus = carma::gpu::sim::spec::parse(&args.gpus)
         .map_err(|e| anyhow::anyhow!("--gpus {}: column {}: {}", args.gpus, e.column, e.message))?;
     let mut rules = config.rules();
     if let Some(policy) = args.policy {

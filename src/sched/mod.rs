@@ -644,9 +644,15 @@ impl Scheduler {
     /// Whether some GPU set of this server could ever run the demand.
     fn placeable(&self, demand: &Demand) -> Result<(), String> {
         let have = self.gpus.len();
+        // A task on several GPUs cannot use MIG instances (see `passes`).
+        let whole = self.gpus.iter().filter(|g| !g.mig_instance).count();
         match demand.gpus {
             0 => Err("it asks for 0 GPUs".into()),
             n if n as usize > have => Err(format!("it needs {n} GPUs, this server has {have}")),
+            n if n > 1 && n as usize > whole => Err(format!(
+                "it needs {n} GPUs at once, and this server has {whole} not cut into MIG \
+                 instances (a process sees one MIG instance at most)"
+            )),
             _ => Ok(()),
         }
     }
@@ -972,8 +978,13 @@ impl Scheduler {
     /// whole GPU asks for it idle, so no task waits forever for memory no
     /// GPU has.
     fn on_gpu(&self, want: Want, g: usize) -> Want {
+        let largest = self.gpus.iter().map(|g| g.total_mib).max().unwrap_or(0);
         match want {
-            Want::Free { free_mib, .. } if free_mib >= self.gpus[g].total_mib => {
+            // Only where no GPU is larger: a need that fits a larger GPU
+            // (or MIG instance) waits for one.
+            Want::Free { free_mib, .. }
+                if free_mib >= self.gpus[g].total_mib && self.gpus[g].total_mib == largest =>
+            {
                 Want::Idle("its need fills a whole GPU")
             }
             w => w,

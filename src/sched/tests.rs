@@ -939,8 +939,8 @@ fn a_task_found_in_recovery_queues_ahead_of_the_main_queue() {
 fn mig_instances_are_shared_but_take_single_gpu_tasks_only() {
     // GPUs 0 and 1 are MIG instances, GPU 2 a whole GPU. Two one-GPU
     // tasks share instance 0 (first-fit), as they would a GPU; a two-GPU
-    // task may take neither instance, so with one whole GPU it waits,
-    // although every GPU has room.
+    // task may take neither instance, and one whole GPU can never run it:
+    // it fails at once rather than block the queue forever.
     let mut core = Scheduler::new(rules(Policy::FirstFit), &[20 * GIB, 20 * GIB, 40 * GIB]);
     core.set_mig_instance(0);
     core.set_mig_instance(1);
@@ -969,7 +969,32 @@ fn mig_instances_are_shared_but_take_single_gpu_tasks_only() {
             demand,
         },
     );
-    assert_eq!(launched(&actions), []);
+    match &actions[..] {
+        [
+            Action::Fail {
+                reason: FailReason::Unplaceable(why),
+                ..
+            },
+        ] => assert!(why.contains("1 not cut into MIG instances"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_need_too_big_for_a_small_gpu_waits_for_a_larger_one() {
+    // A 40 and an 80 GiB GPU, both idle. A 50 GiB need fills the 40 GiB
+    // GPU but not the 80: it goes to the 80 GiB GPU, sharing it, and a
+    // second one waits for it rather than crash on the idle 40 GiB GPU.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB, 80 * GIB]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 1.0, 1, Need::Mib(50 * GIB))),
+        [(1, vec![1])]
+    );
+    assert_eq!(launched(&queue(&mut core, 1.0, 2, Need::Mib(50 * GIB))), []);
 }
 
 #[test]

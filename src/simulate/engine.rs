@@ -33,14 +33,17 @@ use super::estimates::{Columns, Estimates};
 use super::metrics::{Metrics, TaskRecord};
 use super::model::WARMUP_STEPS;
 use super::trace::TraceTask;
+use crate::gpu::sim::spec::{Declared, MIG_SLICES};
 use crate::plot;
 use crate::rad::MemoryLine;
 
 /// Everything one simulation run needs besides the trace.
 #[derive(Debug, Clone)]
 pub struct Setup {
-    /// Memory of each GPU, MiB.
-    pub gpus: Vec<u64>,
+    /// The GPUs, whole or cut into MIG instances: an instance is a GPU of
+    /// its own to the core (single-GPU tasks only), with its share of the
+    /// board's compute slices, and never slows another instance.
+    pub gpus: Vec<Declared>,
     /// Which trace column the core sees as the estimate ([`run`]; see
     /// [`run_with`] for other sources).
     pub estimator: MemoryLine,
@@ -85,17 +88,56 @@ struct Run {
     started: f64,
 }
 
+/// What the core sees as one GPU: a whole board or a MIG instance.
 #[derive(Debug, Clone, Default)]
 struct SimGpu {
     total_mib: u64,
     used_mib: u64,
     /// Tasks running here.
     tasks: Vec<usize>,
+    /// SM activity of the GPU (of the instance's own SMs).
     smact: f64,
+    /// The board it is, or is part of.
+    board: usize,
+    /// Its part of the board's SMs: 1, or an instance's slices / 7.
+    share: f64,
+}
+
+/// A physical GPU: power and utilization are the board's.
+#[derive(Debug, Clone, Default)]
+struct Board {
+    /// The [`SimGpu`]s it is (one) or is cut into.
+    units: Vec<usize>,
     /// Energy and utilization integrals up to `integrated_to`.
     joules: f64,
     smact_seconds: f64,
     integrated_to: f64,
+}
+
+/// The core's GPUs and the boards they are on.
+fn units(declared: &[Declared]) -> (Vec<SimGpu>, Vec<Board>) {
+    let mut units = Vec::new();
+    let mut boards = Vec::new();
+    for (board, d) in declared.iter().enumerate() {
+        let parts: Vec<(u64, f64)> = match &d.mig {
+            None => vec![(d.total_mib, 1.0)],
+            Some(profiles) => profiles
+                .iter()
+                .map(|p| (p.total_mib, f64::from(p.slices) / f64::from(MIG_SLICES)))
+                .collect(),
+        };
+        boards.push(Board {
+            units: (units.len()..units.len() + parts.len()).collect(),
+            ..Board::default()
+        });
+        units.extend(parts.into_iter().map(|(total_mib, share)| SimGpu {
+            total_mib,
+            board,
+            share,
+            ..SimGpu::default()
+        }));
+    }
+    (units, boards)
 }
 
 struct Sim<'a> {
@@ -104,6 +146,7 @@ struct Sim<'a> {
     estimates: &'a mut dyn Estimates,
     core: Scheduler,
     gpus: Vec<SimGpu>,
+    boards: Vec<Board>,
     runs: Vec<Option<Run>>,
     records: Vec<TaskRecord>,
     /// (time in µs, insertion order, happening): a min-heap on time, FIFO
@@ -151,19 +194,22 @@ fn simulate(
     estimates: &mut dyn Estimates,
     pictured: bool,
 ) -> (Metrics, Option<plot::Run>) {
+    let (gpus, boards) = units(&setup.gpus);
+    let totals: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
+    let mut core = Scheduler::new(setup.rules.clone(), &totals);
+    for (i, g) in gpus.iter().enumerate() {
+        if g.share < 1.0 {
+            core.set_mig_instance(i);
+        }
+    }
+    let count = gpus.len();
     let mut sim = Sim {
         trace,
         setup,
         estimates,
-        core: Scheduler::new(setup.rules.clone(), &setup.gpus),
-        gpus: setup
-            .gpus
-            .iter()
-            .map(|&total_mib| SimGpu {
-                total_mib,
-                ..SimGpu::default()
-            })
-            .collect(),
+        core,
+        gpus,
+        boards,
         runs: vec![None; trace.len()],
         records: trace
             .iter()
@@ -173,19 +219,19 @@ fn simulate(
         order: 0,
         now: 0.0,
         next_tick: None,
-        dirty: (0..setup.gpus.len()).collect(),
+        dirty: (0..count).collect(),
         delayed_since: None,
         head_delay_s: 0.0,
         picture: pictured.then(|| plot::Run {
             title: format!("{}, {}", setup.rules.placement.policy, setup.estimator),
-            gpus: (0..setup.gpus.len())
+            gpus: (0..count)
                 .map(|gpu| plot::GpuSeries {
                     gpu,
                     samples: Vec::new(),
                 })
                 .collect(),
             bars: Vec::new(),
-            gpu_count: setup.gpus.len(),
+            gpu_count: count,
             span: 0.0,
         }),
     };
@@ -203,9 +249,9 @@ fn simulate(
     }
     let mut metrics = Metrics::new(
         &sim.records,
-        &sim.gpus
+        &sim.boards
             .iter()
-            .map(|g| (g.joules, g.smact_seconds))
+            .map(|b| (b.joules, b.smact_seconds))
             .collect::<Vec<_>>(),
         Some(super::metrics::lower_bound(trace, setup.gpus.len())),
     );
@@ -439,7 +485,7 @@ impl Sim<'_> {
             let busy: f64 = self.gpus[g]
                 .tasks
                 .iter()
-                .filter_map(|&n| Some(self.trace[n].smact_assumed * self.runs[n].as_ref()?.rate))
+                .filter_map(|&n| Some(self.smact_on(g, n) * self.runs[n].as_ref()?.rate))
                 .sum();
             self.gpus[g].smact = busy.min(1.0);
             self.note(g);
@@ -452,9 +498,16 @@ impl Sim<'_> {
             .tasks
             .iter()
             .filter(|&&m| m != n)
-            .map(|&m| self.trace[m].smact_assumed)
+            .map(|&m| self.smact_on(g, m))
             .sum();
-        self.setup.model.speed(self.trace[n].smact_assumed, others)
+        self.setup.model.speed(self.smact_on(g, n), others)
+    }
+
+    /// Task `n`'s SM activity as GPU `g` sees it: alone on a board it
+    /// uses `smact` of it, so on a MIG instance it needs `smact / share`
+    /// of the instance (more than all of it slows it down).
+    fn smact_on(&self, g: usize, n: usize) -> f64 {
+        self.trace[n].smact_assumed / self.gpus[g].share
     }
 
     /// Brings a running task's progress up to now under its old rate, sets
@@ -502,19 +555,25 @@ impl Sim<'_> {
             t: self.now,
             smact: gpu.smact,
             used_mib: gpu.used_mib as f64,
-            power_w: Some(self.setup.model.power().watts(gpu.smact)),
+            // Power is the board's: drawn for whole GPUs only.
+            power_w: (gpu.share == 1.0).then(|| self.setup.model.power().watts(gpu.smact)),
         });
     }
 
-    /// Accumulates GPU `g`'s energy and SMACT-seconds up to `t`.
+    /// Accumulates the energy and SMACT-seconds of GPU `g`'s board up to
+    /// `t`.
     fn integrate(&mut self, g: usize, t: f64) {
         let power = self.setup.model.power();
-        let gpu = &mut self.gpus[g];
-        let dt = (t - gpu.integrated_to).max(0.0);
-        let watts = power.watts(gpu.smact);
-        gpu.joules += watts * dt;
-        gpu.smact_seconds += gpu.smact * dt;
-        gpu.integrated_to = gpu.integrated_to.max(t);
+        let board = &mut self.boards[self.gpus[g].board];
+        let smact: f64 = board
+            .units
+            .iter()
+            .map(|&u| self.gpus[u].share * self.gpus[u].smact)
+            .sum();
+        let dt = (t - board.integrated_to).max(0.0);
+        board.joules += power.watts(smact) * dt;
+        board.smact_seconds += smact * dt;
+        board.integrated_to = board.integrated_to.max(t);
     }
 
     fn samples(&self, gpus: &[usize]) -> Vec<GpuSample> {

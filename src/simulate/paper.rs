@@ -14,6 +14,7 @@ use std::path::Path;
 
 use super::trace::{self, TraceTask};
 use super::{Metrics, Model, Setup, Sharing, run};
+use crate::gpu::sim::spec::Declared;
 use crate::rad::MemoryLine;
 use crate::sched::{Gate, Policy, Rules};
 
@@ -108,7 +109,7 @@ pub fn compare(dir: &Path, rules: &Rules, model: &Model) -> Result<Vec<Row>, Str
         run(
             trace,
             &Setup {
-                gpus: vec![40 * GIB; 4],
+                gpus: vec![Declared::whole(40 * GIB); 4],
                 estimator: how.estimator,
                 rules,
                 model,

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::trace::{self, TraceTask};
 use super::*;
+use crate::gpu::sim::spec::Declared;
 use crate::rad::MemoryLine;
 use crate::sched::{Policy, RecoveryMode, Rules};
 
@@ -41,7 +42,7 @@ fn setup(gpus: usize, policy: Policy, estimator: MemoryLine, sharing: Sharing) -
     model.warmup_s = 40.0;
     model.warmup_start = 0.5;
     Setup {
-        gpus: vec![40 * GIB; gpus],
+        gpus: vec![Declared::whole(40 * GIB); gpus],
         estimator,
         rules,
         model,
@@ -453,4 +454,26 @@ fn a_pictured_run_draws_every_run_and_each_gpu_change() {
     let peak = samples.iter().map(|s| s.used_mib).fold(0.0, f64::max);
     assert!(close(peak, 40.0 * 1024.0), "{peak}");
     assert!(close(picture.span, 201.0), "{}", picture.span);
+}
+
+#[test]
+fn mig_instances_run_tasks_apart_on_their_share_of_the_sms() {
+    // One 40 GiB board cut into 3g.20gb and 4g.20gb. A (SMACT 0.6 of a
+    // whole board) and B (0.3) start on an idle instance each. A needs
+    // 0.6 × 7/3 = 1.4 of its instance's SMs: it runs at 1/1.4 and ends at
+    // 140 s; B needs 0.525 of its own and ends at 100 s, untouched by A.
+    // C asks for two GPUs, which MIG instances cannot give: it fails.
+    let mut c = task(0.0, 2, 10.0, 1024.0, 0.3);
+    c.task = "c.rad".into();
+    let trace = [
+        task(0.0, 1, 100.0, 10240.0, 0.6),
+        task(0.0, 1, 100.0, 10240.0, 0.3),
+        c,
+    ];
+    let mut s = setup(1, Policy::FirstFit, MemoryLine::Oracle, Sharing::Mps);
+    s.gpus = crate::gpu::sim::spec::parse("1x40GiB:mig=3g.20gb+4g.20gb").unwrap();
+    let m = run(&trace, &s);
+    assert_eq!(m.failed, 1, "{m:?}");
+    assert!(close(m.total_time_s, 140.0), "{m:?}");
+    assert!(close(m.avg_exec_s, 120.0), "{m:?}");
 }

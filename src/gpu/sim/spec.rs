@@ -18,7 +18,7 @@ use crate::size::{SizeError, parse_gpu_set};
 
 /// Compute slices of the largest MIG-capable GPUs (A100, H100): no more
 /// instances fit.
-const MAX_SLICES: u32 = 7;
+pub const MIG_SLICES: u32 = 7;
 
 /// One simulated GPU as declared.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +115,7 @@ fn parse_profile(name: &str) -> Option<Profile> {
     let slices: u32 = slices.parse().ok()?;
     let gb: u64 = gb.parse().ok()?;
     let total_mib = gb.checked_mul(1024)?;
-    ((1..=MAX_SLICES).contains(&slices) && gb > 0).then(|| Profile {
+    ((1..=MIG_SLICES).contains(&slices) && gb > 0).then(|| Profile {
         name: name.to_owned(),
         slices,
         total_mib,
@@ -126,11 +126,11 @@ fn parse_profile(name: &str) -> Option<Profile> {
 fn check_fits(profiles: &[Profile], total_mib: u64, column: usize) -> Result<(), SizeError> {
     let slices: u32 = profiles.iter().map(|p| p.slices).sum();
     let mib: u64 = profiles.iter().map(|p| p.total_mib).sum();
-    if slices > MAX_SLICES {
+    if slices > MIG_SLICES {
         return Err(SizeError {
             column,
             message: format!(
-                "its MIG instances use {slices} compute slices; a GPU has {MAX_SLICES}"
+                "its MIG instances use {slices} compute slices; a GPU has {MIG_SLICES}"
             ),
         });
     }
