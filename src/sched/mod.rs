@@ -549,6 +549,9 @@ impl Scheduler {
             };
             let why = match here {
                 _ if !gpu.healthy => "cannot be read".to_string(),
+                _ if gpu.mig_instance && t.demand.gpus > 1 => {
+                    "a MIG instance: single-GPU tasks only".to_string()
+                }
                 _ if gpu.settles_at > self.now => format!(
                     "took a task {:.0} s ago; takes none for {:.0} s more (placement.settle_s)",
                     p.settle_s - (gpu.settles_at - self.now).as_secs_f64(),

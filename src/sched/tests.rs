@@ -978,6 +978,32 @@ fn mig_instances_are_shared_but_take_single_gpu_tasks_only() {
         ] => assert!(why.contains("1 not cut into MIG instances"), "{why}"),
         other => panic!("{other:?}"),
     }
+    // With two whole GPUs, one busy, the two-GPU task waits and says why
+    // the instances will not do.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[20 * GIB, 40 * GIB, 40 * GIB]);
+    core.set_mig_instance(0);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![
+            sample(0, 0, 0.0),
+            sample(1, 0, 0.0),
+            sample(2, 39 * GIB, 0.0),
+        ]),
+    );
+    let mut demand = Demand::new(Need::Mib(GIB));
+    demand.gpus = 2;
+    core.step(
+        s(1.0),
+        Event::Queued {
+            task: TaskId(4),
+            demand,
+        },
+    );
+    let why = core.head_waits_for().unwrap().why;
+    assert!(
+        why.contains("GPU 0: a MIG instance: single-GPU tasks only"),
+        "{why}"
+    );
 }
 
 #[test]
