@@ -237,6 +237,9 @@ enum Want {
 pub struct Scheduler {
     rules: Rules,
     gpus: Vec<Gpu>,
+    /// The memory of the largest GPU: only there does a need fill a GPU
+    /// (see `on_gpu`, on every placement's path).
+    largest_mib: u64,
     tasks: HashMap<TaskId, Task>,
     /// Tasks waiting to be launched, in dispatch order (see [`queue`]).
     waiting: Queue,
@@ -284,6 +287,7 @@ impl Scheduler {
         Scheduler {
             rules,
             gpus,
+            largest_mib: gpu_total_mib.iter().copied().max().unwrap_or(0),
             tasks: HashMap::new(),
             waiting: Queue::default(),
             loads: Loads::default(),
@@ -981,7 +985,7 @@ impl Scheduler {
     /// whole GPU asks for it idle, so no task waits forever for memory no
     /// GPU has.
     fn on_gpu(&self, want: Want, g: usize) -> Want {
-        let largest = self.gpus.iter().map(|g| g.total_mib).max().unwrap_or(0);
+        let largest = self.largest_mib;
         match want {
             // Only where no GPU is larger: a need that fits a larger GPU
             // (or MIG instance) waits for one.
