@@ -34,11 +34,15 @@ fn sample(gpu: usize, used_mib: u64, smact: f64) -> GpuSample {
 }
 
 fn queue(core: &mut Scheduler, now: f64, id: u64, need: Need) -> Vec<Action> {
+    submit(core, now, id, Demand::new(need))
+}
+
+fn submit(core: &mut Scheduler, now: f64, id: u64, demand: Demand) -> Vec<Action> {
     core.step(
         s(now),
         Event::Queued {
             task: TaskId(id),
-            demand: Demand::new(need),
+            demand,
         },
     )
 }
@@ -284,13 +288,7 @@ fn a_sole_task_keeps_its_gpu_to_itself() {
     );
     let mut demand = Demand::new(Need::Mib(GIB));
     demand.exclusive = true;
-    let a = core.step(
-        s(1.0),
-        Event::Queued {
-            task: TaskId(1),
-            demand,
-        },
-    );
+    let a = submit(&mut core, 1.0, 1, demand);
     assert_eq!(launched(&a), [(1, vec![0])]);
     assert_eq!(
         launched(&queue(&mut core, 1.0, 2, Need::Mib(GIB))),
@@ -392,33 +390,15 @@ fn multi_gpu_tasks_take_all_their_gpus_at_once_or_wait() {
     let mut core = four_gpus(Policy::Magm);
     let mut demand = Demand::new(Need::Mib(15 * GIB));
     demand.gpus = 2;
-    let a = core.step(
-        s(1.0),
-        Event::Queued {
-            task: TaskId(1),
-            demand: demand.clone(),
-        },
-    );
+    let a = submit(&mut core, 1.0, 1, demand.clone());
     assert_eq!(launched(&a), [(1, vec![3, 0])]);
     // After the bookings (15 GiB each) GPU 3 has 20 and GPU 0 15 free;
     // only GPU 1 (20) and 3 (20) pass for 17 GiB; the tie goes to the
     // lower index → another 2-GPU task fits on 1 and 3.
-    let a = core.step(
-        s(1.0),
-        Event::Queued {
-            task: TaskId(2),
-            demand: demand.clone(),
-        },
-    );
+    let a = submit(&mut core, 1.0, 2, demand.clone());
     assert_eq!(launched(&a), [(2, vec![1, 3])]);
     // Now only GPU 0 (15) ... none has 17 GiB: a third waits.
-    let a = core.step(
-        s(1.0),
-        Event::Queued {
-            task: TaskId(3),
-            demand,
-        },
-    );
+    let a = submit(&mut core, 1.0, 3, demand);
     assert!(launched(&a).is_empty());
 }
 
@@ -427,13 +407,7 @@ fn tasks_no_server_could_run_fail_at_once() {
     let mut core = four_gpus(Policy::Magm);
     let mut demand = Demand::new(Need::Mib(GIB));
     demand.gpus = 8;
-    let a = core.step(
-        s(1.0),
-        Event::Queued {
-            task: TaskId(1),
-            demand,
-        },
-    );
+    let a = submit(&mut core, 1.0, 1, demand);
     match &a[..] {
         [
             Action::Fail {
@@ -731,16 +705,11 @@ fn retry_limit_sends_a_task_to_failed() {
 fn a_tasks_own_retry_limit_wins() {
     let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
     core.step(s(0.0), Event::Sample(vec![sample(0, 0, 0.0)]));
-    core.step(
-        s(1.0),
-        Event::Queued {
-            task: TaskId(1),
-            demand: Demand {
-                max_retries: Some(0),
-                ..Demand::new(Need::Mib(GIB))
-            },
-        },
-    );
+    let demand = Demand {
+        max_retries: Some(0),
+        ..Demand::new(Need::Mib(GIB))
+    };
+    submit(&mut core, 1.0, 1, demand);
     let a = core.step(
         s(2.0),
         Event::Exited {
@@ -962,13 +931,7 @@ fn mig_instances_are_shared_but_take_single_gpu_tasks_only() {
     );
     let mut demand = Demand::new(Need::Mib(GIB));
     demand.gpus = 2;
-    let actions = core.step(
-        s(2.0),
-        Event::Queued {
-            task: TaskId(3),
-            demand,
-        },
-    );
+    let actions = submit(&mut core, 2.0, 3, demand);
     match &actions[..] {
         [
             Action::Fail {
@@ -992,13 +955,7 @@ fn mig_instances_are_shared_but_take_single_gpu_tasks_only() {
     );
     let mut demand = Demand::new(Need::Mib(GIB));
     demand.gpus = 2;
-    core.step(
-        s(1.0),
-        Event::Queued {
-            task: TaskId(4),
-            demand,
-        },
-    );
+    submit(&mut core, 1.0, 4, demand);
     let why = core.head_waits_for().unwrap().why;
     assert!(
         why.contains("GPU 0: a MIG instance: single-GPU tasks only"),
@@ -1140,13 +1097,7 @@ fn a_launch_carries_the_tasks_own_limit_or_the_default() {
         time_limit: Some(Duration::from_secs(60)),
         ..Demand::new(Need::Mib(GIB))
     };
-    let mut actions = core.step(
-        s(0.0),
-        Event::Queued {
-            task: TaskId(1),
-            demand: own,
-        },
-    );
+    let mut actions = submit(&mut core, 0.0, 1, own);
     actions.extend(queue(&mut core, 0.0, 2, Need::Mib(GIB)));
     let limits: Vec<Option<Duration>> = actions
         .iter()
@@ -1173,13 +1124,7 @@ fn a_limit_over_the_maximum_is_refused_and_a_stopped_task_fails_with_time_limit(
         time_limit: Some(Duration::from_secs(3 * 3600)),
         ..Demand::new(Need::Mib(GIB))
     };
-    let actions = core.step(
-        s(0.0),
-        Event::Queued {
-            task: TaskId(1),
-            demand: greedy,
-        },
-    );
+    let actions = submit(&mut core, 0.0, 1, greedy);
     match actions.as_slice() {
         [
             Action::Fail {
@@ -1456,13 +1401,7 @@ fn user_task(core: &mut Scheduler, now: f64, id: u64, user: u32, need: Need) -> 
         user: Some(user),
         ..Demand::new(need)
     };
-    core.step(
-        s(now),
-        Event::Queued {
-            task: TaskId(id),
-            demand,
-        },
-    )
+    submit(core, now, id, demand)
 }
 
 #[test]
@@ -1499,13 +1438,7 @@ fn gpus_and_queued_jobs_are_limited_per_user() {
         user: Some(7),
         ..Demand::new(Need::Mib(GIB))
     };
-    let actions = core.step(
-        s(0.0),
-        Event::Queued {
-            task: TaskId(1),
-            demand: two.clone(),
-        },
-    );
+    let actions = submit(&mut core, 0.0, 1, two.clone());
     assert_eq!(launched(&actions).len(), 1);
     // A second two-GPU task would hold 4 > 2; a third one is beyond the
     // one queued job considered.
