@@ -249,7 +249,8 @@ pub struct TransformerShape {
     /// vocabulary for a language-model head, a few classes otherwise).
     pub head_width: u64,
     /// Attention uses a fused kernel (SDPA, flash) that keeps no
-    /// sequence x sequence score matrix.
+    /// sequence x sequence score matrix: assumed unless the print names
+    /// relative-position or eager attention.
     pub fused_attention: bool,
 }
 

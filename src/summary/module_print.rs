@@ -164,7 +164,9 @@ struct ShapeEvidence {
     embedding_width: Option<u64>,
     position_rows: Option<u64>,
     longest_list: u64,
-    fused_attention: bool,
+    /// A class name says attention materializes its scores: relative
+    /// position attention, or an explicitly eager implementation.
+    unfused_attention: bool,
 }
 
 /// Reads an annotated module print; also returns notes on inconsistencies.
@@ -292,13 +294,24 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
     Ok((features, notes))
 }
 
+/// Class-name marks of attention that keeps the sequence x sequence
+/// scores for backward. Since PyTorch 2.0 and transformers 4.36,
+/// attention runs through `scaled_dot_product_attention` (fused; the class
+/// prints as `BertSdpaSelfAttention` in transformers 4.36-4.47 and as plain
+/// `BertSelfAttention`, `GPT2Attention` from 4.48 on, the implementation
+/// being chosen at run time), so a name without `Sdpa` says nothing.
+/// Relative-position attention (XLNet, Transformer-XL, DeBERTa's
+/// disentangled attention) adds position terms to the scores and has no
+/// fused path; `Eager` names the unfused implementation itself.
+const UNFUSED_ATTENTION: [&str; 3] = ["relative", "disentangled", "eager"];
+
 fn note_names(builder: &mut FeatureBuilder, evidence: &mut ShapeEvidence, name: &str) {
     let lower = name.to_ascii_lowercase();
     if lower.contains("attention") || lower.contains("attn") {
         builder.saw_attention();
     }
-    if lower.contains("sdpa") || lower.contains("flash") {
-        evidence.fused_attention = true;
+    if UNFUSED_ATTENTION.iter().any(|mark| lower.contains(mark)) {
+        evidence.unfused_attention = true;
     }
 }
 
@@ -367,7 +380,7 @@ fn shape_from(evidence: &ShapeEvidence) -> Option<TransformerShape> {
         vocab: evidence.largest_embedding,
         max_positions: evidence.position_rows,
         head_width: evidence.widest_linear,
-        fused_attention: evidence.fused_attention,
+        fused_attention: !evidence.unfused_attention,
     })
 }
 

@@ -157,6 +157,40 @@ fn compact_repeats_count_every_copy() {
     assert_eq!(f.params_total, 288);
 }
 
+/// A two-block transformer print whose attention class is `attention`.
+fn tiny_transformer(attention: &str) -> TransformerShape {
+    let text = format!(
+        "Lm(\n  (wte): Embedding(1000, 64), 64,000 params\n  (wpe): Embedding(256, 64), \
+         16,384 params\n  (h): ModuleList(\n    (0-1): 2 x Block(\n      (attn): {attention}(\n        \
+         (qkv): Linear(in_features=64, out_features=192, bias=True), 12,480 params\n      \
+         ), 12,480 params\n      (mlp): Linear(in_features=64, out_features=256, bias=True), \
+         16,640 params\n    ), 29,120 params\n  ), 58,240 params\n  (head): Linear(in_features=64, \
+         out_features=1000, bias=False), 64,000 params\n), 202,624 params\n"
+    );
+    let f = Summary::parse(&text).unwrap().features;
+    assert_eq!(f.family, Family::Transformer, "{attention}");
+    f.transformer.unwrap()
+}
+
+/// transformers 4.48 and later print `GPT2Attention` and
+/// `BertSelfAttention` whatever kernel runs, and the default kernel is
+/// SDPA; only relative-position and eager attention keep their scores.
+#[test]
+fn attention_is_fused_unless_the_print_says_otherwise() {
+    for fused in ["GPT2Attention", "GPT2SdpaAttention", "BertSelfAttention"] {
+        assert!(tiny_transformer(fused).fused_attention, "{fused}");
+    }
+    for unfused in [
+        "XLNetRelativeAttention",
+        "DisentangledSelfAttention",
+        "BertEagerAttention",
+    ] {
+        assert!(!tiny_transformer(unfused).fused_attention, "{unfused}");
+    }
+    let t = tiny_transformer("GPT2Attention");
+    assert_eq!((t.hidden, t.blocks, t.max_positions), (64, 2, Some(256)));
+}
+
 fn error_of(text: &str) -> SummaryError {
     Summary::parse(text).unwrap_err()
 }
