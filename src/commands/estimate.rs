@@ -129,7 +129,7 @@ fn print_text(input: &EstimateInput, e: &Estimate) {
 /// memory (as `legacy` reads legacy files), command, batch size and model
 /// summary. What the file gets away with is printed as warnings, as the
 /// daemon logs it.
-fn job_from_rad(path: &Path, legacy: &LegacyRules) -> Result<EstimateInput> {
+pub(super) fn job_from_rad(path: &Path, legacy: &LegacyRules) -> Result<EstimateInput> {
     let job = rad::check_file(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let (input, summary_warning) = EstimateInput::from_spec(&job.spec, dir, legacy);

@@ -3,6 +3,7 @@
 //! schemes are trained and scored (on the same folds), so the file serves
 //! either `estimate.model` and one run shows what the fine buckets gain.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -10,11 +11,17 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use carma::config::Config;
+use carma::estimate::calibration::{self, RealJob};
 use carma::estimate::cross_validation::{self, Report, Scores};
 use carma::estimate::dataset::{self, LoadReport};
 use carma::estimate::ensemble::{MODEL_FILE, MODEL_FORMAT};
-use carma::estimate::{Analytic, BucketScheme, Ensemble, FamilyEnsemble, TrainParams};
+use carma::estimate::{
+    Analytic, BucketScheme, Chain, Ensemble, FamilyEnsemble, Settings, TrainParams,
+};
+use carma::rad::LegacyRules;
 use carma::summary::Family;
+
+use super::estimate::job_from_rad;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -37,6 +44,16 @@ pub struct Args {
     /// Trees per ensemble.
     #[arg(long, default_value_t = TrainParams::default().trees)]
     trees: usize,
+    /// Directories of real `.rad` jobs (with their summaries) whose
+    /// measured peaks `--peaks` gives: their rows, not the GPUMemNet
+    /// data's, decide the combining floor of every family and group they
+    /// cover (see `models/README.md`).
+    #[arg(long, requires = "peaks")]
+    real_jobs: Vec<PathBuf>,
+    /// CSV files with `task` (the job file's name) and `memory_mib` (its
+    /// measured peak) columns, e.g. the traces of `../shared/data`.
+    #[arg(long, requires = "real_jobs")]
+    peaks: Vec<PathBuf>,
 }
 
 const FAMILIES: [Family; 2] = [Family::Mlp, Family::Cnn];
@@ -45,7 +62,8 @@ const FAMILIES: [Family; 2] = [Family::Mlp, Family::Cnn];
 const COMBINE_FOLDS: usize = 3;
 
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
-    let settings = Config::load(config_path)?.estimate;
+    let config = Config::load(config_path)?;
+    let settings = config.estimate.clone();
     let rule = settings.decision_rule();
     // The combining rule is learned against the formula as it answers on
     // the data's own stack.
@@ -61,6 +79,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     if args.out.is_none() && args.cv.is_none() {
         bail!("nothing to do: give --out DIR to write models, --cv K to cross-validate, or both");
     }
+    let real_jobs = load_real_jobs(&args.real_jobs, &args.peaks, &config.legacy)?;
     let mut loaded = Vec::new();
     for family in FAMILIES {
         let (examples, report) = dataset::load(&args.data, family)?;
@@ -103,13 +122,19 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
                         rule,
                         &analytic,
                     )?;
-                    log::info!(
-                        "{family} {scheme}: combining floor {} (held out: mean over {:.0} MiB, {:.2}% more than 2 GiB under)",
-                        learned.floor,
-                        learned.mean_over_mib,
-                        100.0 * learned.under_2gib
-                    );
-                    model.analytic_floor = Some(learned.floor);
+                    for (group, k) in [("plain", learned.plain), ("batch-norm", learned.batch_norm)] {
+                        log::info!(
+                            "{family} {scheme}, {group} networks: combining floor {} (held out: mean over {:.0} MiB, {:.2}% more than 2 GiB under)",
+                            k.floor,
+                            k.mean_over_mib,
+                            100.0 * k.under_2gib
+                        );
+                    }
+                    model.analytic_floor = Some(learned.plain.floor);
+                    model.analytic_floor_batch_norm = Some(learned.batch_norm.floor);
+                    if !real_jobs.is_empty() {
+                        learn_on_real_jobs(&mut model, &settings, &real_jobs);
+                    }
                     Ok(model)
                 })
             })
@@ -190,13 +215,17 @@ fn print_reports(reports: &[(Report, LoadReport)], params: &TrainParams, json: b
             }
             None => {}
         }
-        let k = &r.combined;
-        println!(
-            "  with the analytic formula, learned floor {}: mean over {:.0} MiB, >2 GiB under {:.2}%",
-            k.floor,
-            k.mean_over_mib,
-            100.0 * k.under_2gib
-        );
+        for (group, k) in [
+            ("plain", r.combined.plain),
+            ("batch-norm", r.combined.batch_norm),
+        ] {
+            println!(
+                "  with the analytic formula, {group} networks: learned floor {}: mean over {:.0} MiB, >2 GiB under {:.2}%",
+                k.floor,
+                k.mean_over_mib,
+                100.0 * k.under_2gib
+            );
+        }
     }
     Ok(())
 }
@@ -218,4 +247,92 @@ fn summary_line(s: &Scores) -> String {
         100.0 * s.under,
         100.0 * s.under_2gib
     )
+}
+
+/// The real jobs in `dirs` that `peaks` has a measured peak for. A job
+/// that does not read is an error: a calibration set is chosen by hand.
+fn load_real_jobs(
+    dirs: &[PathBuf],
+    peaks: &[PathBuf],
+    legacy: &LegacyRules,
+) -> Result<Vec<RealJob>> {
+    let mut peak_of = HashMap::new();
+    for path in peaks {
+        let mut reader = csv::Reader::from_path(path)
+            .with_context(|| format!("cannot read peaks from {}", path.display()))?;
+        for (i, row) in reader.deserialize::<PeakRow>().enumerate() {
+            let row = row.with_context(|| format!("{}: row {}", path.display(), i + 2))?;
+            peak_of.insert(row.task, row.memory_mib.round() as u64);
+        }
+    }
+    let mut jobs = Vec::new();
+    for dir in dirs {
+        let entries = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot list real jobs in {}", dir.display()))?;
+        let mut paths: Vec<PathBuf> = entries
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        paths.sort();
+        for path in paths {
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let Some(&peak_mib) = peak_of.get(name).filter(|_| name.ends_with(".rad")) else {
+                continue;
+            };
+            let input = job_from_rad(&path, legacy)?;
+            jobs.push(RealJob {
+                name: name.to_string(),
+                input,
+                peak_mib,
+            });
+        }
+    }
+    if jobs.is_empty() {
+        bail!("no job file in the --real-jobs directories has a peak in the --peaks files");
+    }
+    log::info!("{} real jobs with measured peaks", jobs.len());
+    Ok(jobs)
+}
+
+#[derive(serde::Deserialize)]
+struct PeakRow {
+    task: String,
+    memory_mib: f64,
+}
+
+/// Replaces `model`'s floors with those its family's real jobs give
+/// (where they have rows), and logs how each real job fares.
+fn learn_on_real_jobs(model: &mut FamilyEnsemble, settings: &Settings, jobs: &[RealJob]) {
+    let scheme_settings = Settings {
+        model: model.scheme,
+        ..settings.clone()
+    };
+    let ensemble = Ensemble {
+        format: MODEL_FORMAT,
+        params: TrainParams::default(),
+        families: vec![model.clone()],
+    };
+    let chain = Chain::with_models(&scheme_settings, Ok(ensemble));
+    let rows = calibration::real_rows(&chain, jobs);
+    let real = calibration::learn_real_floors(&rows, model.family);
+    for r in rows.iter().filter(|r| r.family == model.family) {
+        log::debug!("real job {}: {:?}", r.name, r.row);
+    }
+    for (group, floor, score) in [
+        ("plain", real.plain, real.scores.plain),
+        ("batch-norm", real.batch_norm, real.scores.batch_norm),
+    ] {
+        if let Some(floor) = floor {
+            log::info!(
+                "{} {}, {group} networks: combining floor {floor} on real jobs (mean over {:.0} MiB, {:.2}% more than 2 GiB under)",
+                model.family,
+                model.scheme,
+                score.mean_over_mib,
+                100.0 * score.under_2gib
+            );
+        }
+    }
+    model.analytic_floor = real.plain.or(model.analytic_floor);
+    model.analytic_floor_batch_norm = real.batch_norm.or(model.analytic_floor_batch_norm);
 }

@@ -23,7 +23,7 @@ use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 
 use super::analytic::Analytic;
-use super::combine::{FloorScore, Row, learn_floor};
+use super::combine::{Floors, Group, Row, learn_floors};
 use super::dataset::{Example, OOM_CRASH_MIB};
 use super::ensemble::{
     BucketScheme, Buckets, DecisionRule, FamilyEnsemble, TrainParams, conservative_bucket,
@@ -97,9 +97,9 @@ pub struct Report {
     /// leaves no held-out row more than 2 GiB under its peak; `None` when
     /// even 100% does not (fine buckets only).
     pub calibrated_margin: Option<f64>,
-    /// The learned combining floor with the analytic formula at the
+    /// The learned combining floors with the analytic formula at the
     /// configured rule, scored on the same held-out rows.
-    pub combined: FloorScore,
+    pub combined: Floors,
 }
 
 /// Assigns each example a fold: within each bucket, a seeded shuffle dealt
@@ -184,7 +184,7 @@ pub fn cross_validate(
         } else {
             None
         },
-        combined: learn_floor(&combination_rows(
+        combined: learn_floors(&combination_rows(
             &buckets,
             examples,
             &shares,
@@ -248,7 +248,7 @@ pub fn learn_combination(
     folds: usize,
     rule: DecisionRule,
     analytic: &Analytic,
-) -> Result<FloorScore, String> {
+) -> Result<Floors, String> {
     let buckets =
         Buckets::of(family, scheme).ok_or_else(|| format!("no buckets for the {family} family"))?;
     let (_, shares) = held_out_shares(family, scheme, examples, params, folds)?;
@@ -260,7 +260,7 @@ pub fn learn_combination(
         (rule.quantile, margin),
         analytic,
     );
-    Ok(learn_floor(&rows))
+    Ok(learn_floors(&rows))
 }
 
 /// Held-out ensemble answers beside the formula's, for the combining
@@ -283,6 +283,7 @@ fn combination_rows(
             };
             let analytic_mib = analytic.estimate(&e.features, e.batch_size, "").ok()?.mib;
             Some(Row {
+                group: Group::of(&e.features),
                 ensemble_mib,
                 analytic_mib,
                 peak_mib: e.peak_mib,

@@ -23,6 +23,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rand_xoshiro::rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 
+use super::combine::Group;
 use super::dataset::Example;
 use super::flat_tree::{FlatTree, TreeParams};
 use crate::sched::Need;
@@ -280,10 +281,15 @@ pub struct FamilyEnsemble {
     /// Largest value of each feature in the training data.
     pub feature_max: Vec<f64>,
     pub trees: Vec<FlatTree>,
-    /// The learned combining floor (see [`super::combine`]); absent in
-    /// model files written before it was learned, which then never combine.
+    /// The learned combining floor (see [`super::combine`]) of networks
+    /// without batch norm, and of all networks in model files written
+    /// before the groups were learned apart; absent in model files written
+    /// before it was learned, which then never combine.
     #[serde(default)]
     pub analytic_floor: Option<f64>,
+    /// The learned combining floor of networks with batch norm.
+    #[serde(default)]
+    pub analytic_floor_batch_norm: Option<f64>,
 }
 
 /// A bucket chosen by the decision rule, with the votes behind it.
@@ -366,6 +372,15 @@ pub fn conservative_bucket(shares: &[f64], q: f64) -> usize {
 }
 
 impl FamilyEnsemble {
+    /// The combining floor for a network of these features: its group's,
+    /// or the single floor of older model files.
+    pub fn analytic_floor_for(&self, f: &ModelFeatures) -> Option<f64> {
+        match Group::of(f) {
+            Group::BatchNorm => self.analytic_floor_batch_norm.or(self.analytic_floor),
+            Group::Plain => self.analytic_floor,
+        }
+    }
+
     /// Trains on `examples` with `params`. Deterministic: the same
     /// examples and parameters give the same trees.
     pub fn train(
@@ -407,6 +422,7 @@ impl FamilyEnsemble {
             feature_max,
             trees,
             analytic_floor: None,
+            analytic_floor_batch_norm: None,
         })
     }
 
@@ -422,7 +438,11 @@ impl FamilyEnsemble {
         if self.trees.is_empty() {
             return Err(format!("the {} model has no trees", self.family));
         }
-        if let Some(floor) = self.analytic_floor.filter(|f| !(0.0..=1.0).contains(f)) {
+        if let Some(floor) = [self.analytic_floor, self.analytic_floor_batch_norm]
+            .into_iter()
+            .flatten()
+            .find(|f| !(0.0..=1.0).contains(f))
+        {
             return Err(format!(
                 "the {} model's combining floor {floor} is outside [0, 1]",
                 self.family

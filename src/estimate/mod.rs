@@ -20,6 +20,7 @@
 //! share it.
 
 pub mod analytic;
+pub mod calibration;
 pub mod combine;
 pub mod cross_validation;
 pub mod dataset;
@@ -498,7 +499,7 @@ impl Chain {
                 // The rule was learned in the data's frame: combine there,
                 // then move to the configured context.
                 let formula = model
-                    .analytic_floor
+                    .analytic_floor_for(&summary.features)
                     .filter(|_| order.contains(&EstimatorKind::Analytic))
                     .and_then(|floor| {
                         let in_data = Analytic {
