@@ -105,3 +105,88 @@ fn train_needs_something_to_do() {
     assert!(!ok);
     assert!(err.contains("nothing to do"), "{err}");
 }
+
+/// `carma simulate --replicas`: seeded jittered replays, so estimators are
+/// compared on a mean rather than on one arrival order.
+#[test]
+fn replicas_replay_jittered_arrivals_and_report_their_spread() {
+    let trace = format!(
+        "{}/../shared/data/carma/traces/philly_t1_60.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let args = ["simulate", "--trace", &trace, "--replicas", "3", "--json"];
+    let (ok, out, err) = carma(&args);
+    assert!(ok, "{err}");
+    let (_, again, _) = carma(&args);
+    assert_eq!(out, again, "seeded");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let times: Vec<f64> = j["total_time_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    assert_eq!(times.len(), 3);
+    assert!(times.windows(2).any(|w| w[0] != w[1]), "{times:?}");
+    let mean = j["mean_total_time_s"].as_f64().unwrap();
+    assert!((mean - times.iter().sum::<f64>() / 3.0).abs() < 1e-6);
+    let (ok, _, err) = carma(&["simulate", "--trace", &trace, "--replicas", "0"]);
+    assert!(!ok && err.contains("--replicas needs N >= 1"), "{err}");
+}
+
+/// `carma train --real-jobs`: the real workloads' measured peaks (from
+/// the traces) decide the CNN floors; jobs the peaks do not name are
+/// skipped, and a peaks file naming none of the jobs is an error.
+#[test]
+fn train_learns_the_floors_on_real_jobs() {
+    let shared = format!("{}/../shared/data", env!("CARGO_MANIFEST_DIR"));
+    let out = tempfile::tempdir().unwrap();
+    let peaks = format!("{shared}/carma/traces/philly_t1_60.csv");
+    let more_peaks = format!("{shared}/carma/traces/philly_mix_90.csv");
+    let (ok, _, err) = carma(&[
+        "train",
+        "--data",
+        &format!("{shared}/gpumemnet"),
+        "--trees",
+        "3",
+        "--out",
+        out.path().to_str().unwrap(),
+        "--real-jobs",
+        &workloads(),
+        "--peaks",
+        &peaks,
+        "--peaks",
+        &more_peaks,
+    ]);
+    assert!(ok, "{err}");
+    let text = std::fs::read_to_string(out.path().join("memory-ensemble.json")).unwrap();
+    let models: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for family in models["families"].as_array().unwrap() {
+        if family["family"] == "cnn" {
+            assert_eq!(
+                family["analytic_floor"], 0.0,
+                "mnist: the formula is within 2 GiB"
+            );
+            assert_eq!(
+                family["analytic_floor_batch_norm"], 0.0,
+                "resnet, mobilenet"
+            );
+        }
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let (ok, _, err) = carma(&[
+        "train",
+        "--data",
+        &format!("{shared}/gpumemnet"),
+        "--out",
+        out.path().to_str().unwrap(),
+        "--real-jobs",
+        empty.path().to_str().unwrap(),
+        "--peaks",
+        &peaks,
+    ]);
+    assert!(
+        !ok && err.contains("no job file in the --real-jobs"),
+        "{err}"
+    );
+}
