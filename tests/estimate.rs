@@ -173,6 +173,15 @@ fn train_learns_the_floors_on_real_jobs() {
             );
         }
     }
+    // Without real jobs, cross-validation shows the floors the GPUMemNet
+    // rows give, per group.
+    let gpumemnet = format!("{shared}/gpumemnet");
+    let (ok, printed, err) = carma(&["train", "--data", &gpumemnet, "--cv", "2", "--trees", "2"]);
+    assert!(ok, "{err}");
+    assert!(
+        printed.contains("batch-norm networks: learned floor"),
+        "{printed}"
+    );
     let empty = tempfile::tempdir().unwrap();
     let (ok, _, err) = carma(&[
         "train",

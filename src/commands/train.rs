@@ -79,7 +79,11 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     if args.out.is_none() && args.cv.is_none() {
         bail!("nothing to do: give --out DIR to write models, --cv K to cross-validate, or both");
     }
-    let real_jobs = load_real_jobs(&args.real_jobs, &args.peaks, &config.legacy)?;
+    let real_jobs = if args.real_jobs.is_empty() {
+        Vec::new()
+    } else {
+        load_real_jobs(&args.real_jobs, &args.peaks, &config.legacy)?
+    };
     let mut loaded = Vec::new();
     for family in FAMILIES {
         let (examples, report) = dataset::load(&args.data, family)?;
