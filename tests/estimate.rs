@@ -50,9 +50,16 @@ fn a_legacy_job_is_estimated_by_the_estimators_asked_for() {
     assert_eq!(v["batch_size"], 32);
     assert_eq!(v["features"]["family"], "cnn");
     let mib = v["mib"].as_u64().unwrap();
-    // A fine CNN bucket's upper edge plus the margin, moved from the
-    // data's context to the configured one, and not more than 2 GiB under
-    // the measured peak (3,934 MiB).
+    // The formula lowered the ensemble's answer (the CNN floor learned on
+    // real jobs is 0): the need is the smaller of the two, and not more
+    // than 2 GiB under the measured peak (3,934 MiB).
+    let combined = &v["combined"];
+    let ensemble = combined["ensemble_mib"].as_u64().unwrap();
+    assert_eq!(Some(mib), combined["analytic_mib"].as_u64());
+    assert!(mib < ensemble && mib + 2048 >= 3934, "{mib}");
+    // The ensemble's answer: a fine CNN bucket's upper edge plus the
+    // margin, moved from the data's context to the configured one.
+    let mib = ensemble;
     let margin = v["bucket"]["margin"].as_f64().unwrap();
     let context = carma::config::Config::load(None)
         .unwrap()

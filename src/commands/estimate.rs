@@ -95,6 +95,9 @@ fn to_json(input: &EstimateInput, e: &Estimate) -> Result<Value> {
         if let Some(f) = e.formula {
             map.insert("formula".into(), serde_json::to_value(f)?);
         }
+        if let Some(c) = &e.combined {
+            map.insert("combined".into(), serde_json::to_value(c)?);
+        }
         if let Some(s) = &input.summary {
             map.insert("format".into(), serde_json::to_value(s.format)?);
             map.insert("summary_notes".into(), serde_json::to_value(&s.notes)?);
