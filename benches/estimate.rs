@@ -1,5 +1,6 @@
-//! Timings of the estimator's hot paths: parsing a model summary and one
-//! ensemble prediction. A plain `main` (no harness): run with
+//! Timings of the estimator's hot paths: parsing a model summary, one
+//! ensemble prediction, and one whole chain estimate (history lookup,
+//! ensemble, formula, combining) on a parsed summary. A plain `main` (no harness): run with
 //! `cargo bench --bench estimate` and read the printed figures.
 //!
 //! Each figure is the median over 15 rounds of the mean time per call in a
@@ -9,7 +10,7 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
 
-use carma::estimate::{BucketScheme, DecisionRule, load_models};
+use carma::estimate::{BucketScheme, Chain, DecisionRule, EstimateInput, load_models};
 use carma::summary::{Family, Summary};
 
 /// Median over rounds of the mean seconds per call of `f`.
@@ -87,6 +88,34 @@ fn main() -> Result<(), String> {
         println!(
             "  {name:<26} {family} model, {} trees {:>8.2} µs",
             model.trees.len(),
+            seconds * 1e6
+        );
+    }
+    println!("chain estimate (declared, history, ensemble + analytic combined, whole-gpu):");
+    let history = std::env::temp_dir().join(format!("carma-bench-history-{}", std::process::id()));
+    let mut settings = carma::config::Config::load(None)
+        .map_err(|e| e.to_string())?
+        .estimate;
+    settings.history_dir = history;
+    let chain = Chain::new(&settings);
+    for (name, batch) in [
+        ("resnet50_32.model", 32),
+        ("mnist_cnn_64.model", 32),
+        ("BERT_base.model", 32),
+    ] {
+        let input = EstimateInput {
+            command: format!("python {name}.py"),
+            batch_size: Some(batch),
+            summary: Some(Summary::parse(&read(name)?).map_err(|e| e.to_string())?),
+            ..EstimateInput::default()
+        };
+        let e = chain.estimate(&input);
+        let seconds = time_per_call(20_000, || {
+            black_box(chain.estimate(black_box(&input)));
+        });
+        println!(
+            "  {name:<26} {:<20} {:>8.2} µs",
+            e.source_text(),
             seconds * 1e6
         );
     }
