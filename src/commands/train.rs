@@ -329,9 +329,10 @@ fn learn_on_real_jobs(model: &mut FamilyEnsemble, settings: &Settings, jobs: &[R
     ] {
         if let Some(floor) = floor {
             log::info!(
-                "{} {}, {group} networks: combining floor {floor} on real jobs (mean over {:.0} MiB, {:.2}% more than 2 GiB under)",
+                "{} {}, {group} networks: combining floor {floor} on {} real jobs of the family (mean over {:.0} MiB, {:.2}% more than 2 GiB under)",
                 model.family,
                 model.scheme,
+                real.rows,
                 score.mean_over_mib,
                 100.0 * score.under_2gib
             );
