@@ -50,6 +50,8 @@ pub struct Config {
     pub estimate: estimate::Settings,
     /// How the research prototype's job files are read.
     pub legacy: LegacyRules,
+    /// `carma slurm`.
+    pub slurm: crate::slurm::Settings,
     /// Every key's value as TOML, defaults and overrides merged: what a
     /// reload compares ([`changes`]), in the same words the files use.
     #[serde(skip)]
@@ -125,6 +127,7 @@ impl Config {
         self.simulate.validate()?;
         self.daemon.validate()?;
         self.mps.validate()?;
+        self.slurm.validate()?;
         self.estimate.validate()
     }
 }

@@ -26,6 +26,7 @@ pub mod sched;
 pub mod shell;
 pub mod simulate;
 pub mod size;
+pub mod slurm;
 pub mod spool;
 pub mod summary;
 pub mod supervisor;

@@ -42,6 +42,9 @@ enum Command {
     /// Replay a trace in virtual time on simulated GPUs and print its
     /// figures: what would this policy do on this trace?
     Simulate(commands::simulate::Args),
+    /// Run job files on a Slurm cluster: memory as shards, OOM recovery
+    /// inside the allocation.
+    Slurm(commands::slurm::Args),
     /// A fake training job for simulated GPUs (tests and demos).
     #[command(hide = true)]
     FakeTrain(commands::fake_train::Args),
@@ -152,6 +155,7 @@ fn run(mut cli: Cli) -> Result<ExitCode> {
         }
         Command::Check { files, json } => commands::check::run(&files, json),
         Command::Simulate(args) => commands::simulate::run(cli.config.as_deref(), args),
+        Command::Slurm(args) => commands::slurm::run(cli.config.as_deref(), args),
         Command::FakeTrain(args) => Ok(commands::fake_train::run(args)),
         Command::Daemon(args) => commands::daemon::run(cli.config.as_deref(), args),
         Command::Submit(args) => commands::submit::run(cli.config.as_deref(), args),

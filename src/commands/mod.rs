@@ -12,6 +12,7 @@ pub mod replay;
 pub mod report;
 pub mod show;
 pub mod simulate;
+pub mod slurm;
 pub mod spool_arg;
 pub mod status;
 pub mod submit;

@@ -21,7 +21,7 @@
 
 mod array;
 mod backoff;
-mod conda;
+pub mod conda;
 mod config;
 mod depends;
 mod environment;
@@ -32,7 +32,7 @@ mod notify;
 mod requests;
 mod restore;
 mod runs;
-mod script;
+pub mod script;
 pub mod status;
 mod watch;
 
