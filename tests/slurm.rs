@@ -182,6 +182,12 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // Jobs first: a job step (slurmstepd) outlives slurmd.
+        let _ = Command::new("scancel")
+            .args(["--partition", "gpu"])
+            .env("SLURM_CONF", self.conf())
+            .status();
+        std::thread::sleep(Duration::from_millis(500));
         for pid in ["run/slurmd.pid", "run/slurmctld.pid", "run/munged.pid"] {
             if let Ok(pid) = fs::read_to_string(self.path(pid)) {
                 let _ = Command::new("kill").arg(pid.trim()).status();
