@@ -75,7 +75,7 @@ impl Cluster {
                  ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
                  JobAcctGatherType=jobacct_gather/none\nSwitchType=switch/none\nMpiDefault=none\n\
                  SchedulerType=sched/backfill\nSelectType=select/cons_tres\n\
-                 SelectTypeParameters=CR_Core\nGresTypes=gpu,shard\n\
+                 SelectTypeParameters=CR_Core\nGresTypes=gpu,shard\nJobSubmitPlugins=lua\n\
                  SlurmdParameters=config_overrides\nReturnToService=2\nMinJobAge=600\n\
                  NodeName={host} CPUs=16 Boards=1 SocketsPerBoard=1 CoresPerSocket=16 \
                  ThreadsPerCore=1 RealMemory=1000 Gres=gpu:2,shard:80 State=UNKNOWN\n\
@@ -97,6 +97,12 @@ impl Cluster {
             gres += &format!("Name=shard Count=40 File={device}\n");
         }
         fs::write(cluster.path("etc/gres.conf"), gres).unwrap();
+        // The shipped hook, calling this build's carma.
+        let hook = include_str!("../examples/slurm/job_submit.lua").replace(
+            "local CARMA = \"/usr/bin/carma\"",
+            &format!("local CARMA = \"{CARMA}\""),
+        );
+        fs::write(cluster.path("etc/job_submit.lua"), hook).unwrap();
         cluster.slurm("slurmctld", &["-i"]);
         cluster.slurm("slurmd", &[]);
         cluster.wait("the node to be idle", || {
@@ -325,4 +331,23 @@ fn jobs_share_gpus_by_shards_and_oom_jobs_come_back_with_a_whole_gpu() {
         "{job}"
     );
     assert!(cluster.job(&oom).contains("JobState=FAILED"));
+
+    // Plain sbatch with a `#CARMA rad=` line: the shipped job_submit.lua
+    // asks carma for the estimate and fills in the shards.
+    fs::write(cluster.path("jobs/plain.rad"), "memory: 10 GiB\ntrue\n").unwrap();
+    let out = Command::new("sbatch")
+        .args(["--parsable", "--chdir"])
+        .arg(cluster.path("jobs"))
+        .args(["--wrap", "#CARMA rad=plain.rad\ntrue"])
+        .env("SLURM_CONF", cluster.conf())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8(out.stdout).unwrap();
+    let job = cluster.job(id.trim());
+    assert!(job.contains("TresPerNode=gres:shard:12"), "{job}");
 }
