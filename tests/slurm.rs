@@ -38,8 +38,10 @@ impl Cluster {
         }
         run("chmod", &["-R", "a+rx", dir.path().to_str().unwrap()]);
         let cluster = Cluster { dir };
-        let host = String::from_utf8(run("hostname", &["-s"])).unwrap();
-        let host = host.trim();
+        // slurmd knows its node by the short host name.
+        let host = nix::unistd::gethostname().unwrap();
+        let host = host.to_string_lossy();
+        let host = host.split('.').next().unwrap_or_default();
         let mut devices = Vec::new();
         for i in 0..2 {
             let device = format!("/dev/carma-fakegpu{i}");
