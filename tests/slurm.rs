@@ -116,18 +116,9 @@ impl Cluster {
 
     /// Runs a Slurm program against this cluster; its stdout.
     fn slurm(&self, program: &str, args: &[&str]) -> Vec<u8> {
-        let out = Command::new(program)
-            .args(args)
-            .env("SLURM_CONF", self.conf())
-            .output()
-            .unwrap_or_else(|e| panic!("{program}: {e}"));
-        assert!(
-            out.status.success(),
-            "{program} {args:?}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.logs()
-        );
-        out.stdout
+        let mut command = Command::new(program);
+        command.args(args).env("SLURM_CONF", self.conf());
+        stdout_of(&mut command, &self.logs())
     }
 
     fn logs(&self) -> String {
@@ -155,18 +146,8 @@ impl Cluster {
     fn submit(&self, name: &str, rad: &str) -> String {
         let path = self.path(&format!("jobs/{name}.rad"));
         fs::write(&path, rad).unwrap();
-        let out = Command::new(CARMA)
-            .args(["slurm", "submit"])
-            .arg(&path)
-            .env("SLURM_CONF", self.conf())
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let path = path.to_str().unwrap();
+        let stdout = String::from_utf8(self.slurm(CARMA, &["slurm", "submit", path])).unwrap();
         let id = stdout.trim().to_string();
         assert!(id.parse::<u64>().is_ok(), "the job id alone: {stdout:?}");
         id
@@ -207,13 +188,18 @@ impl Drop for Cluster {
 }
 
 fn run(program: &str, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(program)
-        .args(args)
+    stdout_of(Command::new(program).args(args), "")
+}
+
+/// What `command` prints on stdout; a failure panics with its stderr and
+/// `context`.
+fn stdout_of(command: &mut Command, context: &str) -> Vec<u8> {
+    let out = command
         .output()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
     assert!(
         out.status.success(),
-        "{program} {args:?}: {}",
+        "{command:?}: {}\n{context}",
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
@@ -240,16 +226,12 @@ fn install() {
         run("chmod", &["+x", "/usr/sbin/policy-rc.d"]);
     }
     run("apt-get", &["update", "-qq"]);
-    let out = Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(["slurmctld", "slurmd", "slurm-client", "munge"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    stdout_of(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(["slurmctld", "slurmd", "slurm-client", "munge"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "",
     );
 }
 
@@ -337,19 +319,16 @@ fn jobs_share_gpus_by_shards_and_oom_jobs_come_back_with_a_whole_gpu() {
     // Plain sbatch with a `#CARMA rad=` line: the shipped job_submit.lua
     // asks carma for the estimate and fills in the shards.
     fs::write(cluster.path("jobs/plain.rad"), "memory: 10 GiB\ntrue\n").unwrap();
-    let out = Command::new("sbatch")
-        .args(["--parsable", "--chdir"])
-        .arg(cluster.path("jobs"))
-        .args(["--wrap", "#CARMA rad=plain.rad\ntrue"])
-        .env("SLURM_CONF", cluster.conf())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id = String::from_utf8(out.stdout).unwrap();
+    let jobs = cluster.path("jobs");
+    let wrap = "#CARMA rad=plain.rad\ntrue";
+    let args = [
+        "--parsable",
+        "--chdir",
+        jobs.to_str().unwrap(),
+        "--wrap",
+        wrap,
+    ];
+    let id = String::from_utf8(cluster.slurm("sbatch", &args)).unwrap();
     let job = cluster.job(id.trim());
     assert!(job.contains("TresPerNode=gres:shard:12"), "{job}");
 }

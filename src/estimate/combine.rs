@@ -116,15 +116,6 @@ pub struct Floors {
     pub batch_norm: FloorScore,
 }
 
-impl Floors {
-    pub fn get(&self, group: Group) -> FloorScore {
-        match group {
-            Group::Plain => self.plain,
-            Group::BatchNorm => self.batch_norm,
-        }
-    }
-}
-
 /// [`learn_floor`] for each group on its own rows; a group without rows
 /// gets the ensemble alone (floor 1): nothing says the formula is safe
 /// there.
@@ -207,8 +198,8 @@ mod tests {
             row(Group::BatchNorm, 8_000, 8_000),
         ];
         let floors = learn_floors(&rows);
-        assert!((floors.get(Group::Plain).floor - 0.8).abs() < 1e-9);
-        assert_eq!(floors.get(Group::BatchNorm).floor, 0.0);
+        assert!((floors.plain.floor - 0.8).abs() < 1e-9);
+        assert_eq!(floors.batch_norm.floor, 0.0);
         let only_plain = learn_floors(&rows[..1]);
         assert_eq!(only_plain.batch_norm.floor, 1.0);
     }
