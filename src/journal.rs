@@ -71,18 +71,37 @@ pub fn init() {
 }
 
 /// A message as one line: newlines, carriage returns, escapes and other
-/// control characters written as Rust escapes.
+/// control characters written as Rust escapes, and so are the characters
+/// that reorder or break what a terminal shows (bidirectional overrides
+/// and isolates like U+202E, line and paragraph separators): a job's
+/// text must not make a log line or `carma status` read as something else.
 pub fn one_line(message: &str) -> String {
-    if !message.chars().any(char::is_control) {
+    if !message.chars().any(misleads) {
         return message.to_string();
     }
     message
         .chars()
         .map(|c| match c {
-            c if c.is_control() => c.escape_default().to_string(),
+            c if misleads(c) => c.escape_default().to_string(),
             c => c.to_string(),
         })
         .collect()
+}
+
+/// Whether showing `c` as it is could change how the rest of a line
+/// reads.
+fn misleads(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{200E}'
+                | '\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
 }
 
 #[cfg(test)]
@@ -96,6 +115,9 @@ mod tests {
         assert!(!line.contains('\n') && !line.contains('\x1b'), "{line}");
         assert!(line.contains("x.rad\\n<3>"), "{line}");
         assert_eq!(one_line("plain: ok"), "plain: ok");
+        let reversed = one_line("job \u{202E}dab.rad\u{2066}x\u{2069}");
+        assert_eq!(reversed, "job \\u{202e}dab.rad\\u{2066}x\\u{2069}");
+        assert_eq!(one_line("naïve 日本"), "naïve 日本", "other text is kept");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod plot;
 pub mod procfs;
 pub mod rad;
 pub mod report;
+pub mod safe;
 pub mod sched;
 pub mod shell;
 pub mod simulate;

@@ -67,13 +67,17 @@ pub fn flock_holders(path: &Path) -> Vec<u32> {
     let Ok(meta) = fs::metadata(path) else {
         return Vec::new();
     };
-    let Ok(locks) = fs::read_to_string("/proc/locks") else {
-        return Vec::new();
-    };
-    let mut holders = parse_locks(&locks, meta.dev(), meta.ino());
+    let mut holders = flocks_on(meta.dev(), meta.ino());
     holders.sort_by_key(|&(pid, exclusive)| (!exclusive, pid));
     holders.dedup();
     holders.into_iter().map(|(pid, _)| pid).collect()
+}
+
+/// The `(pid, exclusive)` of every `flock` on the file with this device
+/// and inode: what anyone may ask of a lock file they cannot open.
+pub fn flocks_on(dev: u64, ino: u64) -> Vec<(u32, bool)> {
+    fs::read_to_string("/proc/locks")
+        .map_or_else(|_| Vec::new(), |text| parse_locks(&text, dev, ino))
 }
 
 /// The `(pid, exclusive)` of every granted `FLOCK` on the inode in the text

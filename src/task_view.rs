@@ -21,8 +21,8 @@ use serde::Serialize;
 use crate::daemon::status::Status;
 use crate::journal::one_line;
 use crate::oom::OomRules;
+use crate::safe::{read_beneath, read_tail_beneath};
 use crate::spool::record::{EstimateNote, Launch, REASON, RunExit, TaskRecord, read_state};
-use crate::spool::safe::{read_beneath, read_tail_beneath};
 use crate::spool::{Spool, State, TaskName};
 use crate::supervisor;
 

@@ -554,12 +554,9 @@ fn files_squatting_task_names_neither_lose_nor_double_a_task() {
     lines.sort();
     assert_eq!(lines, ["dbl", "sq"], "each ran exactly once");
     assert_eq!(spool.tasks("done").len(), 2);
-    assert!(
-        fs::read_dir(spool.root.join("staging"))
-            .unwrap()
-            .next()
-            .is_none()
-    );
+    spool.wait_for("staging/ to hold only the lock", 5.0, || {
+        common::visible_entries(&spool.root.join("staging")) == ["daemon.lock"]
+    });
 }
 
 #[test]
@@ -591,10 +588,13 @@ fn a_submitted_directory_others_may_write_is_refused() {
     fs::set_permissions(&proj, fs::Permissions::from_mode(0o777)).unwrap();
     // A directory both may write, without the sticky bit.
     fs::set_permissions(proj.parent().unwrap(), fs::Permissions::from_mode(0o777)).unwrap();
+    // Named as alice's `carma submit` names its directories: only those
+    // are read at all.
     let out = bob.run(&format!(
-        "mv {} {}/pending/proj",
+        "mv {} {}/pending/submit-{}-1-1",
         proj.display(),
-        spool.root.display()
+        spool.root.display(),
+        alice.uid
     ));
     assert!(out.status.success(), "{}", stderr(&out));
     spool.wait_count("failed", 1, 10.0);

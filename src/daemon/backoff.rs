@@ -58,6 +58,49 @@ impl Backoff {
     }
 }
 
+/// Retry schedules of many things of one kind, each failing on its own
+/// (entries of `pending/` whose intake failed): one that fails again and
+/// again is tried less and less often, and never holds up the others.
+#[derive(Debug, Default)]
+pub struct Backoffs<K> {
+    each: std::collections::HashMap<K, Backoff>,
+}
+
+impl<K: std::hash::Hash + Eq> Backoffs<K> {
+    /// Notes a failure of `key`; as [`Backoff::failed`].
+    pub fn failed(&mut self, key: K) -> (Duration, bool) {
+        self.each.entry(key).or_default().failed()
+    }
+
+    /// Notes a success of `key`: it is no longer retried.
+    pub fn succeeded<Q>(&mut self, key: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.each.remove(key);
+    }
+
+    /// Whether `key` waits for its retry (and must not be tried before).
+    pub fn waiting<Q>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.each.get(key).is_some_and(|b| !b.due())
+    }
+
+    /// Some retry's time has come.
+    pub fn due(&self) -> bool {
+        self.each.values().any(Backoff::due)
+    }
+
+    /// When the next retry is due.
+    pub fn next(&self) -> Option<Instant> {
+        self.each.values().filter_map(Backoff::next).min()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +119,17 @@ mod tests {
         assert!(b.succeeded());
         assert!(!b.succeeded());
         assert_eq!(b.failed(), (FIRST, true));
+    }
+
+    #[test]
+    fn each_key_backs_off_alone() {
+        let mut b = Backoffs::default();
+        assert_eq!(b.failed("a"), (FIRST, true));
+        assert!(b.waiting("a") && !b.waiting("b") && !b.due());
+        std::thread::sleep(FIRST);
+        assert!(b.due() && !b.waiting("a"));
+        assert_eq!(b.failed("a"), (FIRST * 2, false));
+        b.succeeded("a");
+        assert!(!b.waiting("a") && b.next().is_none());
     }
 }

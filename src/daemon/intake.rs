@@ -6,7 +6,7 @@
 //! moves to `failed/` with its reason beside it: bad input is kept, never
 //! silently dropped, and the daemon goes on.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -23,6 +23,9 @@ use crate::spool::record::{
     ArrayMember, EstimateNote, JOB, Outcome, RECORD, RunAs, TaskRecord, unix_now, write_json,
 };
 use crate::spool::{SpoolError, State, TaskName};
+
+/// How every directory a user's `carma submit` hands in is named.
+const SUBMISSION_PREFIX: &str = "submit-";
 
 /// Adoptions remembered in `status.json` for submitters to find.
 const ADOPTIONS_KEPT: usize = 256;
@@ -82,9 +85,15 @@ impl Daemon {
     /// queued, other directories adopted as submissions, files claimed.
     /// Entries whose names are not UTF-8 (`odd`) are claimed too, to be
     /// refused with that reason.
-    fn take_entries(&mut self, mut entries: Vec<String>, odd: Vec<OsString>) {
+    /// A directory is adopted only when its name says `carma submit` made
+    /// it; any other (or an entry of another kind) is claimed, which sets
+    /// it aside unopened with its reason. Entries whose intake failed wait
+    /// for their own retry.
+    fn take_entries(&mut self, mut entries: Vec<String>, mut odd: Vec<OsString>) {
         entries.sort();
         entries.dedup();
+        entries.retain(|e| !self.entry_retry.waiting(OsStr::new(e)));
+        odd.retain(|e| !self.entry_retry.waiting(e));
         let pending = self.spool.dir(State::Pending);
         let euid = Uid::effective().as_raw();
         let mut drops = Vec::new();
@@ -104,7 +113,10 @@ impl Daemon {
                         self.take(name, State::Pending);
                     }
                 }
-                _ => self.adopt(&entry),
+                _ if entry.starts_with(SUBMISSION_PREFIX) && meta.uid() != euid => {
+                    self.adopt(&entry)
+                }
+                _ => odd.push(entry.into()),
             }
         }
         self.take_drops(drops, odd);
@@ -132,15 +144,31 @@ impl Daemon {
                 self.adopted
                     .push_back((entry.to_string(), name.to_string()));
             }
-            Err(e) => self.intake_failed(&format!("pending/{entry}: cannot take it in: {e}")),
+            Err(e) => self.entry_failed(
+                entry.into(),
+                &format!("pending/{entry}: cannot take it in: {e}"),
+            ),
+        }
+        if !self.entry_retry.waiting(OsStr::new(entry)) {
+            self.entry_retry.succeeded(OsStr::new(entry));
         }
     }
 
-    /// Taking in `pending/` failed for a reason that may pass (a full disk,
-    /// an I/O error): what was not taken stays where it is, and all of
-    /// `pending/` is looked at again after a backoff.
+    /// Looking at `pending/` failed for a reason that may pass (too many
+    /// open files): all of it is looked at again after a backoff.
     fn intake_failed(&mut self, what: &str) {
         let (delay, first) = self.intake_retry.failed();
+        if first {
+            log::warn!("{what}; it stays in pending/, tried again in {delay:.1?} and later");
+        } else {
+            log::debug!("{what}; tried again in {delay:.1?}");
+        }
+    }
+
+    /// Taking in one entry of `pending/` failed (it is back where it was):
+    /// it is tried again after its own backoff.
+    fn entry_failed(&mut self, entry: OsString, what: &str) {
+        let (delay, first) = self.entry_retry.failed(entry);
         if first {
             log::warn!("{what}; it stays in pending/, tried again in {delay:.1?} and later");
         } else {
@@ -207,7 +235,17 @@ impl Daemon {
                  (deleted or moved away by its owner); nothing to run"
             );
         }
+        let why = batch.error.as_ref().map(ToString::to_string);
+        for drop in batch.failed {
+            let what = format!(
+                "pending/{}: cannot claim it: {}",
+                drop.to_string_lossy(),
+                why.as_deref().unwrap_or("an error")
+            );
+            self.entry_failed(drop, &what);
+        }
         for c in batch.claimed {
+            self.entry_retry.succeeded(&c.drop);
             match c.refused {
                 Some(reason) => log::error!("{}: refused pending/{}: {reason}", c.name, c.file),
                 None => {
@@ -215,9 +253,6 @@ impl Daemon {
                     self.take_with(c.name, State::Pending, Some(c.record));
                 }
             }
-        }
-        if let Some(e) = batch.error {
-            self.intake_failed(&format!("cannot claim dropped files: {e}"));
         }
     }
 
@@ -477,7 +512,7 @@ impl Daemon {
         let listing = match self.spool.list(State::Pending) {
             Ok(listing) => listing,
             Err(e) => {
-                log::error!("cannot rescan pending/: {e}");
+                self.intake_failed(&format!("cannot rescan pending/: {e}"));
                 return;
             }
         };

@@ -17,8 +17,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::Daemon;
+use crate::safe;
 use crate::spool::State;
-use crate::spool::safe;
 
 /// How long a dropped `.rad` waits for the model summary it names.
 pub(super) const SUMMARY_WAIT: Duration = Duration::from_secs(5);

@@ -37,6 +37,7 @@ pub mod status;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,7 +60,7 @@ use crate::sched::{
 };
 use crate::spool::record::{RunAs, TaskRecord, unix_now};
 use crate::spool::{PRIVATE, PUBLIC, Spool, State, TaskName, write_replace};
-use backoff::Backoff;
+use backoff::{Backoff, Backoffs};
 use status::{GpuStatus, RunningTask, Status, WaitingTask};
 use watch::Change;
 
@@ -149,6 +150,8 @@ struct Closing {
 /// The loop's state. Fields are documented where they are not obvious.
 struct Daemon {
     spool: Spool,
+    /// The spool lock's device and inode, named in `status.json`.
+    lock_id: Option<(u64, u64)>,
     config: Config,
     config_path: Option<PathBuf>,
     core: Scheduler,
@@ -199,9 +202,13 @@ struct Daemon {
     gpu_errors: BTreeMap<usize, String>,
     /// The MPS control daemon, when jobs run under MPS.
     mps: Option<Mps>,
-    /// Taking in `pending/` failed for a reason that may pass (a full
-    /// disk): the whole directory is looked at again on this schedule.
+    /// Listing `pending/` failed for a reason that may pass (too many open
+    /// files): the whole directory is looked at again on this schedule.
     intake_retry: Backoff,
+    /// Entries of `pending/` whose claim or adoption failed: each is tried
+    /// again on its own schedule, never at once (putting a drop back is
+    /// itself a file event, which must not start the claim over).
+    entry_retry: Backoffs<OsString>,
     /// Launches that could not start: the core pauses dispatch for the
     /// delay this gives.
     launch_retry: Backoff,
@@ -213,7 +220,7 @@ struct Daemon {
 pub fn run(options: Options) -> Result<()> {
     let spool = Spool::new(&options.spool);
     spool.create()?;
-    let _lock = spool.lock()?;
+    let lock = spool.lock()?;
     let mut backend = options.backend;
     let gpus = backend.inventory().to_vec();
     let backend_name = backend.describe();
@@ -265,6 +272,7 @@ pub fn run(options: Options) -> Result<()> {
         config.daemon.gpu_log_keep,
     );
     let mut daemon = Daemon {
+        lock_id: lock.id(),
         core,
         chain,
         spool,
@@ -297,12 +305,14 @@ pub fn run(options: Options) -> Result<()> {
         gpu_errors: BTreeMap::new(),
         mps,
         intake_retry: Backoff::default(),
+        entry_retry: Backoffs::default(),
         launch_retry: Backoff::default(),
         adopted: VecDeque::new(),
     };
     daemon.on_readings(readings);
     daemon.restore()?;
     signals(tx.clone())?;
+    empty_trash(daemon.spool.clone())?;
     monitor::spawn(backend, interval_ms, tx);
     log::info!(
         "serving {} with {} ({} tasks waiting, {} running)",
@@ -317,8 +327,34 @@ pub fn run(options: Options) -> Result<()> {
     );
     daemon.step();
     daemon.serve(rx);
+    drop(lock);
     Ok(())
 }
+
+/// Deletes what the loop discards (users' trees among it, which may be
+/// large or deep) on a thread of its own, so the loop never waits on it.
+fn empty_trash(spool: Spool) -> Result<()> {
+    std::thread::Builder::new()
+        .name("trash".into())
+        .spawn(move || {
+            let mut failing = false;
+            loop {
+                match spool.empty_trash(None) {
+                    Ok(_) => failing = false,
+                    Err(e) if !failing => {
+                        log::warn!("cannot empty staging/'s trash: {e}");
+                        failing = true;
+                    }
+                    Err(_) => {}
+                }
+                std::thread::sleep(TRASH_INTERVAL);
+            }
+        })?;
+    Ok(())
+}
+
+/// How often the trash is emptied.
+const TRASH_INTERVAL: Duration = Duration::from_secs(1);
 
 fn interval_ms(config: &Config) -> u64 {
     (config.daemon.sample_interval_s * 1000.0).round().max(1.0) as u64
@@ -398,7 +434,8 @@ impl Daemon {
             .closing
             .values()
             .filter_map(|c| c.retry.next())
-            .chain(self.intake_retry.next());
+            .chain(self.intake_retry.next())
+            .chain(self.entry_retry.next());
         if let Some(next) = retries.min() {
             sleep = sleep.min(next.saturating_duration_since(Instant::now()));
         }
@@ -633,6 +670,7 @@ impl Daemon {
         Status {
             updated_at: unix_now(),
             daemon_pid: std::process::id(),
+            lock: self.lock_id,
             backend: self.backend_name.clone(),
             gpus: self
                 .gpus

@@ -43,12 +43,18 @@ impl Daemon {
             if meta.as_ref().is_some_and(|m| !m.is_file()) {
                 // A request is an empty regular file; anything else (a
                 // directory squatting a task's request name, a link) only
-                // stands in the way of the real one.
+                // stands in the way of the real one. Put out of the way
+                // unopened, however deep a tree it is.
                 log::warn!("cancel/{file_name}: not a regular file; removed");
-                let _ = match meta.is_some_and(|m| m.is_dir()) {
-                    true => fs::remove_dir_all(&path),
-                    false => fs::remove_file(&path),
-                };
+                let _ = self.spool.discard(&path);
+                continue;
+            }
+            if meta.as_ref().is_some_and(|m| m.nlink() > 1) {
+                // Its owner is whoever owns the file linked to, not who
+                // left the request: a hard link to another user's file
+                // would act in that user's name.
+                log::warn!("cancel/{file_name}: has other hard links; refused and removed");
+                let _ = fs::remove_file(&path);
                 continue;
             }
             let requester = meta.map(|m| m.uid());

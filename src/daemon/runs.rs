@@ -475,6 +475,9 @@ impl Daemon {
         for seq in due {
             self.try_close(seq);
         }
+        if self.entry_retry.due() && !self.intake_retry.due() {
+            self.rescan();
+        }
         if self.intake_retry.due() {
             self.rescan();
             // A failure during the rescan has set a new, later retry; a

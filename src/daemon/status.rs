@@ -15,6 +15,10 @@ pub struct Status {
     /// When it was written (Unix seconds).
     pub updated_at: f64,
     pub daemon_pid: u32,
+    /// The device and inode of the daemon's lock (which users cannot
+    /// open): `/proc/locks` tells anyone whether `daemon_pid` holds it.
+    #[serde(default)]
+    pub lock: Option<(u64, u64)>,
     /// The GPU backend, for people ("4 simulated GPUs", "NVML 550.54").
     pub backend: String,
     pub gpus: Vec<GpuStatus>,

@@ -116,12 +116,10 @@ pub fn case_match(dir: &Path, relative: &str) -> Option<String> {
         Some((subdir, file_name)) => (Some(subdir), file_name),
         None => (None, relative),
     };
-    let search = subdir.map_or_else(|| dir.to_owned(), |subdir| dir.join(subdir));
     let wanted = file_name.to_lowercase();
-    let mut matches = fs::read_dir(search)
+    let mut matches = crate::safe::names_beneath(dir, subdir.unwrap_or(""))
         .ok()?
-        .flatten()
-        .filter_map(|entry| entry.file_name().into_string().ok())
+        .into_iter()
         .filter(|name| name.to_lowercase() == wanted);
     let name = matches.next()?;
     if matches.next().is_some() {

@@ -36,12 +36,12 @@ impl Spool {
             .and_then(|()| write_new(&staged.join(RECORD), &record::to_json(&record)))
             .and_then(|()| sync_tree(&staged));
         if let Err(e) = made {
-            let _ = fs::remove_dir_all(&staged);
+            let _ = self.discard(&staged);
             return Err(at(&staged)(e));
         }
         let placed = self.place(&staged, State::Pending, &new, Some(&mut record));
         if placed.is_err() {
-            let _ = fs::remove_dir_all(&staged);
+            let _ = self.discard(&staged);
         }
         let placed = placed?;
         sync_dir(&self.dir(State::Pending)).map_err(at(&self.dir(State::Pending)))?;

@@ -17,13 +17,14 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use super::record::{self, DROPPED, JOB, Outcome, RECORD, TaskRecord, unix_now};
 use super::{
     Claimed, MAX_SUMMARY_BYTES, PRIVATE, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at,
-    make_dir, read_names, rename_new, safe, sync_dir,
+    make_dir, read_names, rename_new, sync_dir,
 };
+use crate::safe;
 
 /// What a batch of claims produced: the tasks made, and the error that
 /// stopped the batch early (a full disk, say). Drops not claimed stay in
@@ -34,6 +35,9 @@ pub struct ClaimBatch {
     /// Drops that were removed before they could be claimed (their owner
     /// deleted or moved them): nothing to run, but worth saying.
     pub vanished: Vec<String>,
+    /// Drops whose claim failed and that are back in `pending/`: retried
+    /// later, not at once (their move back is itself a file event).
+    pub failed: Vec<OsString>,
     pub error: Option<SpoolError>,
 }
 
@@ -49,29 +53,21 @@ impl Spool {
         if drops.is_empty() {
             return batch;
         }
-        let first = match self.allocate(drops.len() as u64) {
-            Ok(first) => first,
-            Err(e) => {
-                batch.error = Some(e);
-                return batch;
-            }
-        };
         let now = unix_now();
-        let jobs: Vec<(u64, &OsString)> = (first..).zip(drops).collect();
-        let claim_all = |chunk: &[(u64, &OsString)]| -> Vec<ClaimOutcome> {
+        let claim_all = |chunk: &[OsString]| -> Vec<ClaimOutcome> {
             chunk
                 .iter()
-                .map(|&(seq, drop)| self.claim_numbered(seq, drop, now))
+                .map(|drop| (drop.clone(), self.claim_one(drop, &provisional_dir(self))))
                 .collect()
         };
         // Each claim waits on the disk (directories and files made one
         // after another); a large batch overlaps those waits on threads.
-        let threads = CLAIM_THREADS.min(jobs.len() / CLAIMS_PER_THREAD).max(1);
+        let threads = CLAIM_THREADS.min(drops.len() / CLAIMS_PER_THREAD).max(1);
         let outcomes: Vec<ClaimOutcome> = match threads {
-            1 => claim_all(&jobs),
+            1 => claim_all(drops),
             _ => std::thread::scope(|scope| {
-                let workers: Vec<_> = jobs
-                    .chunks(jobs.len().div_ceil(threads))
+                let workers: Vec<_> = drops
+                    .chunks(drops.len().div_ceil(threads))
                     .map(|chunk| scope.spawn(move || claim_all(chunk)))
                     .collect();
                 workers
@@ -80,16 +76,29 @@ impl Spool {
                     .collect()
             }),
         };
-        let mut staged = Vec::new();
-        for outcome in outcomes {
+        let mut prepared = Vec::new();
+        for (drop, outcome) in outcomes {
             match outcome {
-                (_, Ok(Some((dir, claimed)))) => staged.push((dir, claimed)),
-                (lossy, Ok(None)) => batch.vanished.push(lossy),
+                Ok(Some(p)) => prepared.push(p),
+                Ok(None) => batch.vanished.push(drop.to_string_lossy().into_owned()),
                 // One drop's trouble does not hold up the others; it stays
-                // in pending/ for the next try.
-                (_, Err(e)) => batch.error = Some(e),
+                // in pending/ for a later try.
+                Err(e) => {
+                    batch.failed.push(drop);
+                    batch.error = Some(e);
+                }
             }
         }
+        // Numbers only for the claims that got this far: a drop that cannot
+        // be claimed, however often it is tried, spends none.
+        let staged = match self.number(prepared, now) {
+            Ok(staged) => staged,
+            Err((e, undone)) => {
+                batch.failed.extend(undone);
+                batch.error = Some(e);
+                return batch;
+            }
+        };
         if staged.is_empty() {
             return batch;
         }
@@ -97,8 +106,9 @@ impl Spool {
         // users' originals go.
         let dirs: Vec<&Path> = staged.iter().map(|(dir, _)| dir.as_path()).collect();
         if let Err(e) = make_durable(&self.staging(), &dirs) {
-            for (dir, _) in staged {
+            for (dir, claimed) in staged {
                 self.undo_claim(&dir);
+                batch.failed.push(claimed.drop);
             }
             batch.error = Some(at(&self.staging())(e));
             return batch;
@@ -122,6 +132,7 @@ impl Spool {
                 }
                 Err(e) => {
                     self.undo_claim(&dir);
+                    batch.failed.push(claimed.drop);
                     batch.error = Some(e);
                 }
             }
@@ -138,30 +149,78 @@ impl Spool {
         batch
     }
 
-    /// Claims one drop as task number `seq` (see [`Spool::claim_one`]),
-    /// with the drop's name for people.
-    fn claim_numbered(&self, seq: u64, drop: &OsStr, now: f64) -> ClaimOutcome {
+    /// Gives prepared claims their task numbers: each gets its record and
+    /// its `claim-NAME` directory. On an error every claim is undone and
+    /// its drop returned.
+    #[allow(clippy::type_complexity)]
+    fn number(
+        &self,
+        prepared: Vec<Prepared>,
+        now: f64,
+    ) -> Result<Vec<(PathBuf, Claimed)>, (SpoolError, Vec<OsString>)> {
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let undo_all = |prepared: &[Prepared]| -> Vec<OsString> {
+            prepared
+                .iter()
+                .map(|p| {
+                    self.undo_claim(&p.dir);
+                    p.drop.clone()
+                })
+                .collect()
+        };
+        let first = match self.allocate(prepared.len() as u64) {
+            Ok(first) => first,
+            Err(e) => return Err((e, undo_all(&prepared))),
+        };
+        let mut staged: Vec<(PathBuf, Claimed)> = Vec::with_capacity(prepared.len());
+        for (i, (seq, p)) in (first..).zip(&prepared).enumerate() {
+            let name = TaskName::new(seq, &p.stem);
+            let dir = self.staging().join(format!("claim-{name}"));
+            let mut record = TaskRecord {
+                owner: p.owner,
+                ..TaskRecord::new(&name, p.lossy.clone(), now)
+            };
+            if let Some(reason) = &p.refused {
+                record.outcome = Some(Outcome::failed(reason));
+            }
+            let made = write_new(&p.dir.join(RECORD), &record::to_json(&record))
+                .and_then(|()| rename_new(&p.dir, &dir));
+            if let Err(e) = made {
+                let mut undone = undo_all(&prepared[i..]);
+                for (dir, claimed) in staged {
+                    self.undo_claim(&dir);
+                    undone.push(claimed.drop);
+                }
+                return Err((at(&p.dir)(e), undone));
+            }
+            staged.push((
+                dir,
+                Claimed {
+                    name,
+                    file: p.lossy.clone(),
+                    drop: p.drop.clone(),
+                    record,
+                    refused: p.refused.clone(),
+                },
+            ));
+        }
+        Ok(staged)
+    }
+
+    /// Claims one drop into the new directory `dir` (without its record,
+    /// which needs the task's number); `None` if it vanished first. On an
+    /// error nothing is left behind: the drop is back in `pending/`.
+    /// Nothing the user made is opened unless `lstat` showed a regular
+    /// file, and a directory or anything else is kept without a look
+    /// inside.
+    fn claim_one(&self, drop: &OsStr, dir: &Path) -> Result<Option<Prepared>, SpoolError> {
+        let pending = self.dir(State::Pending);
         let lossy = drop.to_string_lossy().into_owned();
         let stem = Path::new(&lossy)
             .file_stem()
             .map_or_else(|| lossy.clone(), |s| s.to_string_lossy().into_owned());
-        let name = TaskName::new(seq, &stem);
-        let dir = self.staging().join(format!("claim-{name}"));
-        let claimed = self.claim_one(drop, &name, &dir, now);
-        (lossy, claimed.map(|c| c.map(|c| (dir, c))))
-    }
-
-    /// Claims one drop into `dir`; `None` if it vanished first. On an
-    /// error nothing is left behind: the drop is back in `pending/`.
-    fn claim_one(
-        &self,
-        drop: &OsStr,
-        name: &TaskName,
-        dir: &Path,
-        now: f64,
-    ) -> Result<Option<Claimed>, SpoolError> {
-        let pending = self.dir(State::Pending);
-        let lossy = drop.to_string_lossy().into_owned();
         make_dir(dir, TASK_DIR_MODE).map_err(at(dir))?;
         // A name too long to take a prefix is kept as it is, and refused.
         let too_long = drop.len() + ORIGINAL.len() > NAME_MAX;
@@ -183,11 +242,9 @@ impl Spool {
                 return Err(at(&pending.join(drop))(e));
             }
         }
-        let owner = fs::symlink_metadata(&kept).map(|m| m.uid()).ok();
-        let mut record = TaskRecord {
-            owner,
-            ..TaskRecord::new(name, lossy.clone(), now)
-        };
+        let meta = fs::symlink_metadata(&kept).ok();
+        let owner = meta.as_ref().map(|m| m.uid());
+        let kind = meta.as_ref().map(|m| m.file_type());
         let refused = match drop.to_str() {
             _ if too_long => Some(format!(
                 "its file name is {} bytes long; carma takes names of at most {} bytes",
@@ -197,16 +254,12 @@ impl Spool {
             None => Some(format!(
                 "its file name is not UTF-8 (`{lossy}`): rename it and submit it again"
             )),
-            Some(_)
-                if !lossy.ends_with(".rad")
-                    && fs::symlink_metadata(&kept).is_ok_and(|m| m.is_file()) =>
-            {
-                Some(
-                    "not a job file (no `.rad` name), and no job in pending/ named it; kept here. \
-                     `carma submit JOB.rad` copies a job and its model summary together"
-                        .to_string(),
-                )
-            }
+            Some(_) if kind.is_some_and(|k| !k.is_file()) => Some(not_a_file(kind)),
+            Some(_) if !lossy.ends_with(".rad") => Some(
+                "not a job file (no `.rad` name), and no job in pending/ named it; kept here. \
+                 `carma submit JOB.rad` copies a job and its model summary together"
+                    .to_string(),
+            ),
             Some(file) => match read_job_file(&kept) {
                 Err(reason) => Some(reason),
                 Ok(bytes) => {
@@ -218,9 +271,6 @@ impl Spool {
                 }
             },
         };
-        if let Some(reason) = &refused {
-            record.outcome = Some(Outcome::failed(reason));
-        }
         let written = match &refused {
             Some(reason) if too_long => record::write_reason(dir, owner, reason),
             // Kept as it came, beside the reason.
@@ -228,17 +278,17 @@ impl Spool {
                 .and_then(|()| rename_new(&kept, &dir.join(DROPPED).join(drop)))
                 .and_then(|()| record::write_reason(dir, owner, reason)),
             None => Ok(()),
-        }
-        .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)));
+        };
         if let Err(e) = written {
             self.undo_claim(dir);
             return Err(at(dir)(e));
         }
-        Ok(Some(Claimed {
-            name: name.clone(),
-            file: lossy,
+        Ok(Some(Prepared {
+            dir: dir.to_owned(),
             drop: drop.to_owned(),
-            record,
+            lossy,
+            stem,
+            owner,
             refused,
         }))
     }
@@ -278,7 +328,7 @@ impl Spool {
                 return;
             }
         }
-        if let Err(e) = fs::remove_dir_all(dir) {
+        if let Err(e) = self.discard(dir) {
             log::warn!("cannot remove {}: {e}", dir.display());
         }
     }
@@ -291,44 +341,74 @@ impl Spool {
     pub fn finish_claims(&self) -> Result<Vec<TaskName>, SpoolError> {
         let staging = self.staging();
         let mut finished = Vec::new();
-        let (entries, _) = read_names(&staging)?;
-        let claims: Vec<std::path::PathBuf> = entries
+        let (entries, odd) = read_names(&staging)?;
+        let claims: Vec<PathBuf> = entries
             .iter()
             .filter(|e| e.starts_with("claim-"))
             .map(|e| staging.join(e))
             .collect();
         // Copies of a claim cut short by a power loss must be on disk
-        // before their originals go.
+        // before their originals go. A claim that cannot be synced is
+        // still finished: refusing to start would stop every user's jobs.
         let claims: Vec<&Path> = claims.iter().map(|p| p.as_path()).collect();
-        make_durable(&staging, &claims).map_err(at(&staging))?;
+        if let Err(e) = make_durable(&staging, &claims) {
+            log::error!("cannot sync the claims a crash left in staging/: {e}");
+        }
+        // Submissions whose claim was written: taken already, whatever
+        // the crash left of them.
+        let adopted: std::collections::HashSet<String> = claims
+            .iter()
+            .filter_map(|dir| record::read_state::<TaskRecord>(&dir.join(RECORD)).ok())
+            .filter_map(|r| r.submitted_as)
+            .collect();
+        for entry in odd {
+            // carma makes only UTF-8 names here: not its own.
+            let _ = self.discard(&staging.join(entry));
+        }
         for entry in entries {
+            let path = staging.join(&entry);
+            if entry.starts_with(super::trash::TRASH) || entry == super::LOCK {
+                continue;
+            }
             if entry.starts_with(super::array::STAGED_ELEMENT) {
                 // An array element a crash left unplaced: made again.
-                let _ = fs::remove_dir_all(staging.join(&entry));
+                let _ = self.discard(&path);
+                continue;
+            }
+            if entry.starts_with(PROVISIONAL) {
+                // Cut short before its number: its drop goes back.
+                self.undo_claim(&path);
                 continue;
             }
             if let Some(original) = entry.strip_prefix("incoming-") {
-                let back = self.dir(State::Pending).join(original);
-                if let Err(e) = rename_new(&staging.join(&entry), &back) {
-                    log::warn!("staging/{entry}: cannot put it back into pending/: {e}");
+                self.return_submission(&path, original, adopted.contains(original));
+                continue;
+            }
+            if entry.starts_with("submit-") {
+                // carma's own user's `carma submit`, finishing now or
+                // crashed long ago.
+                if is_stale(&path) {
+                    log::warn!("staging/{entry}: a submission its carma submit left; removed");
+                    let _ = self.discard(&path);
                 }
                 continue;
             }
             let Some(name) = entry.strip_prefix("claim-").and_then(TaskName::parse) else {
+                log::warn!("staging/{entry}: not carma's; removed");
+                let _ = self.discard(&path);
                 continue;
             };
-            let dir = staging.join(&entry);
-            let Ok(mut record) = record::read_state::<TaskRecord>(&dir.join(RECORD)) else {
-                self.undo_claim(&dir);
+            let Ok(mut record) = record::read_state::<TaskRecord>(&path.join(RECORD)) else {
+                self.undo_claim(&path);
                 continue;
             };
             let to = match record.outcome {
                 Some(_) => State::Failed,
                 None => {
                     // The copy is durable (synced above): the original goes.
-                    for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    for entry in fs::read_dir(&path).into_iter().flatten().flatten() {
                         if entry.file_name().as_bytes().starts_with(ORIGINAL) {
-                            let _ = fs::remove_file(entry.path());
+                            let _ = self.discard(&entry.path());
                         }
                     }
                     State::Pending
@@ -336,14 +416,73 @@ impl Spool {
             };
             // Never stops a start: what cannot be placed now stays, whole,
             // for the next one.
-            match self.place(&dir, to, &name, Some(&mut record)) {
+            match self.place(&path, to, &name, Some(&mut record)) {
                 Ok(name) if to == State::Pending => finished.push(name),
                 Ok(_) => {}
                 Err(e) => log::error!("staging/{entry}: cannot finish the claim: {e}"),
             }
         }
+        self.sweep_abandoned_submissions();
         Ok(finished)
     }
+
+    /// A submission a crash caught between its move into `staging/` and
+    /// its claim: back into `pending/` to be taken again, unless its claim
+    /// was made (then it is done with). Under a name of its own if its old
+    /// one is taken now; never lost.
+    fn return_submission(&self, path: &Path, original: &str, adopted: bool) {
+        if adopted {
+            let _ = self.discard(path);
+            return;
+        }
+        let pending = self.dir(State::Pending);
+        let returned = (0..PLACE_BACK_TRIES).any(|i| {
+            let back = match i {
+                0 => original.to_string(),
+                i => format!("{original}-{i}"),
+            };
+            rename_new(path, &pending.join(back)).is_ok()
+        });
+        if !returned {
+            log::error!(
+                "{}: cannot put it back into pending/; it waits there",
+                path.display()
+            );
+        }
+    }
+
+    /// Removes what submitters that crashed left behind: their hidden
+    /// `.submit-*` directories in `pending/`, once nobody could still be
+    /// filling them. Never looks inside.
+    pub fn sweep_abandoned_submissions(&self) {
+        let pending = self.dir(State::Pending);
+        let Ok(entries) = fs::read_dir(&pending) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.as_bytes().starts_with(b".submit-") && is_stale(&entry.path()) {
+                log::warn!(
+                    "pending/{}: a submission its carma submit never finished; removed",
+                    name.to_string_lossy()
+                );
+                let _ = self.discard(&entry.path());
+            }
+        }
+    }
+}
+
+/// How long a half-made submission may sit untouched before it counts as
+/// abandoned: a `carma submit` takes milliseconds.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Names tried when a submission goes back to `pending/`.
+const PLACE_BACK_TRIES: usize = 8;
+
+fn is_stale(path: &Path) -> bool {
+    fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().unwrap_or_default() >= ABANDONED_AFTER)
 }
 
 /// The name a drop has inside its claim until its copy is durable: hidden
@@ -351,17 +490,62 @@ impl Spool {
 /// interrupted claim can give it back.
 const ORIGINAL: &[u8] = b".orig-";
 
-/// One drop's claim: its name for people, and the task made in its
-/// `staging/` directory (`None`: it vanished first).
-type ClaimOutcome = (
-    String,
-    Result<Option<(std::path::PathBuf, Claimed)>, SpoolError>,
-);
+/// One drop's claim: the drop, and what was prepared for it in `staging/`
+/// (`None`: it vanished first).
+type ClaimOutcome = (OsString, Result<Option<Prepared>, SpoolError>);
+
+/// A drop moved into a claim directory of its own, copied (or refused),
+/// waiting for its task number.
+#[derive(Debug)]
+struct Prepared {
+    dir: PathBuf,
+    drop: OsString,
+    /// The drop's name for people (lossy if it was not UTF-8).
+    lossy: String,
+    /// What the task will be named after.
+    stem: String,
+    owner: Option<u32>,
+    refused: Option<String>,
+}
+
+/// Prefix of a claim in `staging/` that has no number yet: a crash leaves
+/// it without a record, and a starting daemon gives its drop back.
+pub(super) const PROVISIONAL: &str = "claiming-";
+
+fn provisional_dir(spool: &Spool) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    spool.staging().join(format!(
+        "{PROVISIONAL}{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Why an entry that is not a regular file is not a job, by its type.
+fn not_a_file(kind: Option<fs::FileType>) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let what = match kind {
+        Some(k) if k.is_dir() => {
+            "a directory that `carma submit` did not make (kept as it came, unopened)"
+        }
+        Some(k) if k.is_symlink() => "a symbolic link, not a regular file",
+        Some(k) if k.is_fifo() => "a FIFO, not a regular file",
+        Some(k) if k.is_socket() => "a socket, not a regular file",
+        Some(k) if k.is_block_device() || k.is_char_device() => "a device, not a regular file",
+        _ => "not a regular file",
+    };
+    format!("is {what}; carma runs only regular files")
+}
 
 /// Threads that claim a batch at once, and the fewest claims worth a
 /// thread of their own.
 const CLAIM_THREADS: usize = 4;
 const CLAIMS_PER_THREAD: usize = 64;
+
+/// Longest model summary path a job may name (Linux's own limit on a
+/// whole path is 4,096 bytes; carma's copy sits a few names deeper).
+const MAX_MODEL_PATH: usize = 1024;
 
 /// Longest file name Linux takes.
 const NAME_MAX: usize = 255;
@@ -427,6 +611,16 @@ pub(super) fn fill_job(
     let Some(mut model) = model else {
         return Ok(());
     };
+    if model.len() > MAX_MODEL_PATH {
+        // Its copy could not be made by path; the job's check says the
+        // summary is missing.
+        log::warn!(
+            "{file}: the model summary's path is {} bytes long; carma takes at most \
+             {MAX_MODEL_PATH}",
+            model.len()
+        );
+        return Ok(());
+    }
     let mut read = safe::read_beneath(base, &model, MAX_SUMMARY_BYTES);
     if read
         .as_ref()
@@ -500,17 +694,50 @@ pub(super) fn make_durable(parent: &Path, dirs: &[&Path]) -> io::Result<()> {
     sync_dir(parent)
 }
 
-/// fsync of every file and directory below `dir`, then of `dir` itself;
-/// links and other entries are left alone (they are not carma's writes).
+/// fsync of what carma wrote in the claim or task directory `dir`: its
+/// files and directories, but never an entry a user handed in. A drop
+/// kept as `.orig-NAME` is neither opened nor walked, nor is anything in
+/// `dropped/` (only that directory itself is synced: it holds the rename).
+/// Each directory is opened relative to its parent without following
+/// links or blocking, so neither depth nor path length stops it, and the
+/// walk is a loop, not a recursion.
 pub(super) fn sync_tree(dir: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            sync_tree(&entry.path())?;
-        } else if kind.is_file() && !entry.file_name().as_bytes().starts_with(ORIGINAL) {
-            fs::File::open(entry.path())?.sync_all()?;
+    let top = safe::open_dir(nix::fcntl::AT_FDCWD, dir.as_os_str())?;
+    let mut stack = vec![(top, true)];
+    while let Some((fd, is_top)) = stack.pop() {
+        let mut listing = nix::dir::Dir::openat(
+            &fd,
+            ".",
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )?;
+        for entry in listing.iter() {
+            let entry = entry?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if matches!(name.as_bytes(), b"." | b"..") || name.as_bytes().starts_with(ORIGINAL) {
+                continue;
+            }
+            let stat = safe::stat_at(fd.as_fd(), name)?;
+            if safe::is_dir(stat) {
+                let child = safe::open_dir(&fd, name)?;
+                match is_top && name == DROPPED {
+                    true => nix::unistd::fsync(&child)?,
+                    false => stack.push((child, false)),
+                }
+            } else if safe::is_regular(stat) {
+                let file = nix::fcntl::openat(
+                    &fd,
+                    name,
+                    nix::fcntl::OFlag::O_RDONLY
+                        | nix::fcntl::OFlag::O_NOFOLLOW
+                        | nix::fcntl::OFlag::O_NONBLOCK
+                        | nix::fcntl::OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::empty(),
+                )?;
+                nix::unistd::fsync(&file)?;
+            }
         }
+        nix::unistd::fsync(&fd)?;
     }
-    sync_dir(dir)
+    Ok(())
 }

@@ -8,10 +8,11 @@
 //!   done/       tasks that exited 0
 //!   failed/     tasks that failed, were cancelled, or could not be read
 //!   staging/    half-made tasks (`carma submit` by carma's own user,
-//!               claims of dropped files); carma's alone
+//!               claims of dropped files), trash on its way out, and
+//!               `daemon.lock`, held by the one daemon serving the spool;
+//!               carma's alone
 //!   cancel/     requests: cancel, hold, release, priority ([`request`])
 //!   next-id     the next task number (locked while allocating)
-//!   daemon.lock held by the one daemon serving this spool
 //!   status.json the daemon's view, refreshed every second
 //! ```
 //!
@@ -39,8 +40,8 @@ mod claim;
 mod name;
 pub mod record;
 pub mod request;
-pub mod safe;
 mod submission;
+mod trash;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -139,7 +140,15 @@ pub struct Listing {
 /// Held for the daemon's lifetime; dropping it releases the spool.
 #[derive(Debug)]
 pub struct SpoolLock {
-    _file: File,
+    file: File,
+}
+
+impl SpoolLock {
+    /// The lock file's device and inode, for `status.json`: users, who
+    /// cannot open the lock, find in `/proc/locks` whether it is held.
+    pub fn id(&self) -> Option<(u64, u64)> {
+        self.file.metadata().ok().map(|m| (m.dev(), m.ino()))
+    }
 }
 
 /// A dropped file that became a task.
@@ -224,8 +233,10 @@ impl Spool {
         self.root.join("status.json")
     }
 
+    /// In `staging/`, carma's alone: a lock any user could open, any user
+    /// could hold (a shared `flock` is enough to keep a daemon out).
     fn lock_path(&self) -> PathBuf {
-        self.root.join("daemon.lock")
+        self.staging().join(LOCK)
     }
 
     /// Takes the one-daemon-per-spool lock, or says who holds it. A lock
@@ -239,7 +250,8 @@ impl Spool {
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o644)
+            .mode(PRIVATE)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)
             .map_err(at(&path))?;
         let deadline = Instant::now() + LOCK_PATIENCE;
@@ -267,12 +279,38 @@ impl Spool {
         // The pid inside is for people; carma itself asks the kernel.
         file.set_len(0).map_err(at(&path))?;
         write!(file, "{}", std::process::id()).map_err(at(&path))?;
-        Ok(SpoolLock { _file: file })
+        // Where older carmas kept the lock, anyone could open it.
+        let _ = fs::remove_file(self.root.join("daemon.lock"));
+        Ok(SpoolLock { file })
     }
 
-    /// Whether a daemon holds this spool's lock now.
+    /// Whether a daemon holds this spool's lock now. A user, who may not
+    /// open the lock, asks the kernel (`/proc/locks`) whether the lock the
+    /// daemon's status names is held by the daemon it names.
     pub fn daemon_running(&self) -> bool {
-        is_locked(&self.lock_path())
+        match File::open(self.lock_path()) {
+            Ok(file) => match FileExt::try_lock_shared(&file) {
+                Ok(()) => false,
+                Err(_) => true,
+            },
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => self.status_says_locked(),
+            Err(_) => false,
+        }
+    }
+
+    fn status_says_locked(&self) -> bool {
+        #[derive(serde::Deserialize)]
+        struct LockNote {
+            daemon_pid: u32,
+            lock: Option<(u64, u64)>,
+        }
+        let note = fs::read(self.status_file())
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<LockNote>(&bytes).ok());
+        note.and_then(|n| Some((n.daemon_pid, n.lock?)))
+            .is_some_and(|(pid, (dev, ino))| {
+                crate::procfs::flocks_on(dev, ino).contains(&(pid, true))
+            })
     }
 
     /// Reserves `count` consecutive task numbers and returns the first.
@@ -546,6 +584,9 @@ impl Spool {
         )))
     }
 }
+
+/// The daemon's lock, in `staging/`.
+const LOCK: &str = "daemon.lock";
 
 /// Fresh numbers tried when a task's name is taken.
 const PLACE_TRIES: usize = 8;

@@ -331,7 +331,7 @@ const MAX_RECORD_BYTES: u64 = 1 << 20;
 /// 1 MiB), whoever wrote it: for files that only inform (the status file),
 /// never for carma's state.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
-    let (bytes, _) = super::safe::read_regular(path, MAX_RECORD_BYTES)?;
+    let (bytes, _) = crate::safe::read_regular(path, MAX_RECORD_BYTES)?;
     parse_json(path, &bytes)
 }
 
@@ -341,7 +341,7 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
 /// user) is refused, so no content a user supplied ever becomes carma's
 /// state.
 pub fn read_state<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
-    let (bytes, meta) = super::safe::read_regular(path, MAX_RECORD_BYTES)?;
+    let (bytes, meta) = crate::safe::read_regular(path, MAX_RECORD_BYTES)?;
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me || meta.mode() & 0o022 != 0 {
         return Err(io::Error::new(

@@ -22,9 +22,10 @@ use super::claim::{fill_job, make_durable, write_new};
 use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
 use super::{
     Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
-    rename_new, safe, sync_dir,
+    rename_new, sync_dir,
 };
 use crate::rad::TaskSpec;
+use crate::safe;
 
 /// The file a user's submission describes itself in. Named apart from
 /// carma's `task.json`: what it says is a request, never state.
@@ -119,7 +120,7 @@ impl Spool {
         .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)))
         .and_then(|()| make_durable(&self.staging(), &[&dir]));
         if let Err(e) = made {
-            let _ = fs::remove_dir_all(&dir);
+            let _ = self.discard(&dir);
             return Err(at(&dir)(e));
         }
         let to = match &read {
@@ -140,12 +141,13 @@ impl Spool {
                 if to == State::Failed {
                     let _ = rename_new(&dir.join(DROPPED).join(entry), incoming);
                 }
-                let _ = fs::remove_dir_all(&dir);
+                let _ = self.discard(&dir);
                 return Err(e);
             }
         };
         if to == State::Pending {
-            if let Err(e) = fs::remove_dir_all(incoming) {
+            // The user's tree, however deep: out of the way in one rename.
+            if let Err(e) = self.discard(incoming) {
                 log::warn!("cannot remove {}: {e}", incoming.display());
             }
         }

@@ -36,10 +36,10 @@ fn one_daemon_per_spool() {
 #[test]
 fn a_probe_holding_the_lock_for_a_moment_does_not_keep_the_daemon_out() {
     let (_d, spool) = spool();
-    let probe = File::open(spool.root().join("daemon.lock"))
+    let probe = File::open(spool.staging().join("daemon.lock"))
         .or_else(|_| {
             drop(spool.lock().unwrap());
-            File::open(spool.root().join("daemon.lock"))
+            File::open(spool.staging().join("daemon.lock"))
         })
         .unwrap();
     FileExt::lock_shared(&probe).unwrap();
@@ -83,7 +83,8 @@ fn dropped_files_become_task_directories() {
     assert_eq!(batch.vanished, ["gone.rad"], "said, not silently skipped");
     let claimed = batch.claimed;
     let names: Vec<_> = claimed.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["000001-a", "000003-b_c"]);
+    // The drop that vanished spent no number.
+    assert_eq!(names, ["000001-a", "000002-b_c"]);
     let listing = spool.list(State::Pending).unwrap();
     assert!(listing.drops.is_empty());
     assert_eq!(listing.tasks.len(), 2);
@@ -291,6 +292,8 @@ fn a_submission_is_copied_into_a_directory_of_the_spools_own() {
         spool.load_record(State::Pending, &c.name).unwrap(),
         c.record
     );
+    // The user's directory went to the trash whole, and goes from there.
+    assert!(spool.empty_trash(None).unwrap());
     assert!(fs::read_dir(spool.staging()).unwrap().next().is_none());
 }
 

@@ -105,6 +105,7 @@ fn status() -> Status {
     Status {
         updated_at: 1_700_000_060.0,
         daemon_pid: 4000,
+        lock: Some((2049, 77)),
         backend: "4 simulated GPUs".into(),
         gpus: vec![GpuStatus {
             index: 0,

@@ -7,13 +7,14 @@
 //! (every path component, not only the last), without blocking, checked on
 //! the open descriptor to be regular files, and read up to a size limit.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path};
 
-use nix::fcntl::{OFlag, openat};
-use nix::sys::stat::Mode;
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{FileStat, Mode, SFlag};
 
 /// A regular file's content and metadata, read from `path` without
 /// following a link in its last component.
@@ -76,6 +77,70 @@ fn open_beneath(dir: &Path, relative: &str) -> io::Result<OwnedFd> {
         fd = openat(&fd, *name, directory, Mode::empty()).map_err(io::Error::from)?;
     }
     openat(&fd, *file, read_flags(), Mode::empty()).map_err(io::Error::from)
+}
+
+/// Opens the directory `name` in `at` without following a link and
+/// without blocking (a FIFO swapped in for it is refused, not waited on).
+pub(crate) fn open_dir<Fd: AsFd>(at: Fd, name: &OsStr) -> io::Result<OwnedFd> {
+    openat(
+        at,
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_DIRECTORY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io::Error::from)
+}
+
+/// The entry `name` of the directory `dir`, itself (a link is not followed).
+pub(crate) fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<FileStat> {
+    nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io::Error::from)
+}
+
+pub(crate) fn is_dir(stat: FileStat) -> bool {
+    SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR
+}
+
+pub(crate) fn is_regular(stat: FileStat) -> bool {
+    SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
+}
+
+/// The names in the directory `relative` below `dir` (`""` for `dir`
+/// itself), reached without following a link at any component and
+/// without blocking: where a root daemon looks for a file under a name
+/// that differs in case.
+pub fn names_beneath(dir: &Path, relative: &str) -> io::Result<Vec<String>> {
+    // `dir` is the caller's to choose, and may be reached through a link.
+    let mut fd = nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    for c in Path::new(relative).components() {
+        match c {
+            Component::Normal(name) => fd = open_dir(&fd, name)?,
+            Component::CurDir => {}
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{relative}: must be a plain relative path"),
+                ));
+            }
+        }
+    }
+    let mut listing = nix::dir::Dir::from_fd(fd)?;
+    let mut names = Vec::new();
+    for entry in listing.iter() {
+        if let Ok(name) = entry?.file_name().to_str() {
+            if name != "." && name != ".." {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    Ok(names)
 }
 
 fn read_flags() -> OFlag {

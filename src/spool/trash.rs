@@ -1,0 +1,244 @@
+//! Getting rid of trees that users made, without walking them as root.
+//!
+//! A root daemon must delete what users hand in (a submission once its
+//! copy is made, a directory squatting a request's name), and a user
+//! controls everything inside: a tree 50,000 levels deep overflows any
+//! recursive delete (`std::fs::remove_dir_all` recurses), a path longer
+//! than `PATH_MAX` defeats every by-path call, and an entry swapped for a
+//! FIFO or a link between a look and an open would block root or lead it
+//! out of the tree.
+//!
+//! So nothing is deleted in place. [`Spool::discard`] moves the entry
+//! into `staging/` (carma's alone) under a fresh `trash-` name: one
+//! `rename`, constant time, whatever the entry holds. [`Spool::empty_trash`]
+//! then removes the trash off the event loop, without recursion and
+//! without following anything: each trash directory is opened with
+//! `O_NOFOLLOW | O_NONBLOCK` relative to `staging/`, its files are
+//! unlinked with `unlinkat`, and each of its subdirectories is *hoisted*,
+//! renamed up into `staging/` as trash of its own. No depth is ever more
+//! than one below `staging/`, no path is ever longer than two names, and
+//! nothing but `staging/` and one directory at a time is held open.
+
+use std::ffi::{CStr, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use nix::dir::{Dir, Type};
+use nix::fcntl::{OFlag, RenameFlags, renameat2};
+use nix::sys::stat::Mode;
+use nix::unistd::UnlinkatFlags;
+
+use super::{Spool, rename_new};
+use crate::safe::{is_dir, open_dir, stat_at};
+
+/// The prefix of trash entries in `staging/`.
+pub const TRASH: &str = "trash-";
+
+/// Names read from a directory before acting on them: a directory of a
+/// million entries is emptied in bounded memory, a batch at a time.
+const BATCH: usize = 4096;
+
+impl Spool {
+    /// Moves `path`, an entry of a spool directory, into the trash: one
+    /// `rename`, never a look inside. [`Spool::empty_trash`] deletes it
+    /// later.
+    pub fn discard(&self, path: &Path) -> io::Result<()> {
+        rename_new(path, &self.staging().join(trash_name()))
+    }
+
+    /// Deletes what is in the trash, until it is empty or `deadline`
+    /// passes (then false: what is left waits for the next call). Meant for
+    /// a thread of its own: a user's tree may be large.
+    pub fn empty_trash(&self, deadline: Option<Instant>) -> io::Result<bool> {
+        let staging = open_dir(nix::fcntl::AT_FDCWD, self.staging().as_os_str())?;
+        loop {
+            let trash = trash_entries(&staging)?;
+            if trash.is_empty() {
+                return Ok(true);
+            }
+            for name in trash {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(false);
+                }
+                if let Err(e) = remove_entry(&staging, &name) {
+                    // Gone meanwhile is fine; anything else waits for the
+                    // next call rather than stopping the rest.
+                    if e.kind() != io::ErrorKind::NotFound {
+                        log::debug!("staging/{}: {e}", name.to_string_lossy());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A fresh trash name, unique in this process and across processes.
+fn trash_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!(
+        "{TRASH}{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The trash entries of `staging/`.
+fn trash_entries(staging: &OwnedFd) -> io::Result<Vec<OsString>> {
+    let mut dir = Dir::openat(
+        staging,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut names = Vec::new();
+    for entry in dir.iter() {
+        let entry = entry?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name.as_bytes().starts_with(TRASH.as_bytes()) {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// Removes one trash entry of `staging/`: a file at once, a directory
+/// after its files are unlinked and its subdirectories hoisted into the
+/// trash.
+fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    if !is_dir(stat_at(staging.as_fd(), name)?) {
+        return unlink(staging.as_fd(), name, UnlinkatFlags::NoRemoveDir);
+    }
+    let dir = open_dir(staging, name)?;
+    loop {
+        let batch = read_batch(&dir)?;
+        if batch.is_empty() {
+            break;
+        }
+        for (child, kind) in batch {
+            let is_subdir = match kind {
+                Some(Type::Directory) => true,
+                Some(_) => false,
+                None => is_dir(stat_at(dir.as_fd(), &child)?),
+            };
+            let done = match is_subdir {
+                true => renameat2(
+                    &dir,
+                    child.as_os_str(),
+                    staging,
+                    trash_name().as_str(),
+                    RenameFlags::RENAME_NOREPLACE,
+                )
+                .map_err(io::Error::from),
+                false => unlink(dir.as_fd(), &child, UnlinkatFlags::NoRemoveDir),
+            };
+            match done {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    unlink(staging.as_fd(), name, UnlinkatFlags::RemoveDir)
+}
+
+/// Up to [`BATCH`] entries of a directory (without `.` and `..`), with
+/// their types where the file system tells them.
+fn read_batch(dir: &OwnedFd) -> io::Result<Vec<(OsString, Option<Type>)>> {
+    // A fresh listing each time: entries acted on are gone from it.
+    let mut listing = Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut batch = Vec::new();
+    for entry in listing.iter() {
+        let entry = entry?;
+        let name: &CStr = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        batch.push((
+            OsStr::from_bytes(name.to_bytes()).to_owned(),
+            entry.file_type(),
+        ));
+        if batch.len() >= BATCH {
+            break;
+        }
+    }
+    Ok(batch)
+}
+
+fn unlink(dir: BorrowedFd<'_>, name: &OsStr, flags: UnlinkatFlags) -> io::Result<()> {
+    nix::unistd::unlinkat(dir, name, flags).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn spool() -> (tempfile::TempDir, Spool) {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path().join("spool"));
+        spool.create().unwrap();
+        (dir, spool)
+    }
+
+    #[test]
+    fn a_tree_deeper_than_any_stack_and_any_path_is_removed() {
+        let (_dir, spool) = spool();
+        let top = spool.root().join("pending/deep");
+        fs::create_dir(&top).unwrap();
+        // 20,000 levels of 200-byte names: 4 MB of path, far past PATH_MAX.
+        let name = "d".repeat(200);
+        let mut fd = open_dir(nix::fcntl::AT_FDCWD, top.as_os_str()).unwrap();
+        for level in 0..20_000 {
+            nix::sys::stat::mkdirat(&fd, name.as_str(), Mode::from_bits_truncate(0o755)).unwrap();
+            if level % 1000 == 0 {
+                fs::write(format!("/proc/self/fd/{}/f", fd_number(&fd)), "x").unwrap();
+                nix::unistd::mkfifo(
+                    Path::new(&format!("/proc/self/fd/{}/fifo", fd_number(&fd))),
+                    Mode::from_bits_truncate(0o600),
+                )
+                .unwrap();
+                std::os::unix::fs::symlink(
+                    "/etc/shadow",
+                    format!("/proc/self/fd/{}/link", fd_number(&fd)),
+                )
+                .unwrap();
+            }
+            fd = open_dir(&fd, OsStr::new(&name)).unwrap();
+        }
+        drop(fd);
+        spool.discard(&top).unwrap();
+        assert!(!top.exists());
+        assert!(spool.empty_trash(None).unwrap());
+        assert!(fs::read_dir(spool.staging()).unwrap().next().is_none());
+        assert!(Path::new("/etc/passwd").exists());
+    }
+
+    #[test]
+    fn a_deadline_leaves_the_rest_for_later() {
+        let (_dir, spool) = spool();
+        for i in 0..50 {
+            let d = spool.root().join(format!("pending/d{i}"));
+            fs::create_dir_all(d.join("a/b/c")).unwrap();
+            spool.discard(&d).unwrap();
+        }
+        assert!(!spool.empty_trash(Some(Instant::now())).unwrap());
+        assert!(spool.empty_trash(None).unwrap());
+    }
+
+    fn fd_number(fd: &OwnedFd) -> i32 {
+        use std::os::fd::AsRawFd;
+        fd.as_raw_fd()
+    }
+}
