@@ -418,3 +418,66 @@ fn bidirectional_controls_in_a_job_reach_neither_status_nor_the_log() {
     assert!(!log.contains('\u{202E}') && !log.contains('\u{2066}'));
     assert!(log.contains("\\u{202e}"), "escaped, not dropped");
 }
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_job_cannot_ask_for_endless_oom_reruns() {
+    // Hole 5: `retries: 1000000` and a job that prints PyTorch's OOM line
+    // re-ran ahead of everyone, without end.
+    let (alice, bob, spool) = shared_daemon("");
+    let fake = "memory: 1G\nretries: 1000000\n\
+                echo 'torch.OutOfMemoryError: CUDA out of memory.' >&2\nexit 1\n";
+    let home = spool.user_dir(&alice, "alice-oom", &[("fake.rad", fake)]);
+    let out = alice.carma(
+        &spool,
+        &format!("submit {}", home.join("fake.rad").display()),
+    );
+    let refused = format!("{}{}", stdout(&out), stderr(&out));
+    spool.wait_for("the job to be refused", 10.0, || {
+        spool
+            .find("fake")
+            .is_some_and(|(state, _)| state == "failed")
+    });
+    let (_, dir) = spool.find("fake").unwrap();
+    let reason = fs::read_to_string(dir.join("reason")).unwrap();
+    assert!(
+        reason.contains("recovery.user_max_retries"),
+        "{reason}\n{refused}"
+    );
+    assert!(!dir.join("run-1").exists(), "it never ran");
+    still_serves(&spool, &bob, "1");
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn one_users_runs_do_not_set_another_users_estimates() {
+    // Hole 9: history was keyed by command, summary and batch size alone:
+    // alice's 30 GiB run of a job set bob's estimate for the same job.
+    let (alice, bob, spool) = shared_daemon("");
+    let job = format!(
+        "gpus: 1\n{} fake-train --mem 30G --secs 0.3 --smact 0.1\n",
+        common::CARMA
+    );
+    let source = |name: &str| -> String {
+        let dir = spool.find(name).unwrap().1;
+        let record: serde_json::Value =
+            serde_json::from_slice(&fs::read(dir.join("task.json")).unwrap()).unwrap();
+        record["estimate"]["source"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let first = spool.submit_as(&alice, "alice-h1", &[("h.rad", &job)]);
+    spool.wait_for("alice's run", 15.0, || {
+        spool.root.join("done").join(&first).exists()
+    });
+    let again = spool.submit_as(&alice, "alice-h2", &[("h.rad", &job)]);
+    let bobs = spool.submit_as(&bob, "bob-h", &[("h.rad", &job)]);
+    spool.wait_for("both to end", 20.0, || {
+        [&again, &bobs]
+            .iter()
+            .all(|n| spool.root.join("done").join(n).exists())
+    });
+    assert!(source(&again).contains("history"), "{}", source(&again));
+    assert!(!source(&bobs).contains("history"), "{}", source(&bobs));
+}

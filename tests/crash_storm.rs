@@ -552,7 +552,7 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
                 .push((state.to_owned(), name));
         }
     }
-    let staging = common::visible_entries(&spool.root.join("staging"));
+    let staging = common::staging_leftovers(&spool.root);
     if !staging.is_empty() {
         problems.push(format!("staging/ is not empty: {staging:?}"));
     }

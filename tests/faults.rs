@@ -116,7 +116,7 @@ fn check_all_done_once(spool: &Spool, accepted: &BTreeSet<String>, ledger: &Path
             ));
         }
     }
-    let staging = common::visible_entries(&spool.root.join("staging"));
+    let staging = common::staging_leftovers(&spool.root);
     if !staging.is_empty() {
         problems.push(format!("staging/ is not empty: {staging:?}"));
     }

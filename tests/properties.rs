@@ -1557,6 +1557,7 @@ fn fingerprint() -> Fingerprint {
         command: "python train.py --batch_size 32".into(),
         summary_digest: Some("ab".repeat(32)),
         batch_size: Some(32),
+        user: Some(1000),
     }
 }
 

@@ -359,10 +359,16 @@ impl Daemon {
         let JobFile { spec, warnings } =
             rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &job))?;
         let (run_as, user) = self.run_as(owner)?;
+        let unprivileged = !super::requests::privileged(owner);
         let refused = spec
             .priority
-            .filter(|_| !super::requests::privileged(owner))
-            .and_then(|p| self.config.queue.priority_refusal(p));
+            .filter(|_| unprivileged)
+            .and_then(|p| self.config.queue.priority_refusal(p))
+            .or_else(|| {
+                spec.retries
+                    .filter(|_| unprivileged)
+                    .and_then(|r| self.config.recovery.retries_refusal(r))
+            });
         if let Some(why) = refused {
             return Err(why);
         }
@@ -383,7 +389,9 @@ impl Daemon {
             write_json(&dir.join(RECORD), &record)
                 .map_err(|e| format!("cannot record its dependencies: {e}"))?;
         }
-        let (input, summary_warning) = EstimateInput::from_spec(&spec, &job, &self.config.legacy);
+        let (mut input, summary_warning) =
+            EstimateInput::from_spec(&spec, &job, &self.config.legacy);
+        input.user = self.history_user(owner);
         if record.estimate.is_none() {
             // Said once, when the job is first estimated; a restart that
             // reloads the task does not repeat it.
@@ -549,6 +557,14 @@ impl Daemon {
         }
         self.take_entries(entries, listing.odd);
         self.cancel_due = true;
+    }
+}
+
+impl Daemon {
+    /// Whose history answers for a job of `owner`'s: theirs alone, unless
+    /// the configuration shares history among all users.
+    pub(super) fn history_user(&self, owner: u32) -> Option<u32> {
+        (!self.config.estimate.history_shared).then_some(owner)
     }
 }
 

@@ -195,6 +195,7 @@ impl Daemon {
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {
                 command: spec.script.join("\n"),
+                user: record.owner.and_then(|o| self.history_user(o)),
                 ..EstimateInput::default()
             }
             .fingerprint()

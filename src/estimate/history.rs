@@ -19,24 +19,32 @@ use crate::spool::record::{read_state, write_json};
 use crate::summary::hex_digest;
 
 /// What identifies "the same job": its command, its model (the summary's
-/// digest) and its batch size.
+/// digest) and its batch size, and whose it is: one user's runs must not
+/// set another user's estimates (unless the configuration shares them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fingerprint {
     pub command: String,
     pub summary_digest: Option<String>,
     pub batch_size: Option<u64>,
+    /// The job's user; `None` for history shared by all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<u32>,
 }
 
 impl Fingerprint {
-    /// A file-name-safe key: SHA-256 over the three parts, each
+    /// A file-name-safe key: SHA-256 over the parts, each
     /// length-prefixed so that no two fingerprints share a key by
-    /// concatenation.
+    /// concatenation. Shared history keeps the keys it had before users
+    /// were part of a job's identity.
     pub fn key(&self) -> String {
         let digest = self.summary_digest.as_deref().unwrap_or("");
         let batch = self.batch_size.map(|b| b.to_string()).unwrap_or_default();
         let mut text = String::new();
         for part in [self.command.trim(), digest, batch.as_str()] {
             text.push_str(&format!("{}:{part};", part.len()));
+        }
+        if let Some(user) = self.user {
+            text.push_str(&format!("user:{user};"));
         }
         hex_digest(text.as_bytes())
     }
@@ -194,6 +202,7 @@ mod tests {
             command: "python train.py".into(),
             summary_digest: Some("abc".into()),
             batch_size: Some(batch),
+            user: None,
         }
     }
 
@@ -235,13 +244,25 @@ mod tests {
             command: "ab".into(),
             summary_digest: Some("c".into()),
             batch_size: None,
+            user: None,
         };
         let b = Fingerprint {
             command: "a".into(),
             summary_digest: Some("bc".into()),
             batch_size: None,
+            user: None,
         };
         assert_ne!(a.key(), b.key());
+        // One user's run is not another's, nor everyone's.
+        let alice = Fingerprint {
+            user: Some(1001),
+            ..a.clone()
+        };
+        let bob = Fingerprint {
+            user: Some(1002),
+            ..a.clone()
+        };
+        assert!(alice.key() != bob.key() && alice.key() != a.key());
     }
 
     /// Found by `tests/properties.rs`: a record that is not UTF-8 gave an

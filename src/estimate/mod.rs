@@ -115,6 +115,7 @@ pub struct Settings {
     pub history_dir: PathBuf,
     pub history_margin: f64,
     pub history_min_margin_mib: u64,
+    pub history_shared: bool,
     pub context_mib: u64,
     pub transformer_seq_len: u64,
     pub optimizer: analytic::Optimizer,
@@ -197,6 +198,8 @@ pub struct EstimateInput {
     pub batch_size: Option<u64>,
     /// The job's parsed model summary.
     pub summary: Option<Summary>,
+    /// Whose history answers for the job (`None`: everyone's).
+    pub user: Option<u32>,
 }
 
 impl EstimateInput {
@@ -229,6 +232,7 @@ impl EstimateInput {
             command: spec.script.join("\n"),
             batch_size: spec.batch_size.map(u64::from),
             summary,
+            user: None,
         };
         (input, warning)
     }
@@ -245,6 +249,7 @@ impl EstimateInput {
             command: self.command.trim().to_string(),
             summary_digest: self.summary.as_ref().map(|s| s.digest.clone()),
             batch_size: self.batch(),
+            user: self.user,
         }
     }
 }

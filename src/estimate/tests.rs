@@ -32,6 +32,7 @@ fn job(model: &str, batch: u64) -> EstimateInput {
         command: format!("python train_{model}.py"),
         batch_size: Some(batch),
         summary: Some(workload(model)),
+        user: None,
     }
 }
 

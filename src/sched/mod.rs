@@ -720,6 +720,9 @@ impl Scheduler {
             Exit::Success => Action::Complete { task },
             Exit::Oom if t.crashes < max_retries => {
                 t.crashes += 1;
+                if let Some(user) = t.demand.user {
+                    self.shares.charge(user, self.rules.recovery.oom_charge_s);
+                }
                 self.waiting.insert(task, t);
                 let crashes = t.crashes;
                 let need = looser_need(&self.rules, &t.demand, crashes);

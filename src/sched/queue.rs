@@ -1,8 +1,10 @@
 //! The order of waiting tasks, and where each stands in it.
 //!
-//! Tasks recovering from an OOM crash go first (their work was lost once
-//! already), then higher priority, then (with fair share on) the user
-//! with less recent GPU use, then earlier arrival.
+//! Tasks recovering from their first OOM crash go first (their work was
+//! lost once already; later re-runs wait in the normal order, so that
+//! crashing on purpose is no way to the front), then higher priority, then
+//! (with fair share on) the user with less recent GPU use, then earlier
+//! arrival.
 //!
 //! Queues hold tens of thousands of tasks while a dispatch usually looks
 //! at one, so the order is kept, not computed: each waiting task sits in
@@ -44,7 +46,7 @@ pub enum Place {
 /// Why one task goes before another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precedence {
-    /// It recovers from an OOM crash.
+    /// It recovers from its first OOM crash.
     Recovery,
     /// Its priority is higher.
     Priority,
@@ -55,7 +57,8 @@ pub enum Precedence {
 }
 
 /// The part of a task's rank that does not change while it waits:
-/// recovering tasks (`false`) first, then higher priority.
+/// tasks after their first OOM crash (`false`) first, then higher
+/// priority.
 type Class = (bool, Reverse<i32>);
 
 /// Arrival number and id: first come first served, ties impossible.
@@ -75,7 +78,7 @@ struct Key {
 impl Key {
     fn of(id: TaskId, t: &Task) -> Key {
         Key {
-            class: (t.crashes == 0, Reverse(t.priority)),
+            class: (!first_recovery(t), Reverse(t.priority)),
             user: t.demand.user,
             arrival: (t.arrival, id),
         }
@@ -201,6 +204,12 @@ impl Queue {
     }
 }
 
+/// Whether `t` re-runs after its first OOM crash: the one re-run that
+/// goes ahead of the queue.
+fn first_recovery(t: &Task) -> bool {
+    t.crashes == 1
+}
+
 /// What puts `a` ahead of `b` (which it is).
 fn precedence(a: &Key, b: &Key, usage: &dyn Fn(Option<u32>) -> f64) -> Precedence {
     if a.class.0 != b.class.0 {
@@ -311,8 +320,8 @@ mod tests {
         let mut ids: Vec<TaskId> = tasks.keys().copied().collect();
         ids.sort_by(|a, b| {
             let (ta, tb) = (&tasks[a], &tasks[b]);
-            (ta.crashes == 0)
-                .cmp(&(tb.crashes == 0))
+            (ta.crashes != 1)
+                .cmp(&(tb.crashes != 1))
                 .then(tb.priority.cmp(&ta.priority))
                 .then(usage(ta.demand.user).total_cmp(&usage(tb.demand.user)))
                 .then((ta.arrival, a).cmp(&(tb.arrival, b)))

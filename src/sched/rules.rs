@@ -131,6 +131,23 @@ pub struct RecoveryRules {
     pub mode: RecoveryMode,
     pub looser_step_mib: u64,
     pub max_retries: u32,
+    pub user_max_retries: u32,
+    pub oom_charge_s: f64,
+}
+
+impl RecoveryRules {
+    /// Why a user other than root may not give a job `retries`, if they
+    /// may not: a job that fakes OOM crashes would otherwise re-run, and
+    /// be charged for, without end.
+    pub fn retries_refusal(&self, retries: u32) -> Option<String> {
+        let max = self.user_max_retries;
+        (retries > max).then(|| {
+            format!(
+                "retries: {retries}: users may allow at most {max} OOM re-runs \
+                 (recovery.user_max_retries); root may allow any"
+            )
+        })
+    }
 }
 
 impl Rules {
@@ -164,6 +181,13 @@ impl Rules {
             return Err(format!(
                 "placement.settle_s = {}: expected seconds >= 0 (at most a year)",
                 p.settle_s
+            ));
+        }
+        let r = &self.recovery;
+        if !(0.0..=MAX_SECONDS).contains(&r.oom_charge_s) {
+            return Err(format!(
+                "recovery.oom_charge_s = {}: expected GPU-seconds >= 0 (at most a year)",
+                r.oom_charge_s
             ));
         }
         let q = &self.queue;

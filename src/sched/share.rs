@@ -50,6 +50,14 @@ impl Shares {
         self.usage.retain(|_, v| *v > 1e-3);
     }
 
+    /// Adds `gpu_seconds` to `user`'s usage at once (an OOM crash's
+    /// charge).
+    pub fn charge(&mut self, user: u32, gpu_seconds: f64) {
+        if gpu_seconds > 0.0 {
+            *self.usage.entry(user).or_default() += gpu_seconds;
+        }
+    }
+
     /// `user`'s decayed GPU-seconds (0 for no user).
     pub fn usage(&self, user: Option<u32>) -> f64 {
         user.and_then(|u| self.usage.get(&u))

@@ -1271,6 +1271,52 @@ fn recovery_goes_before_priority_and_places_say_who_is_ahead() {
     );
 }
 
+/// Task `id` crashes with OOM at `now`; what launched next.
+fn crash(core: &mut Scheduler, now: f64, id: u64) -> Vec<u64> {
+    let exited = Event::Exited {
+        task: TaskId(id),
+        exit: Exit::Oom,
+    };
+    launched(&core.step(s(now), exited))
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
+}
+
+#[test]
+fn only_a_tasks_first_rerun_goes_ahead_and_crashes_are_charged() {
+    // Issue 23, item 5: a job that fakes OOM crashes re-ran ahead of
+    // everyone, every time. Task 1 (priority 0) crashes while task 2
+    // (priority 5) waits: its first re-run goes first, its second waits
+    // behind task 2 by priority.
+    let mut core = blocked_queue(&[5]);
+    assert_eq!(crash(&mut core, 2.0, 1), [1], "the first re-run goes ahead");
+    assert_eq!(crash(&mut core, 3.0, 1), [2], "the second one does not");
+    assert_eq!(
+        core.places(),
+        [(TaskId(1), Place::Head)],
+        "task 1 waits its turn, still queued"
+    );
+
+    // Fair share: user 8 held the GPU for 100 s; user 7's task then
+    // crashed within a second and re-ran. Their next tasks wait with equal
+    // priority: the crash's charge (600 GPU-seconds by default) puts user
+    // 7 behind, though their GPU time alone was far less and their task
+    // arrived first.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    let whole = |user| Demand {
+        user: Some(user),
+        ..Demand::new(Need::WholeGpu)
+    };
+    assert_eq!(launched(&submit(&mut core, 0.0, 10, whole(8))).len(), 1);
+    assert!(submit(&mut core, 1.0, 1, whole(7)).is_empty());
+    assert_eq!(finish(&mut core, 100.0, 10), [1]);
+    assert_eq!(crash(&mut core, 100.1, 1), [1]);
+    submit(&mut core, 100.2, 2, whole(7));
+    submit(&mut core, 100.3, 3, whole(8));
+    assert_eq!(finish(&mut core, 100.4, 1), [3]);
+}
+
 // Dependencies: a task waits, passed over, until the tasks it names have
 // started or ended as it asks; one that can never be met fails, and so do
 // the tasks that waited for it.

@@ -315,6 +315,14 @@ pub fn visible_entries(dir: &Path) -> Vec<String> {
     names
 }
 
+/// What `staging/` holds besides the daemon's lock and trash on its way
+/// out: half-made tasks, which a finished run must not leave.
+pub fn staging_leftovers(spool: &Path) -> Vec<String> {
+    let mut left = visible_entries(&spool.join("staging"));
+    left.retain(|e| e != "daemon.lock" && !e.starts_with("trash-"));
+    left
+}
+
 /// Now, in Unix seconds (as `status.json` gives times).
 pub fn unix_now() -> f64 {
     std::time::SystemTime::now()

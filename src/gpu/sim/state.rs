@@ -10,8 +10,8 @@
 //!   name in `CUDA_VISIBLE_DEVICES`, its memory and the claims on it.
 //!
 //! The state is not durable (a lost file only loses claims of fake jobs), so
-//! writes skip fsync; but a reader must never see half a file, so every
-//! write goes to a temporary file that is renamed over `state.json`.
+//! writes skip fsync; every reader and writer holds the lock, so no reader
+//! sees half a write.
 //!
 //! The directory is world-writable on purpose: the daemon may run as root
 //! and launch jobs as their owners, and every owner's fake job must be able
@@ -341,37 +341,37 @@ impl Locked<'_> {
         Ok(state)
     }
 
-    /// Replaces the state in one rename, so no reader sees half of it.
+    /// Writes the state in place. Readers hold the lock too, so none sees
+    /// half of it; a writer killed midway leaves a file that reads as
+    /// corrupt until the next write. Not a rename over the old file: in
+    /// this sticky directory, only the file's owner could rename over it,
+    /// and every user's fake jobs write here.
     pub fn write(&self, state: &State) -> Result<(), SimError> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let path = self.dir.dir.join(STATE_FILE);
-        let temp = self
-            .dir
-            .dir
-            .join(format!("{STATE_FILE}.{}.tmp", std::process::id()));
         let io = |source| SimError::Io {
-            path: temp.clone(),
+            path: path.clone(),
             source,
         };
         let text = serde_json::to_vec_pretty(state).map_err(|e| io(e.into()))?;
-        // A leftover from a killed writer with our pid; we hold the lock, so
-        // no live writer uses this name.
-        match fs::remove_file(&temp) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io(e)),
-            _ => {}
-        }
-        // create_new: never follow a link someone planted at the name in
-        // this world-writable directory.
+        // Never through a link someone planted at the name in this
+        // world-writable directory.
         let mut file = OpenOptions::new()
             .write(true)
-            .create_new(true)
-            .open(&temp)
+            .create(true)
+            .truncate(false)
+            .mode(0o666)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
             .map_err(io)?;
-        // Readable by every user's fake jobs whatever the writer's umask.
-        file.set_permissions(Permissions::from_mode(0o644))
-            .map_err(io)?;
-        file.write_all(&text).map_err(io)?;
-        drop(file);
-        fs::rename(&temp, &path).map_err(io)
+        // Writable by every user's fake jobs whatever the creator's umask.
+        let meta = file.metadata().map_err(io)?;
+        if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o777 != 0o666 {
+            file.set_permissions(Permissions::from_mode(0o666))
+                .map_err(io)?;
+        }
+        file.set_len(0).map_err(io)?;
+        file.write_all(&text).map_err(io)
     }
 }
 
