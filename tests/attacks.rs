@@ -481,3 +481,42 @@ fn one_users_runs_do_not_set_another_users_estimates() {
     assert!(source(&again).contains("history"), "{}", source(&again));
     assert!(!source(&bobs).contains("history"), "{}", source(&bobs));
 }
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_flood_of_requests_naming_no_task_holds_nobody_up() {
+    // Hole 6: each request naming no live task listed every state
+    // directory inside the loop: 2,000 junk files in cancel/ stalled
+    // everyone for 18 s.
+    let (alice, bob, spool) = shared_daemon("");
+    // Some history, as a server has.
+    for i in 0..20 {
+        spool.submit_as(
+            &bob,
+            &format!("bob-h{i}"),
+            &[("h.rad", "memory: 1G\ntrue\n")],
+        );
+    }
+    spool.wait_count("done", 20, 30.0);
+    let out = alice.run(&format!(
+        "cd {}/cancel && i=0; while [ $i -lt 2000 ]; do : > \"$((i + 100000))-junk\"; \
+         : > \"hold.$((i + 100000))-junk\"; i=$((i + 1)); done",
+        spool.root.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let started = Instant::now();
+    still_serves(&spool, &bob, "1");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bob waited {:?}",
+        started.elapsed()
+    );
+    spool.wait_for("cancel/ to be emptied", 20.0, || {
+        common::visible_entries(&spool.root.join("cancel")).is_empty()
+    });
+    assert!(
+        spool
+            .daemon_log()
+            .contains("requests naming no task within a minute")
+    );
+}

@@ -53,7 +53,10 @@ impl Daemon {
             .collect())
     }
 
-    /// The number of the task `task` names for a job of `owner`'s.
+    /// The number of the task `task` names for a job of `owner`'s: by
+    /// number any task, by job name the newest of the owner's tasks of
+    /// that name that waits or runs, else the newest that ended (so a job
+    /// resubmitted under the same name is the one meant).
     fn resolve(&self, me: &TaskName, owner: u32, task: &TaskRef) -> Result<u64, String> {
         let known = self.known_tasks();
         match task {
@@ -64,42 +67,32 @@ impl Daemon {
                 .then_some(*id)
                 .ok_or_else(|| "no such task".into()),
             TaskRef::Name(job) => {
-                let mine: Vec<u64> = known
+                let mine = known
                     .iter()
                     .filter(|(_, n)| n.stem() == job && n.seq() != me.seq())
-                    .filter(|(state, n)| self.owner_of(*state, n) == Some(owner))
-                    .map(|(_, n)| n.seq())
-                    .collect();
-                match mine.as_slice() {
-                    [id] => Ok(*id),
-                    [] => Err("no task of yours has this job name".into()),
-                    ids => Err(format!(
-                        "{} tasks of yours have this job name; name one by number ({})",
-                        ids.len(),
-                        ids.iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )),
-                }
+                    .filter(|(state, n)| self.owner_of(*state, n) == Some(owner));
+                let (live, ended): (Vec<_>, Vec<_>) = mine
+                    .map(|(state, n)| (*state, n.seq()))
+                    .partition(|(state, _)| !matches!(state, State::Done | State::Failed));
+                let newest = |tasks: &[(State, u64)]| tasks.iter().map(|&(_, seq)| seq).max();
+                newest(&live)
+                    .or_else(|| newest(&ended))
+                    .ok_or_else(|| "no task of yours has this job name".into())
             }
         }
     }
 
-    /// Every task of the spool with where it is: the daemon's own, those
-    /// ending, and those in the state directories.
+    /// Every task the daemon knows with where it is: its own, those
+    /// ending, and those in `done/` and `failed/` (from its index: nothing
+    /// is listed, however long the spool's history).
     fn known_tasks(&self) -> Vec<(State, TaskName)> {
         let mut tasks: Vec<(State, TaskName)> = self
             .tasks
             .values()
             .map(|t| (t.state, t.name.clone()))
             .chain(self.closing.values().map(|c| (c.from, c.name.clone())))
+            .chain(self.ended.iter().map(|(state, name)| (state, name.clone())))
             .collect();
-        for state in State::ALL {
-            if let Ok(listing) = self.spool.list(state) {
-                tasks.extend(listing.tasks.into_iter().map(|n| (state, n)));
-            }
-        }
         tasks.sort_by_key(|(_, n)| n.seq());
         tasks.dedup_by_key(|(_, n)| n.seq());
         tasks
@@ -123,15 +116,11 @@ impl Daemon {
         if let Some(c) = self.closing.get(&seq) {
             return (true, Some(c.to == State::Done));
         }
-        let query = seq.to_string();
-        match self.spool.find(&query) {
-            Ok((State::Done, _)) => (true, Some(true)),
-            Ok((State::Failed, _)) => (true, Some(false)),
-            Ok((State::Running | State::Recovery, _)) => (true, None),
-            Ok((State::Pending, _)) => (false, None),
-            // Gone from the spool (removed by hand): it can no longer end
-            // in any way a dependency waits for.
-            Err(_) => (true, Some(false)),
+        match self.ended.get(seq) {
+            Some(State::Done) => (true, Some(true)),
+            // Failed, or gone from the spool (removed by hand, pruned): it
+            // can no longer end in any way a dependency waits for.
+            _ => (true, Some(false)),
         }
     }
 }

@@ -143,6 +143,7 @@ impl Daemon {
                 log::error!("{name}: refused: {reason}");
                 self.adopted
                     .push_back((entry.to_string(), name.to_string()));
+                self.ended.insert(State::Failed, name);
             }
             Err(e) => self.entry_failed(
                 entry.into(),
@@ -247,7 +248,10 @@ impl Daemon {
         for c in batch.claimed {
             self.entry_retry.succeeded(&c.drop);
             match c.refused {
-                Some(reason) => log::error!("{}: refused pending/{}: {reason}", c.name, c.file),
+                Some(reason) => {
+                    log::error!("{}: refused pending/{}: {reason}", c.name, c.file);
+                    self.ended.insert(State::Failed, c.name);
+                }
                 None => {
                     log::info!("{}: claimed pending/{}", c.name, c.file);
                     self.take_with(c.name, State::Pending, Some(c.record));

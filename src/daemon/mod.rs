@@ -24,6 +24,7 @@ mod backoff;
 pub mod conda;
 mod config;
 mod depends;
+mod ended;
 mod environment;
 mod intake;
 mod loose;
@@ -162,6 +163,10 @@ struct Daemon {
     tasks: HashMap<u64, Task>,
     /// Ended tasks on their way to `done/` or `failed/`.
     closing: BTreeMap<u64, Closing>,
+    /// Tasks in `done/` and `failed/`.
+    ended: ended::Ended,
+    /// Requests that named no task, per user.
+    junk: requests::Junk,
     gpus: Vec<GpuInfo>,
     backend_name: String,
     /// Environment every job needs from the GPU backend.
@@ -281,6 +286,8 @@ pub fn run(options: Options) -> Result<()> {
         origin: Instant::now(),
         tasks: HashMap::new(),
         closing: BTreeMap::new(),
+        ended: ended::Ended::default(),
+        junk: requests::Junk::default(),
         gpus,
         backend_name,
         backend_env,

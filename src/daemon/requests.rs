@@ -7,8 +7,10 @@
 //! hears of it, so that what a user was told took effect survives the
 //! daemon's death; a restarted daemon reads it back with the task.
 
+use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
 
 use nix::unistd::Uid;
 
@@ -25,19 +27,29 @@ pub(super) fn privileged(uid: u32) -> bool {
 
 impl Daemon {
     /// Acts on the requests in `cancel/`; one that must wait for its task
-    /// to be taken in stays for a later turn of the loop.
+    /// to be taken in stays for a later turn of the loop. Each request
+    /// costs a few lookups, never a listing; at most [`REQUESTS_PER_TURN`]
+    /// are handled in one turn (the rest in the next, after the loop's
+    /// other work), and a user whose requests keep naming no task is
+    /// refused for a while ([`Junk`]).
     pub(super) fn cancel_requests(&mut self) {
         let dir = self.spool.cancel_dir();
         let Ok(entries) = fs::read_dir(&dir) else {
             return;
         };
+        let mut handled = 0;
         for entry in entries.flatten() {
+            if handled >= REQUESTS_PER_TURN {
+                self.cancel_due = true;
+                return;
+            }
             let Some(file_name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
             if file_name.starts_with('.') {
                 continue;
             }
+            handled += 1;
             let path = entry.path();
             let meta = fs::symlink_metadata(&path).ok();
             if meta.as_ref().is_some_and(|m| !m.is_file()) {
@@ -57,11 +69,18 @@ impl Daemon {
                 let _ = fs::remove_file(&path);
                 continue;
             }
-            let requester = meta.map(|m| m.uid());
-            let done = match (Request::parse(&file_name), requester) {
-                (Some(request), Some(uid)) => self.request(&request, uid),
-                _ => {
+            let Some(requester) = meta.map(|m| m.uid()) else {
+                continue;
+            };
+            if self.junk.refuses(requester) {
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            let done = match Request::parse(&file_name) {
+                Some(request) => self.request(&request, requester),
+                None => {
                     log::warn!("cancel/{file_name}: not a request carma knows; removed");
+                    self.junk.count(requester);
                     true
                 }
             };
@@ -80,7 +99,11 @@ impl Daemon {
         let query = request.task.as_str();
         let named = |name: &TaskName| name.as_str() == query || name.seq().to_string() == query;
         let verb = request.verb;
-        if let Some(c) = self.closing.values().find(|c| named(&c.name)) {
+        let seq = super::ended::seq_of(query);
+        if let Some(c) = seq
+            .and_then(|s| self.closing.get(&s))
+            .filter(|c| named(&c.name))
+        {
             if verb == Verb::Requeue {
                 // Once it has landed in done/ or failed/.
                 return false;
@@ -88,28 +111,31 @@ impl Daemon {
             log::info!("{}: {}: it already ended", c.name, describe(verb));
             return true;
         }
-        let Some(task) = self.tasks.values().find(|t| named(&t.name)) else {
-            return match self.spool.find(query) {
-                Ok((state @ (State::Done | State::Failed), name)) if verb == Verb::Requeue => {
-                    self.requeue_ended(state, &name, requester);
-                    true
+        let Some(task) = seq
+            .and_then(|s| self.tasks.get(&s))
+            .filter(|t| named(&t.name))
+        else {
+            if let Some((state, name)) = self.ended.find(query) {
+                let name = name.clone();
+                match verb {
+                    Verb::Requeue => self.requeue_ended(state, &name, requester),
+                    _ => log::info!("{name}: {}: it already ended", describe(verb)),
                 }
-                Ok((State::Done | State::Failed, name)) => {
-                    log::info!("{name}: {}: it already ended", describe(verb));
-                    true
-                }
-                Ok((state, name)) => {
-                    log::debug!(
-                        "{name}: {} waits until the task in {state}/ is taken",
-                        describe(verb)
-                    );
-                    false
-                }
-                Err(e) => {
-                    log::warn!("{} {query}: {e}", describe(verb));
-                    true
-                }
-            };
+                return true;
+            }
+            // A task submitted in the same instant, not taken in yet.
+            let arriving = TaskName::parse(query).is_some_and(|name| {
+                [State::Pending, State::Running, State::Recovery]
+                    .into_iter()
+                    .any(|state| self.spool.is_task_dir(state, &name))
+            });
+            if arriving {
+                log::debug!("{query}: {} waits until the task is taken", describe(verb));
+                return false;
+            }
+            log::warn!("{} {query}: no such task", describe(verb));
+            self.junk.count(requester);
+            return true;
         };
         let name = task.name.clone();
         if !(privileged(requester) || Some(requester) == task.demand.user) {
@@ -297,6 +323,7 @@ impl Daemon {
             .and_then(|()| self.spool.move_task(name, state, State::Pending));
         match moved {
             Ok(()) => {
+                self.ended.remove(name.seq());
                 log::info!("{name}: requeued from {state}/");
                 self.take(name.clone(), State::Pending);
             }
@@ -323,6 +350,56 @@ impl Daemon {
                 log::error!("{name}: cannot write its record, change not made: {e}");
                 false
             }
+        }
+    }
+}
+
+/// Requests handled in one turn of the loop, at most.
+const REQUESTS_PER_TURN: usize = 256;
+
+/// Requests naming no task that one user may leave in a minute before
+/// their requests are refused for the rest of it.
+const JUNK_PER_MINUTE: u32 = 100;
+
+/// Requests that named no task (or were no request), per user, in the
+/// current minute: a user who floods `cancel/` with them is refused, said
+/// once, and everyone else's requests go on.
+#[derive(Debug)]
+pub(super) struct Junk {
+    since: Instant,
+    counts: HashMap<u32, u32>,
+}
+
+impl Default for Junk {
+    fn default() -> Junk {
+        Junk {
+            since: Instant::now(),
+            counts: HashMap::new(),
+        }
+    }
+}
+
+impl Junk {
+    fn count(&mut self, uid: u32) {
+        self.roll();
+        let count = self.counts.entry(uid).or_default();
+        *count += 1;
+        if *count == JUNK_PER_MINUTE {
+            log::warn!(
+                "uid {uid}: {JUNK_PER_MINUTE} requests naming no task within a minute; \
+                 their requests are refused until it is over"
+            );
+        }
+    }
+
+    fn refuses(&mut self, uid: u32) -> bool {
+        self.roll();
+        self.counts.get(&uid).is_some_and(|&n| n >= JUNK_PER_MINUTE)
+    }
+
+    fn roll(&mut self) {
+        if self.since.elapsed() >= Duration::from_secs(60) {
+            *self = Junk::default();
         }
     }
 }

@@ -35,6 +35,7 @@ impl Daemon {
         for name in self.spool.finish_claims()? {
             log::info!("{name}: finished a claim interrupted by a crash");
         }
+        self.ended = super::ended::Ended::load(&self.spool)?;
         for name in self.spool.list(State::Running)?.tasks {
             self.restore_running(name);
         }

@@ -530,6 +530,7 @@ impl Daemon {
         let Some(c) = self.closing.remove(&seq) else {
             return;
         };
+        self.ended.insert(to, name.clone());
         if c.retry.next().is_some() {
             log::info!("{name}: moved to {to}/ at last");
         }
