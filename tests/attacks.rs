@@ -520,3 +520,40 @@ fn a_flood_of_requests_naming_no_task_holds_nobody_up() {
             .contains("requests naming no task within a minute")
     );
 }
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_user_cannot_fill_roots_disk_with_copies() {
+    // Hole 7: `array: 1-200` with an 8 MiB summary left 1.68 GB owned by
+    // root in the spool.
+    let (alice, bob, spool) = shared_daemon("[queue]\nuser_max_array = 150\n");
+    let summary = "x".repeat(8 << 20);
+    let job = "model: big.model\nmemory: 1G\narray: 1-140\ntrue\n";
+    let name = spool.submit_as(
+        &alice,
+        "alice-big",
+        &[("big.rad", job), ("big.model", &summary)],
+    );
+    spool.wait_for("the job to be refused", 10.0, || {
+        spool.root.join("failed").join(&name).exists()
+    });
+    let reason = fs::read_to_string(spool.root.join("failed").join(&name).join("reason")).unwrap();
+    assert!(reason.contains("queue.user_max_spool_mib"), "{reason}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        spool.tasks("pending").len() + spool.tasks("done").len(),
+        0,
+        "no element made"
+    );
+    let wide = spool.submit_as(
+        &alice,
+        "alice-wide",
+        &[("w.rad", "memory: 1G\narray: 1-200\ntrue\n")],
+    );
+    spool.wait_for("the wide array to be refused", 10.0, || {
+        spool.root.join("failed").join(&wide).exists()
+    });
+    let reason = fs::read_to_string(spool.root.join("failed").join(&wide).join("reason")).unwrap();
+    assert!(reason.contains("queue.user_max_array"), "{reason}");
+    still_serves(&spool, &bob, "1");
+}

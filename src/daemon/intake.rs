@@ -373,6 +373,14 @@ impl Daemon {
                     .filter(|_| unprivileged)
                     .and_then(|r| self.config.recovery.retries_refusal(r))
             });
+        let bytes = crate::spool::tree_bytes(&job);
+        // Counted when first taken in; a restart reloads what was accepted.
+        let elements = spec.array.map_or(1, |a| u64::from(a.last - a.first) + 1);
+        let refused = refused.or_else(|| {
+            (fresh && unprivileged)
+                .then(|| self.over_limits(owner, elements, bytes))
+                .flatten()
+        });
         if let Some(why) = refused {
             return Err(why);
         }
@@ -449,7 +457,45 @@ impl Daemon {
             time_limit_s: None,
             peak_mib: 0,
             fingerprint: input.fingerprint(),
+            bytes,
         })
+    }
+
+    /// Why a user's freshly submitted job (with `elements` tasks, its array
+    /// included, and `bytes` of job files each) would take more of the
+    /// spool than one user may, if it would. Said at intake, before the
+    /// array is made: what one user hands in is root's disk.
+    fn over_limits(&self, owner: u32, elements: u64, bytes: u64) -> Option<String> {
+        let q = &self.config.queue;
+        let held = self.tasks.holding(owner);
+        if q.user_max_array > 0 && elements > q.user_max_array {
+            return Some(format!(
+                "its array has {elements} tasks; a user's array may have at most {} \
+                 (queue.user_max_array)",
+                q.user_max_array
+            ));
+        }
+        if q.user_max_tasks > 0 && held.tasks + elements > q.user_max_tasks {
+            return Some(format!(
+                "its owner has {} tasks waiting or running already and this adds {elements}; \
+                 a user may have at most {} (queue.user_max_tasks)",
+                held.tasks, q.user_max_tasks
+            ));
+        }
+        let limit = q.user_max_spool_mib.saturating_mul(1 << 20);
+        let adds = bytes.saturating_mul(elements);
+        if limit > 0 && held.bytes.saturating_add(adds) > limit {
+            return Some(format!(
+                "its job files take {} MiB in the spool ({} task(s)), beside {} MiB of its \
+                 owner's other tasks; a user's waiting and running tasks may take at most \
+                 {} MiB (queue.user_max_spool_mib)",
+                adds.div_ceil(1 << 20),
+                elements,
+                held.bytes.div_ceil(1 << 20),
+                q.user_max_spool_mib
+            ));
+        }
+        None
     }
 
     /// Who a job owned by `uid` runs as: itself when the daemon is root

@@ -35,6 +35,7 @@ mod restore;
 mod runs;
 pub mod script;
 pub mod status;
+mod tasks;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -117,6 +118,8 @@ struct Task {
     peak_mib: u64,
     /// The job's identity in the estimators' history.
     fingerprint: Fingerprint,
+    /// Bytes of its job files in the spool.
+    bytes: u64,
 }
 
 impl Task {
@@ -160,7 +163,7 @@ struct Daemon {
     chain: Chain,
     /// The core's time zero.
     origin: Instant,
-    tasks: HashMap<u64, Task>,
+    tasks: tasks::Tasks,
     /// Ended tasks on their way to `done/` or `failed/`.
     closing: BTreeMap<u64, Closing>,
     /// Tasks in `done/` and `failed/`.
@@ -284,7 +287,7 @@ pub fn run(options: Options) -> Result<()> {
         config,
         config_path: options.config_path,
         origin: Instant::now(),
-        tasks: HashMap::new(),
+        tasks: tasks::Tasks::default(),
         closing: BTreeMap::new(),
         ended: ended::Ended::default(),
         junk: requests::Junk::default(),

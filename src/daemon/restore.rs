@@ -241,6 +241,7 @@ impl Daemon {
             time_limit_s: None,
             peak_mib: 0,
             fingerprint,
+            bytes: 0,
         }
     }
 

@@ -32,6 +32,9 @@ pub struct QueueRules {
     pub max_running_per_user: u32,
     pub max_gpus_per_user: u32,
     pub max_queued_per_user: u32,
+    pub user_max_tasks: u64,
+    pub user_max_array: u64,
+    pub user_max_spool_mib: u64,
     /// Order equal priorities by each user's recent GPU use.
     pub fair_share: bool,
     /// How fast that use is forgotten: it halves every this many seconds.

@@ -492,6 +492,23 @@ impl Spool {
 /// is root's and counts against no user's disk quota, so it is bounded.
 pub const MAX_SUMMARY_BYTES: u64 = 8 << 20;
 
+/// Bytes of the regular files in carma's own tree `dir` (a task's `job/`:
+/// what a submission cost the spool); links are not followed.
+pub fn tree_bytes(dir: &Path) -> u64 {
+    let mut bytes = 0;
+    let mut todo = vec![dir.to_owned()];
+    while let Some(dir) = todo.pop() {
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => todo.push(entry.path()),
+                Ok(m) if m.is_file() => bytes += m.len(),
+                _ => {}
+            }
+        }
+    }
+    bytes
+}
+
 /// Opens (creating it if needed, never truncating) a file that is
 /// `flock`ed: its content may matter to whoever holds the lock. Made
 /// private to carma's user.

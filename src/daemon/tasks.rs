@@ -1,0 +1,67 @@
+//! The daemon's waiting and running tasks, and what each user holds among
+//! them: the per-user limits at intake (`queue.user_max_tasks`,
+//! `queue.user_max_spool_mib`) ask on every submission, so the totals are
+//! kept as tasks come and go, never counted.
+
+use std::collections::HashMap;
+use std::ops::Deref;
+
+use super::Task;
+
+/// What one user's waiting and running tasks hold.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Holding {
+    pub tasks: u64,
+    /// Bytes of the job files carma copied into the spool for them.
+    pub bytes: u64,
+}
+
+/// Tasks by number, with each user's [`Holding`].
+#[derive(Default)]
+pub(super) struct Tasks {
+    by_seq: HashMap<u64, Task>,
+    users: HashMap<u32, Holding>,
+}
+
+impl Deref for Tasks {
+    type Target = HashMap<u64, Task>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.by_seq
+    }
+}
+
+impl Tasks {
+    pub fn insert(&mut self, seq: u64, task: Task) {
+        if let Some(user) = task.demand.user {
+            let h = self.users.entry(user).or_default();
+            h.tasks += 1;
+            h.bytes += task.bytes;
+        }
+        if let Some(old) = self.by_seq.insert(seq, task) {
+            self.forget(&old);
+        }
+    }
+
+    pub fn remove(&mut self, seq: &u64) -> Option<Task> {
+        let task = self.by_seq.remove(seq)?;
+        self.forget(&task);
+        Some(task)
+    }
+
+    /// A task, to change (its user and size stay as they were).
+    pub fn get_mut(&mut self, seq: &u64) -> Option<&mut Task> {
+        self.by_seq.get_mut(seq)
+    }
+
+    pub fn holding(&self, user: u32) -> Holding {
+        self.users.get(&user).copied().unwrap_or_default()
+    }
+
+    fn forget(&mut self, task: &Task) {
+        if let Some(h) = task.demand.user.and_then(|u| self.users.get_mut(&u)) {
+            h.tasks = h.tasks.saturating_sub(1);
+            h.bytes = h.bytes.saturating_sub(task.bytes);
+        }
+    }
+}
