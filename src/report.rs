@@ -5,17 +5,15 @@
 //! can be compared with its simulation, plus each GPU's figures.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::path::Path;
 
 use serde::Serialize;
 
 use crate::gpu::log::Row;
 use crate::plot;
 use crate::simulate::{Metrics, TaskRecord};
-use crate::spool::record::{Launch, RunExit, read_json};
+use crate::spool::archive::Archived;
 use crate::spool::{Spool, SpoolError, State};
-use crate::supervisor;
+use crate::supervisor::runs_of;
 
 /// The report: the simulator's figures plus the re-runs OOM crashes caused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -77,76 +75,87 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
     let mut reruns = 0;
     let (mut refused, mut cancelled) = (0, 0);
     let mut bars = Vec::new();
+    // Tasks pruned from done/ and failed/ first: they ended earlier.
+    let mut ended: Vec<Archived> = spool.archived()?;
     for state in [State::Done, State::Failed] {
         for name in spool.list(state)?.tasks {
-            let record = spool.load_record(state, &name)?;
-            let dir = spool.task_dir(state, &name);
-            let end = record.outcome.as_ref().map(|o| o.at);
-            let mut metrics = TaskRecord::submitted(record.submitted_at);
-            let runs = runs_of(&dir);
-            let mut first_launch = None;
-            let mut exec = 0.0;
-            let mut peak = None;
-            let mut gpus = String::new();
-            for (i, (launch, exit)) in runs.iter().enumerate() {
-                metrics.launched(launch.launched_at);
-                first_launch.get_or_insert(launch.launched_at);
-                let stopped = exit
-                    .as_ref()
-                    .map(|e| e.ended_at)
-                    .or(end)
-                    .unwrap_or(launch.launched_at);
-                exec += stopped - launch.launched_at;
-                let crashed = i + 1 < runs.len() || record.crashes as usize > i;
-                metrics.stopped(stopped, crashed);
-                peak = peak.max(exit.as_ref().and_then(|e| e.peak_mib));
-                let owner = owner_name(record.owner);
-                bars.extend(launch.gpus.iter().map(|&gpu| plot::Bar {
-                    gpu,
-                    start: launch.launched_at,
-                    end: stopped,
-                    task: name.to_string(),
-                    group: owner.clone(),
-                    crashed,
-                }));
-                gpus = launch
-                    .gpus
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(" ");
-            }
-            reruns += runs.len().saturating_sub(1) as u32;
-            match (state, end) {
-                (State::Done, Some(at)) => metrics.completed(at),
-                (_, Some(at)) => metrics.failed(at),
-                (_, None) => {}
-            }
-            let reason = record.outcome.as_ref().and_then(|o| o.reason.as_deref());
-            if reason == Some(crate::sched::FailReason::Cancelled.to_string().as_str()) {
-                cancelled += 1;
-            } else if runs.is_empty() {
-                refused += 1;
-            } else {
-                records.push(metrics);
-            }
-            let jct = end.map(|e| e - record.submitted_at);
-            rows.push(TaskRow {
-                task: name.to_string(),
-                state: state.to_string(),
-                submitted_at: record.submitted_at,
-                first_launch_at: first_launch,
-                ended_at: end,
-                wait_s: jct.map(|j| j - exec),
-                exec_s: exec,
-                jct_s: jct,
-                runs: runs.len() as u32,
-                oom_crashes: record.crashes,
-                peak_mib: peak,
-                gpus,
-                reason: record.outcome.and_then(|o| o.reason).unwrap_or_default(),
+            ended.push(Archived {
+                state: state.dir_name().to_owned(),
+                name: name.to_string(),
+                record: spool.load_record(state, &name)?,
+                runs: runs_of(&spool.task_dir(state, &name)),
             });
         }
+    }
+    for task in ended {
+        let state = task.state();
+        let Archived {
+            name, record, runs, ..
+        } = task;
+        let end = record.outcome.as_ref().map(|o| o.at);
+        let mut metrics = TaskRecord::submitted(record.submitted_at);
+        let mut first_launch = None;
+        let mut exec = 0.0;
+        let mut peak = None;
+        let mut gpus = String::new();
+        for (i, (launch, exit)) in runs.iter().enumerate() {
+            metrics.launched(launch.launched_at);
+            first_launch.get_or_insert(launch.launched_at);
+            let stopped = exit
+                .as_ref()
+                .map(|e| e.ended_at)
+                .or(end)
+                .unwrap_or(launch.launched_at);
+            exec += stopped - launch.launched_at;
+            let crashed = i + 1 < runs.len() || record.crashes as usize > i;
+            metrics.stopped(stopped, crashed);
+            peak = peak.max(exit.as_ref().and_then(|e| e.peak_mib));
+            let owner = owner_name(record.owner);
+            bars.extend(launch.gpus.iter().map(|&gpu| plot::Bar {
+                gpu,
+                start: launch.launched_at,
+                end: stopped,
+                task: name.to_string(),
+                group: owner.clone(),
+                crashed,
+            }));
+            gpus = launch
+                .gpus
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ");
+        }
+        reruns += runs.len().saturating_sub(1) as u32;
+        match (state, end) {
+            (State::Done, Some(at)) => metrics.completed(at),
+            (_, Some(at)) => metrics.failed(at),
+            (_, None) => {}
+        }
+        let reason = record.outcome.as_ref().and_then(|o| o.reason.as_deref());
+        if reason == Some(crate::sched::FailReason::Cancelled.to_string().as_str()) {
+            cancelled += 1;
+        } else if runs.is_empty() {
+            refused += 1;
+        } else {
+            records.push(metrics);
+        }
+        let jct = end.map(|e| e - record.submitted_at);
+        rows.push(TaskRow {
+            task: name.to_string(),
+            state: state.to_string(),
+            submitted_at: record.submitted_at,
+            first_launch_at: first_launch,
+            ended_at: end,
+            wait_s: jct.map(|j| j - exec),
+            exec_s: exec,
+            jct_s: jct,
+            runs: runs.len() as u32,
+            oom_crashes: record.crashes,
+            peak_mib: peak,
+            gpus,
+            reason: record.outcome.and_then(|o| o.reason).unwrap_or_default(),
+        });
     }
     let start = rows
         .iter()
@@ -226,29 +235,6 @@ fn picture(
     }
 }
 
-/// Each run's launch and, when it ended normally, its exit, in order.
-fn runs_of(dir: &Path) -> Vec<(Launch, Option<RunExit>)> {
-    let mut runs: Vec<(u32, Launch, Option<RunExit>)> = fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let n: u32 = e.file_name().to_str()?.strip_prefix("run-")?.parse().ok()?;
-            let launch = read_json::<Launch>(&e.path().join(supervisor::LAUNCH)).ok()?;
-            let exit = read_json::<RunExit>(&e.path().join(supervisor::EXIT)).ok();
-            // A launch whose supervisor never started, or whose job could
-            // not start for a reason that passed, did not run.
-            let started = match &exit {
-                Some(exit) => !exit.transient,
-                None => e.path().join(supervisor::IDENTITY).exists(),
-            };
-            started.then_some((n, launch, exit))
-        })
-        .collect();
-    runs.sort_by_key(|r| r.0);
-    runs.into_iter().map(|(_, l, e)| (l, e)).collect()
-}
-
 /// Each GPU's figures over `[start, end]` from the log's rows. Energy is
 /// summed interval by interval: the energy counter's difference where both
 /// ends have one and it grew, power x time otherwise. A counter that went
@@ -319,6 +305,7 @@ impl Mean {
 mod tests {
     use super::*;
     use crate::gpu::log::{CURRENT, HEADER, LEGACY, read};
+    use std::fs;
 
     fn summary(gpu: usize, seconds: f64, energy_j: f64, smact: f64) -> GpuSummary {
         GpuSummary {

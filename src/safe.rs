@@ -23,6 +23,20 @@ pub fn read_regular(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs
     read_fd(fd, path, max_bytes)
 }
 
+/// A regular file opened for reading, as [`read_regular`] opens it, for a
+/// caller that streams it (a file too large to hold whole).
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let fd = nix::fcntl::open(path, read_flags(), Mode::empty()).map_err(io::Error::from)?;
+    let file = File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a regular file", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
 /// A regular file at `relative` below the directory `dir`, no component of
 /// which may be a symbolic link, `..` or absolute.
 pub fn read_beneath(

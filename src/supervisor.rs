@@ -49,7 +49,7 @@ use nix::unistd::{
 };
 
 use crate::procfs::ProcessId;
-use crate::spool::record::{Launch, RunExit, read_state, unix_now, write_json};
+use crate::spool::record::{Launch, RunExit, read_json, read_state, unix_now, write_json};
 
 /// File names inside a run directory.
 pub const LAUNCH: &str = "launch.json";
@@ -407,4 +407,27 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
     }
     // The raw OS error is kept: whether it may pass depends on it.
     command.spawn()
+}
+
+/// Each run's launch and, when it ended normally, its exit, in order.
+pub fn runs_of(dir: &Path) -> Vec<(Launch, Option<RunExit>)> {
+    let mut runs: Vec<(u32, Launch, Option<RunExit>)> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n: u32 = e.file_name().to_str()?.strip_prefix("run-")?.parse().ok()?;
+            let launch = read_json::<Launch>(&e.path().join(LAUNCH)).ok()?;
+            let exit = read_json::<RunExit>(&e.path().join(EXIT)).ok();
+            // A launch whose supervisor never started, or whose job could
+            // not start for a reason that passed, did not run.
+            let started = match &exit {
+                Some(exit) => !exit.transient,
+                None => e.path().join(IDENTITY).exists(),
+            };
+            started.then_some((n, launch, exit))
+        })
+        .collect();
+    runs.sort_by_key(|r| r.0);
+    runs.into_iter().map(|(_, l, e)| (l, e)).collect()
 }

@@ -660,3 +660,38 @@ fn report_keeps_refused_and_cancelled_tasks_out_of_its_averages() {
     assert_eq!(report["refused"], 1, "{report}");
     assert_eq!(report["cancelled"], 2, "{report}");
 }
+
+#[test]
+fn ended_tasks_are_archived_after_their_retention_and_still_reported() {
+    // Issue 23 item 7: nothing ever cleaned done/ or failed/ (root's disk,
+    // and every start listed them). After daemon.retention_days (here
+    // about a second) a task's directory goes and one archive line keeps
+    // what the report needs.
+    let mut spool = Spool::with_config("1x40GiB", "[daemon]\nretention_days = 0.00002\n");
+    spool.start_daemon();
+    let ok = spool.submit("ok.rad", &fake_job("ok", "memory: 1G\n", "1G", 0.1));
+    spool.drop_file("broken.rad", "gpus: 1\nbatchsize: 1\necho\n");
+    spool.wait_count("done", 1, 10.0);
+    spool.wait_for("both to be archived", 15.0, || {
+        spool.tasks("done").is_empty() && spool.tasks("failed").is_empty()
+    });
+    let archive = fs::read_to_string(spool.root.join("archive.jsonl")).unwrap();
+    assert_eq!(archive.lines().count(), 2, "{archive}");
+    assert!(archive.contains(&ok));
+    let mode = fs::metadata(spool.root.join("archive.jsonl"))
+        .unwrap()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600, "records are carma's");
+    let report = spool.carma().args(["report", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["tasks"], 1, "{report}");
+    assert_eq!(report["refused"], 1, "{report}");
+    // A restart reads neither directory's old tasks nor loses the archive.
+    spool.stop_daemon("TERM");
+    spool.start_daemon();
+    spool.submit("again.rad", &fake_job("again", "memory: 1G\n", "1G", 0.1));
+    spool.wait_for("the next job to run", 10.0, || {
+        fs::read_to_string(spool.root.join("archive.jsonl")).is_ok_and(|a| a.lines().count() == 3)
+    });
+}

@@ -26,6 +26,7 @@ pub struct DaemonConfig {
     pub job_path: String,
     pub conda: String,
     pub notify: String,
+    pub retention_days: f64,
 }
 
 impl DaemonConfig {
@@ -61,6 +62,12 @@ impl DaemonConfig {
                     "daemon.{key} = {value}: expected seconds >= 0 (at most a year)"
                 ));
             }
+        }
+        if !(0.0..=36500.0).contains(&self.retention_days) {
+            return Err(format!(
+                "daemon.retention_days = {}: expected days >= 0 (0: keep forever)",
+                self.retention_days
+            ));
         }
         for (key, value) in [
             ("job_path", &self.job_path),

@@ -4,14 +4,14 @@
 //! does not grow with the spool's history (2,000 junk requests once held
 //! the loop for 18 s, each listing every state directory).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use crate::spool::{Spool, SpoolError, State, TaskName};
 
 /// Ended tasks by number.
 #[derive(Debug, Default)]
 pub struct Ended {
-    tasks: HashMap<u64, (State, TaskName)>,
+    tasks: BTreeMap<u64, (State, TaskName)>,
 }
 
 impl Ended {
@@ -46,6 +46,16 @@ impl Ended {
 
     pub fn get(&self, seq: u64) -> Option<State> {
         self.tasks.get(&seq).map(|(state, _)| *state)
+    }
+
+    /// Up to `n` ended tasks numbered above `after`, in order: a pass
+    /// over all of them, a few at a time.
+    pub fn after(&self, after: u64, n: usize) -> Vec<(State, TaskName)> {
+        self.tasks
+            .range(after.saturating_add(1)..)
+            .take(n)
+            .map(|(_, (state, name))| (*state, name.clone()))
+            .collect()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (State, &TaskName)> {

@@ -170,6 +170,8 @@ struct Daemon {
     ended: ended::Ended,
     /// Requests that named no task, per user.
     junk: requests::Junk,
+    /// The last ended task looked at for pruning.
+    prune_cursor: u64,
     gpus: Vec<GpuInfo>,
     backend_name: String,
     /// Environment every job needs from the GPU backend.
@@ -291,6 +293,7 @@ pub fn run(options: Options) -> Result<()> {
         closing: BTreeMap::new(),
         ended: ended::Ended::default(),
         junk: requests::Junk::default(),
+        prune_cursor: 0,
         gpus,
         backend_name,
         backend_env,
@@ -362,6 +365,9 @@ fn empty_trash(spool: Spool) -> Result<()> {
         })?;
     Ok(())
 }
+
+/// Ended tasks looked at for pruning each second.
+const PRUNE_PER_TURN: usize = 32;
 
 /// How often the trash is emptied.
 const TRASH_INTERVAL: Duration = Duration::from_secs(1);
@@ -824,12 +830,55 @@ impl Daemon {
     fn housekeeping(&mut self) {
         if self.status_written.elapsed() >= Duration::from_secs(1) {
             self.write_status();
+            self.prune_ended();
         }
         let every = Duration::from_secs_f64(self.config.daemon.metrics_interval_s);
         if self.metrics_written.elapsed() >= every && self.readings_at > self.gpu_logged_at {
             self.metrics_written = Instant::now();
             self.gpu_logged_at = self.readings_at;
             self.log_gpus();
+        }
+    }
+
+    /// Archives a few tasks that ended more than `daemon.retention_days`
+    /// ago (see [`crate::spool::archive`]): a pass over `done/` and
+    /// `failed/` a few tasks a second, so the loop never waits on it.
+    fn prune_ended(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let days = self.config.daemon.retention_days;
+        if days <= 0.0 {
+            return;
+        }
+        let cutoff = unix_now() - days * 86_400.0;
+        let batch = self.ended.after(self.prune_cursor, PRUNE_PER_TURN);
+        if batch.len() < PRUNE_PER_TURN {
+            self.prune_cursor = 0;
+        }
+        for (state, name) in batch {
+            self.prune_cursor = self.prune_cursor.max(name.seq());
+            let dir = self.spool.task_dir(state, &name);
+            // The move into done/ or failed/ set the directory's ctime: a
+            // task that changed since is younger than that.
+            let landed = std::fs::symlink_metadata(&dir).map_or(f64::MAX, |m| m.ctime() as f64);
+            if landed >= cutoff {
+                continue;
+            }
+            let ended_at = self
+                .spool
+                .load_record(state, &name)
+                .ok()
+                .and_then(|r| r.outcome.map(|o| o.at));
+            if ended_at.is_some_and(|at| at >= cutoff) {
+                continue;
+            }
+            let runs = crate::supervisor::runs_of(&dir);
+            match self.spool.archive(state, &name, runs) {
+                Ok(()) => {
+                    log::info!("{name}: archived from {state}/ after {days} days");
+                    self.ended.remove(name.seq());
+                }
+                Err(e) => log::warn!("{name}: cannot archive it: {e}"),
+            }
         }
     }
 

@@ -13,6 +13,8 @@
 //!               carma's alone
 //!   cancel/     requests: cancel, hold, release, priority ([`request`])
 //!   next-id     the next task number (locked while allocating)
+//!   archive.jsonl ended tasks pruned after `daemon.retention_days`
+//!               ([`archive`]); carma's alone
 //!   status.json the daemon's view, refreshed every second
 //! ```
 //!
@@ -34,6 +36,7 @@
 //! anyone sees which tasks exist and where; a task directory's contents
 //! are for its owner and carma only.
 
+pub mod archive;
 mod array;
 mod atomic;
 mod claim;
