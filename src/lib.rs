@@ -11,6 +11,7 @@
 //! [`procfs`] names processes by pid and start time, [`summary`] reads
 //! model summaries and [`estimate`] turns them into memory needs.
 
+pub mod cgroup;
 pub mod config;
 pub mod daemon;
 pub mod estimate;

@@ -23,6 +23,16 @@ pub fn read_regular(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs
     read_fd(fd, path, max_bytes)
 }
 
+/// A regular file's content, up to `max_bytes`, at a path the caller
+/// chose (links followed: a user's own job directory may hold them):
+/// opened without blocking and checked on the open file, so a FIFO or a
+/// device such as `/dev/zero` is refused, never read.
+pub fn read_file(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs::Metadata)> {
+    let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(io::Error::from)?;
+    read_fd(fd, path, max_bytes)
+}
+
 /// A regular file opened for reading, as [`read_regular`] opens it, for a
 /// caller that streams it (a file too large to hold whole).
 pub fn open_regular(path: &Path) -> io::Result<File> {

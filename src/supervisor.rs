@@ -48,6 +48,7 @@ use nix::unistd::{
     Gid, Pid, Uid, chdir, fchown, getgrouplist, setgid, setgroups, setpgid, setsid, setuid,
 };
 
+use crate::cgroup::RunCgroup;
 use crate::procfs::ProcessId;
 use crate::spool::record::{Launch, RunExit, read_json, read_state, unix_now, write_json};
 
@@ -178,7 +179,7 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     let outcome = match launch {
         Err(e) => Err((false, e.to_string())),
         Ok(_) if stop.load(Ordering::SeqCst) => Err((false, "cancelled before it started".into())),
-        Ok(launch) => spawn_job(run_dir, &launch).map_err(|e| {
+        Ok(launch) => spawn_job(run_dir, &launch, run_cgroup(&launch)).map_err(|e| {
             let transient = is_transient(&e);
             match &launch.workdir {
                 dir if e.raw_os_error().is_some() => (
@@ -199,9 +200,11 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
         peak_mib: None,
         error: None,
         transient: false,
+        host_peak_mib: None,
+        cpu_s: None,
     };
     match outcome {
-        Ok(mut child) => {
+        Ok((mut child, cgroup)) => {
             let group = child.id() as i32;
             job_group.store(group, Ordering::SeqCst);
             // A cancellation that came while the job was being started.
@@ -219,6 +222,20 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
             // no timer may signal the group, whose number may be reused.
             let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
             job_group.store(0, Ordering::SeqCst);
+            // Those that left the group (setsid) are still in the cgroup.
+            if let Some(cgroup) = cgroup {
+                let dir = cgroup.dir().to_owned();
+                let (usage, empty) = cgroup.finish(CGROUP_PATIENCE);
+                if !empty {
+                    let _ = writeln!(
+                        io::stderr(),
+                        "processes of the job outlived it in {}",
+                        dir.display()
+                    );
+                }
+                exit.host_peak_mib = usage.peak_mib;
+                exit.cpu_s = usage.cpu_s;
+            }
         }
         Err((transient, error)) => {
             exit.error = Some(error);
@@ -289,11 +306,15 @@ fn keep_time(limit: Duration, grace: Duration, timed_out: Arc<AtomicBool>, group
     });
 }
 
-/// SIGTERM to the job's group now, SIGKILL after `grace`.
+/// SIGTERM to the job's group (and every process of its cgroup) now,
+/// SIGKILL after `grace`.
 fn terminate(group: &Arc<AtomicI32>, grace: Duration) {
     let pgid = group.load(Ordering::SeqCst);
     if pgid > 0 {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+    }
+    if let Some(dir) = JOB_CGROUP.get() {
+        RunCgroup::signal(dir, Signal::SIGTERM);
     }
     let group = Arc::clone(group);
     std::thread::spawn(move || {
@@ -302,7 +323,39 @@ fn terminate(group: &Arc<AtomicI32>, grace: Duration) {
         if pgid > 0 {
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
         }
+        if let Some(dir) = JOB_CGROUP.get() {
+            RunCgroup::kill(dir);
+        }
     });
+}
+
+/// This supervisor's run's cgroup, once the job is in it: what a
+/// cancellation or the time limit stops.
+static JOB_CGROUP: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// How long the end of a run waits for its cgroup to empty after
+/// `cgroup.kill`.
+const CGROUP_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The run's cgroup, made under the launch's; none (a process group only,
+/// said on the supervisor's stderr) when it cannot be made.
+fn run_cgroup(launch: &Launch) -> Option<RunCgroup> {
+    let parent = launch.cgroup.as_ref()?;
+    let name = format!("{}-run-{}", launch.task, launch.run);
+    match RunCgroup::create(parent, &name) {
+        Ok(cgroup) => {
+            let _ = JOB_CGROUP.set(cgroup.dir().to_owned());
+            Some(cgroup)
+        }
+        Err(e) => {
+            let _ = writeln!(
+                io::stderr(),
+                "cannot make the cgroup {}/{name}: {e}; the job runs in a process group only",
+                parent.display()
+            );
+            None
+        }
+    }
 }
 
 /// Seconds from a launch record as a duration; what cannot be one (NaN,
@@ -336,7 +389,11 @@ pub fn is_transient(error: &io::Error) -> bool {
 /// Starts `bash job.sh` in its own process group, as the task's user, with
 /// exactly the environment the launch gives (nothing of the supervisor's or
 /// the daemon's). The script and the output files are the user's, private.
-fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
+fn spawn_job(
+    run_dir: &Path,
+    launch: &Launch,
+    cgroup: Option<RunCgroup>,
+) -> io::Result<(Child, Option<RunCgroup>)> {
     let script = run_dir.join(SCRIPT);
     let mut text = launch.script.join("\n");
     text.push('\n');
@@ -390,12 +447,18 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
         }
         None => None,
     };
+    let cgroup_fd = cgroup.as_ref().map(RunCgroup::procs_fd);
     // SAFETY: between fork and exec only async-signal-safe system calls
-    // (setpgid, setgroups, setgid, setuid, chdir) on values prepared
-    // before; nothing allocates.
+    // (setpgid, write, setgroups, setgid, setuid, chdir) on values
+    // prepared before; nothing allocates.
     unsafe {
         command.pre_exec(move || {
             setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            // Into the run's cgroup while still root, before anything of
+            // the job's runs: nothing it starts can be outside.
+            if let Some(fd) = cgroup_fd {
+                crate::cgroup::enter(fd)?;
+            }
             if let (Some(user), Some(groups)) = (&run_as, &groups) {
                 setgroups(groups)?;
                 setgid(Gid::from_raw(user.gid))?;
@@ -406,7 +469,7 @@ fn spawn_job(run_dir: &Path, launch: &Launch) -> io::Result<Child> {
         });
     }
     // The raw OS error is kept: whether it may pass depends on it.
-    command.spawn()
+    Ok((command.spawn()?, cgroup))
 }
 
 /// Each run's launch and, when it ended normally, its exit, in order.

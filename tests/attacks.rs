@@ -557,3 +557,61 @@ fn a_user_cannot_fill_roots_disk_with_copies() {
     assert!(reason.contains("queue.user_max_array"), "{reason}");
     still_serves(&spool, &bob, "1");
 }
+
+/// Processes whose command line is exactly `sleep SECONDS`.
+fn sleepers(seconds: &str) -> Vec<u32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c == format!("sleep\0{seconds}\0").as_bytes())
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_jobs_background_processes_end_with_it() {
+    // Hole 10: `setsid sleep 4242 &` left the job's process group and
+    // outlived its time limit, its cancellation and its task.
+    let (alice, _bob, spool) = shared_daemon("[daemon]\ntime_limit_grace_s = 1\n");
+    let log = spool.daemon_log();
+    assert!(log.contains("jobs run in cgroups under"), "{log}");
+    let escape = |secs: &str, rest: &str| {
+        format!("memory: 1G\n{rest}setsid sleep {secs} > /dev/null 2>&1 < /dev/null &\nsleep 0.3\n")
+    };
+    let limited = spool.submit_as(
+        &alice,
+        "alice-t",
+        &[(
+            "t.rad",
+            &format!("{}sleep 60\n", escape("424201", "time: 2s\n")),
+        )],
+    );
+    let ended = spool.submit_as(&alice, "alice-e", &[("e.rad", &escape("424202", ""))]);
+    let cancelled = spool.submit_as(
+        &alice,
+        "alice-c",
+        &[("c.rad", &format!("{}sleep 60\n", escape("424203", "")))],
+    );
+    spool.wait_for("the jobs to start their escapees", 10.0, || {
+        !sleepers("424203").is_empty()
+    });
+    let out = alice.carma(&spool, &format!("cancel {cancelled}"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("all three to end", 20.0, || {
+        [&limited, &ended, &cancelled].iter().all(|n| {
+            spool.root.join("done").join(n).exists() || spool.root.join("failed").join(n).exists()
+        })
+    });
+    for secs in ["424201", "424202", "424203"] {
+        assert!(sleepers(secs).is_empty(), "sleep {secs} outlived its job");
+    }
+    let exit: serde_json::Value = serde_json::from_slice(
+        &fs::read(spool.root.join("done").join(&ended).join("run-1/exit.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(exit["cpu_s"].as_f64().is_some(), "{exit}");
+}

@@ -206,3 +206,18 @@ fn train_learns_the_floors_on_real_jobs() {
         "{err}"
     );
 }
+
+#[test]
+fn a_summary_that_is_a_device_or_a_fifo_is_refused_not_read() {
+    // Issue 23: `model: /dev/zero` made `carma estimate` (run by Slurm's
+    // job_submit hook) read without end; a FIFO blocked it.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.model");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    for model in ["/dev/zero", fifo.to_str().unwrap()] {
+        let started = std::time::Instant::now();
+        let (_, _, err) = carma(&["estimate", model, "--batch-size", "8"]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert!(err.contains("not a regular file"), "{model}: {err}");
+    }
+}

@@ -523,3 +523,44 @@ fn an_array_job_runs_one_task_per_index_at_most_n_at_once_and_cancels_together()
     spool.wait_count("failed", 4, 20.0);
     assert_eq!(spool.tasks("done").len(), 3);
 }
+
+#[test]
+fn a_requeued_task_notifies_again_and_one_that_never_ran_notifies_too() {
+    // Issue 23: after `carma requeue` the second notification failed with
+    // "File exists"; a job cancelled before it ran failed its notification
+    // on a missing work/.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let notes = spool.dir.path().join("notes");
+    let job = |name: &str, rest: &str| {
+        format!(
+            "name: {name}\nmemory: whole\nnotify: echo \"$CARMA_TASK_ID $CARMA_STATE\" >> {}\n{rest}",
+            notes.display()
+        )
+    };
+    let twice = spool.submit("twice.rad", &job("twice", "true\n"));
+    spool.wait_for("the first end", 10.0, || {
+        fs::read_to_string(&notes).is_ok_and(|n| n.lines().count() == 1)
+    });
+    let out = spool.carma().args(["requeue", &twice]).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    spool.wait_for("the second notification", 10.0, || {
+        fs::read_to_string(&notes).is_ok_and(|n| n.lines().count() == 2)
+    });
+    let long = spool.submit("long.rad", "name: long\nmemory: whole\nsleep 30\n");
+    let never = spool.submit("never.rad", &job("never", "true\n"));
+    spool.wait_for("the long job", 10.0, || {
+        spool.root.join("running").join(&long).exists()
+    });
+    let out = spool.carma().args(["cancel", &never]).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    spool.wait_for("the cancelled job's notification", 10.0, || {
+        fs::read_to_string(&notes).is_ok_and(|n| n.contains(&format!("{never} failed")))
+    });
+    let notes = fs::read_to_string(&notes).unwrap();
+    assert_eq!(
+        notes.matches(&format!("{twice} done")).count(),
+        2,
+        "{notes}"
+    );
+}

@@ -28,8 +28,13 @@ local function quote(word)
    return "'" .. string.gsub(word, "'", "'\\''") .. "'"
 end
 
+-- Seconds `carma estimate` may take inside slurmctld's hook: it reads only
+-- regular files of bounded size, and is stopped if it ever takes longer.
+local ESTIMATE_TIMEOUT_S = 10
+
 local function shards_for(rad)
-   local handle = io.popen(CARMA .. " estimate --json " .. quote(rad) .. " 2>/dev/null")
+   local handle = io.popen("timeout " .. ESTIMATE_TIMEOUT_S .. " " .. CARMA .. " estimate --json "
+      .. quote(rad) .. " 2>/dev/null")
    if handle == nil then
       return nil
    end

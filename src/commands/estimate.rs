@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use serde_json::{Value, json};
 
 use carma::config::Config;
@@ -67,9 +67,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
 }
 
 fn read_summary(path: &Path) -> Result<Summary> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read model summary {}", path.display()))?;
-    Summary::parse(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+    carma::estimate::read_summary(path, &path.display().to_string()).map_err(|e| anyhow!(e))
 }
 
 fn to_json(input: &EstimateInput, e: &Estimate) -> Result<Value> {

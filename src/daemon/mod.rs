@@ -172,6 +172,9 @@ struct Daemon {
     junk: requests::Junk,
     /// The last ended task looked at for pruning.
     prune_cursor: u64,
+    /// The cgroup each run's own cgroup is made under; none where no
+    /// cgroup v2 is writable (jobs run in process groups only).
+    job_cgroup: Option<PathBuf>,
     gpus: Vec<GpuInfo>,
     backend_name: String,
     /// Environment every job needs from the GPU backend.
@@ -281,6 +284,7 @@ pub fn run(options: Options) -> Result<()> {
         config.daemon.gpu_log_max_mib * 1024 * 1024,
         config.daemon.gpu_log_keep,
     );
+    let spool_root = spool.root().to_owned();
     let mut daemon = Daemon {
         lock_id: lock.id(),
         core,
@@ -294,6 +298,19 @@ pub fn run(options: Options) -> Result<()> {
         ended: ended::Ended::default(),
         junk: requests::Junk::default(),
         prune_cursor: 0,
+        job_cgroup: match crate::cgroup::jobs_parent(spool_root.as_path()) {
+            Ok(dir) => {
+                log::info!("jobs run in cgroups under {}", dir.display());
+                Some(dir)
+            }
+            Err(why) => {
+                log::warn!(
+                    "jobs run in process groups only, not cgroups: {why}; a job's background \
+                     processes can outlive it"
+                );
+                None
+            }
+        },
         gpus,
         backend_name,
         backend_env,
@@ -340,6 +357,10 @@ pub fn run(options: Options) -> Result<()> {
     );
     daemon.step();
     daemon.serve(rx);
+    if let Some(dir) = &daemon.job_cgroup {
+        // Gone only when no job is left in it.
+        crate::cgroup::remove_parent(dir);
+    }
     drop(lock);
     Ok(())
 }

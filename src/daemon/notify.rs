@@ -57,7 +57,6 @@ impl Daemon {
         notify: &Notify,
     ) {
         let dir = self.spool.task_dir(state, name);
-        let notify_dir = dir.join("notify");
         let user = notify.run_as.clone().unwrap_or_else(current_user);
         let mut env = super::environment::login_env(&user, &self.config.daemon.job_path);
         env.extend([
@@ -77,16 +76,26 @@ impl Daemon {
             why: "notification".into(),
             launched_at: unix_now(),
             script: vec![notify.command.clone()],
-            workdir: notify.workdir.clone().unwrap_or_else(|| dir.join(WORK)),
+            workdir: notify.workdir.clone().unwrap_or_else(|| {
+                // A task that never ran has no work/: the user's home.
+                let work = dir.join(WORK);
+                match work.is_dir() {
+                    true => work,
+                    false => user.home.clone(),
+                }
+            }),
             run_as: notify.run_as.clone(),
             env,
             grace_s: 1.0,
             time_limit_s: Some(NOTIFY_TIME_LIMIT_S),
             time_limit_grace_s: 1.0,
+            cgroup: None,
         };
-        let started = make_dir(&notify_dir, TASK_DIR_MODE)
-            .and_then(|()| write_json(&notify_dir.join(supervisor::LAUNCH), &launch))
-            .and_then(|()| supervisor::start(&self.exe, &notify_dir));
+        let started = notify_dir(&dir)
+            .and_then(|notify_dir| {
+                write_json(&notify_dir.join(supervisor::LAUNCH), &launch).map(|()| notify_dir)
+            })
+            .and_then(|notify_dir| supervisor::start(&self.exe, &notify_dir));
         match started {
             Ok(mut child) => {
                 log::info!("{name}: notifying: {}", notify.command);
@@ -104,3 +113,25 @@ impl Daemon {
         }
     }
 }
+
+/// A fresh directory for one notification in the task directory `dir`:
+/// `notify/`, then `notify-2/`, ... (a requeued task ends, and notifies,
+/// again).
+fn notify_dir(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    for n in 1..=NOTIFICATIONS_KEPT {
+        let path = match n {
+            1 => dir.join("notify"),
+            n => dir.join(format!("notify-{n}")),
+        };
+        match make_dir(&path, TASK_DIR_MODE) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            made => return made.map(|()| path),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{NOTIFICATIONS_KEPT} notifications were sent already"
+    )))
+}
+
+/// Notifications of one task, at most (each a requeue's end).
+const NOTIFICATIONS_KEPT: u32 = 100;

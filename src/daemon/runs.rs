@@ -191,6 +191,7 @@ impl Daemon {
             grace_s,
             time_limit_s: time_limit.map(|t| t.as_secs_f64()),
             time_limit_grace_s,
+            cgroup: self.job_cgroup.clone(),
         };
         let failed = |what: &str, e: std::io::Error| format!("{what}: {e}");
         if task.record.workdir.is_none() {

@@ -214,12 +214,7 @@ impl EstimateInput {
         dir: &Path,
         legacy: &LegacyRules,
     ) -> (EstimateInput, Option<String>) {
-        let read = |model: &String| {
-            let path = dir.join(model);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read model summary {model}: {e}"))?;
-            Summary::parse(&text).map_err(|e| format!("model summary {model}: {e}"))
-        };
+        let read = |model: &String| read_summary(&dir.join(model), model);
         let (summary, warning) = match spec.model.as_ref().map(read) {
             Some(Ok(summary)) => (Some(summary), None),
             Some(Err(e)) => (None, Some(format!("{e}; estimating without it"))),
@@ -252,6 +247,17 @@ impl EstimateInput {
             user: self.user,
         }
     }
+}
+
+/// The model summary at `path` (`name` for messages), read as a file
+/// only: a FIFO or a device such as `/dev/zero` is refused, never read,
+/// and the size is capped.
+pub fn read_summary(path: &Path, name: &str) -> Result<Summary, String> {
+    let (bytes, _) = crate::safe::read_file(path, crate::summary::MAX_SUMMARY_BYTES)
+        .map_err(|e| format!("cannot read model summary {name}: {e}"))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("model summary {name}: not UTF-8 text"))?;
+    Summary::parse(&text).map_err(|e| format!("model summary {name}: {e}"))
 }
 
 /// Two answers combined by the learned rule (see [`combine`]), in MiB

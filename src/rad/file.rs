@@ -10,7 +10,7 @@
 //! carma must not be talked into reading other users' files.
 
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -154,14 +154,13 @@ fn read(path: &Path) -> Result<Vec<u8>, FileError> {
     if metadata.len() > MAX_FILE_BYTES {
         return Err(too_large());
     }
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(read_error)?;
-    // The file may have grown since its metadata was read.
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(too_large());
-    }
+    // Opened without blocking and checked again on the open file: what
+    // was a file a moment ago may be a FIFO now.
+    let (bytes, _) = crate::safe::read_file(path, MAX_FILE_BYTES).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput if e.to_string().contains("larger than") => too_large(),
+        std::io::ErrorKind::InvalidInput => refused("not a regular file".to_owned()),
+        _ => read_error(e),
+    })?;
     Ok(bytes)
 }
 

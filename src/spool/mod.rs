@@ -490,10 +490,7 @@ impl Spool {
     }
 }
 
-/// Largest model summary copied into a task: real ones are tens of
-/// kilobytes, the largest torchsummary tables a few hundred. carma's copy
-/// is root's and counts against no user's disk quota, so it is bounded.
-pub const MAX_SUMMARY_BYTES: u64 = 8 << 20;
+pub use crate::summary::MAX_SUMMARY_BYTES;
 
 /// Bytes of the regular files in carma's own tree `dir` (a task's `job/`:
 /// what a submission cost the spool); links are not followed.

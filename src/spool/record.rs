@@ -255,6 +255,10 @@ pub struct Launch {
     /// Seconds between SIGTERM and SIGKILL at the time limit.
     #[serde(default)]
     pub time_limit_grace_s: f64,
+    /// The cgroup the run's own cgroup is made under (see
+    /// [`crate::cgroup`]); none: the job runs in a process group only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
 }
 
 /// A Linux user a job runs as.
@@ -300,6 +304,14 @@ pub struct RunExit {
     /// again, instead of failing for good.
     #[serde(default)]
     pub transient: bool,
+    /// The most host memory the job's processes held together, MiB, where
+    /// its cgroup measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_peak_mib: Option<u64>,
+    /// CPU time the job's processes used, seconds, where its cgroup
+    /// measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_s: Option<f64>,
 }
 
 impl RunExit {
@@ -465,6 +477,8 @@ mod tests {
             peak_mib: None,
             error: None,
             transient: false,
+            host_peak_mib: None,
+            cpu_s: None,
         };
         assert!(exit.succeeded());
         exit.code = None;

@@ -28,6 +28,11 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+/// Largest model summary copied into a task or read for an estimate: real ones are tens of
+/// kilobytes, the largest torchsummary tables a few hundred. carma's copy
+/// is root's and counts against no user's disk quota, so it is bounded.
+pub const MAX_SUMMARY_BYTES: u64 = 8 << 20;
+
 pub use features::{
     ActivationFn, ActivationsByKind, Family, FeatureBuilder, LayerCounts, LayerKind, ModelFeatures,
     Totals, TransformerShape,

@@ -251,6 +251,8 @@ impl Drop for Spool {
             let _ = child.wait();
         }
         kill_jobs_of(&self.root);
+        // A killed daemon leaves its jobs' cgroups.
+        carma::cgroup::clear_for(&self.root);
     }
 }
 

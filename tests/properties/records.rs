@@ -77,6 +77,7 @@ fn launch() -> Launch {
         grace_s: 10.0,
         time_limit_s: Some(7200.0),
         time_limit_grace_s: 30.0,
+        cgroup: Some("/sys/fs/cgroup/system.slice/carma.service/carma-0123456789ab".into()),
     }
 }
 
@@ -91,6 +92,8 @@ fn run_exit() -> RunExit {
         peak_mib: Some(5000),
         error: None,
         transient: false,
+        host_peak_mib: Some(2048),
+        cpu_s: Some(12.5),
     }
 }
 

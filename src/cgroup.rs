@@ -1,0 +1,269 @@
+//! Jobs in cgroups (v2), so that a job is all of its processes.
+//!
+//! A process group is not a container: `setsid sleep 4242 &` in a job
+//! leaves the group, and outlived the job's time limit, its cancellation
+//! and its task. So each run gets a cgroup of its own, and the job's first
+//! process enters it before it execs (nothing it starts can be outside):
+//! its end is `cgroup.kill` and a wait until the cgroup is empty, the way
+//! Slurm's `proctrack/cgroup` ends a step. The cgroup also measures the
+//! run: its peak host memory (`memory.peak`, where the memory controller
+//! is on) and its CPU time (`cpu.stat`).
+//!
+//! Layout: the daemon's own cgroup (a unit with `Delegate=yes` under
+//! systemd, or wherever root started it) gets `carma-<spool digest>/`, one
+//! per spool so that daemons of different spools never meet, and each run
+//! `<task>-run-<n>/` below it. When the daemon is alone in its cgroup it
+//! moves itself into a leaf (`carma-daemon/`, the rule that a cgroup with
+//! controllers for its children holds no processes itself) and turns on
+//! the memory and cpu controllers for the jobs; otherwise jobs get
+//! cgroups without them (killing and CPU time still work). Where no
+//! cgroup v2 is writable the daemon says so once at start and jobs run in
+//! process groups only, as before.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The cgroup v2 directory of this process, from `/proc/self/mountinfo`
+/// (where the unified hierarchy is mounted: `/sys/fs/cgroup`, or
+/// `/sys/fs/cgroup/unified` on a hybrid system) and `/proc/self/cgroup`.
+fn own_cgroup() -> Result<PathBuf, String> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    let mount = mountinfo
+        .lines()
+        .find_map(|line| {
+            let (mount, fs) = line.split_once(" - ")?;
+            fs.starts_with("cgroup2 ")
+                .then(|| mount.split(' ').nth(4).map(PathBuf::from))?
+        })
+        .ok_or("no cgroup v2 hierarchy is mounted")?;
+    let cgroups =
+        fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let own = cgroups
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .ok_or("this process is in no cgroup v2")?;
+    Ok(mount.join(own.trim_start_matches('/')))
+}
+
+/// Sets up the cgroup that the jobs of the spool at `spool` run under (see
+/// the module documentation) and returns it; the error says why jobs run
+/// in process groups only.
+pub fn jobs_parent(spool: &Path) -> Result<PathBuf, String> {
+    let own = own_cgroup()?;
+    let parent = own.join(parent_name(spool));
+    match fs::create_dir(&parent) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+            return Err(format!("cannot create {}: {e}", parent.display()));
+        }
+        _ => {}
+    }
+    if !parent.join("cgroup.kill").exists() {
+        return Err(format!(
+            "{} has no cgroup.kill (Linux 5.14 or later is needed)",
+            parent.display()
+        ));
+    }
+    if alone_in(&own) {
+        let leaf = own.join("carma-daemon");
+        let moved = match fs::create_dir(&leaf) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+            _ => fs::write(leaf.join("cgroup.procs"), "0"),
+        };
+        if moved.is_ok() {
+            let available = fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default();
+            for controller in ["memory", "cpu", "pids"] {
+                if available.split_whitespace().any(|c| c == controller) {
+                    for dir in [&own, &parent] {
+                        let _ =
+                            fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(parent)
+}
+
+/// Whether this process is the only one in the cgroup `dir`.
+fn alone_in(dir: &Path) -> bool {
+    let me = std::process::id().to_string();
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .is_ok_and(|procs| procs.lines().all(|pid| pid == me))
+}
+
+/// The name of the cgroup that the jobs of the spool at `spool` run under.
+fn parent_name(spool: &Path) -> String {
+    let digest = crate::summary::hex_digest(spool.as_os_str().as_encoded_bytes());
+    format!("carma-{}", &digest[..12])
+}
+
+/// Removes the jobs' cgroup of a daemon that stops, when no job is left
+/// in it (a cgroup directory is removed with `rmdir`, only when empty).
+pub fn remove_parent(parent: &Path) {
+    let _ = fs::remove_dir(parent);
+}
+
+/// Ends every job of the spool at `spool` still in its cgroup (below this
+/// process's) and removes the cgroups: for whoever ran a daemon there and
+/// killed it (a test), so that nothing is left behind.
+pub fn clear_for(spool: &Path) {
+    let Ok(own) = own_cgroup() else {
+        return;
+    };
+    let parent = own.join(parent_name(spool));
+    for run in fs::read_dir(&parent).into_iter().flatten().flatten() {
+        if run.file_type().is_ok_and(|t| t.is_dir()) {
+            let (dir, procs) = (run.path(), fs::File::open(run.path().join("cgroup.procs")));
+            if let Ok(procs) = procs {
+                let _ = RunCgroup { dir, procs }.finish(Duration::from_secs(5));
+            }
+        }
+    }
+    remove_parent(&parent);
+}
+
+/// One run's cgroup.
+#[derive(Debug)]
+pub struct RunCgroup {
+    dir: PathBuf,
+    /// `cgroup.procs`, opened before the job is forked: the job writes
+    /// itself into it between fork and exec, where nothing may allocate.
+    procs: fs::File,
+}
+
+/// What a run's cgroup measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    pub peak_mib: Option<u64>,
+    pub cpu_s: Option<f64>,
+}
+
+impl RunCgroup {
+    /// Makes the cgroup `name` under `parent` (a leftover of an earlier
+    /// try of the same run is taken over, once empty).
+    pub fn create(parent: &Path, name: &str) -> io::Result<RunCgroup> {
+        let dir = parent.join(name);
+        match fs::create_dir(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let procs = fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))?;
+        Ok(RunCgroup { dir, procs })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The descriptor a child writes `0` into to enter the cgroup.
+    pub fn procs_fd(&self) -> RawFd {
+        self.procs.as_raw_fd()
+    }
+
+    /// Sends `signal` to every process in the cgroup now.
+    pub fn signal(dir: &Path, signal: nix::sys::signal::Signal) {
+        for pid in pids(dir) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// Kills every process in the cgroup (`cgroup.kill`, which also gets
+    /// those that fork meanwhile).
+    pub fn kill(dir: &Path) {
+        if fs::write(dir.join("cgroup.kill"), "1").is_err() {
+            Self::signal(dir, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// Kills what is left, waits (at most `patience`) until the cgroup is
+    /// empty, reads what it measured and removes it. False when processes
+    /// outlived the wait (stuck in the kernel): the cgroup is left, and so
+    /// are they.
+    pub fn finish(self, patience: Duration) -> (Usage, bool) {
+        Self::kill(&self.dir);
+        let deadline = Instant::now() + patience;
+        let mut empty = !populated(&self.dir);
+        while !empty && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            empty = !populated(&self.dir);
+        }
+        let usage = usage(&self.dir);
+        drop(self.procs);
+        if empty {
+            let _ = fs::remove_dir(&self.dir);
+        }
+        (usage, empty)
+    }
+}
+
+/// Writes `0` (this process) into the cgroup.procs open at `fd`: for a
+/// child between fork and exec (one `write`, nothing allocated).
+pub fn enter(fd: RawFd) -> io::Result<()> {
+    // SAFETY: `fd` is a descriptor the parent opened and keeps open until
+    // the child has execed.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    nix::unistd::write(fd, b"0")?;
+    Ok(())
+}
+
+/// The processes in the cgroup `dir`.
+fn pids(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|text| text.lines().filter_map(|l| l.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Whether processes are in the cgroup `dir` (or below it).
+fn populated(dir: &Path) -> bool {
+    match fs::read_to_string(dir.join("cgroup.events")) {
+        Ok(events) => events.lines().any(|l| l == "populated 1"),
+        Err(_) => !pids(dir).is_empty(),
+    }
+}
+
+/// Peak memory and CPU time of the cgroup `dir`, where it keeps them.
+fn usage(dir: &Path) -> Usage {
+    let peak_mib = fs::read_to_string(dir.join("memory.peak"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(|bytes| bytes.div_ceil(1 << 20));
+    let cpu_s = fs::read_to_string(dir.join("cpu.stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|usec| usec as f64 / 1e6)
+        });
+    Usage { peak_mib, cpu_s }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_reads_the_cgroups_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("memory.peak"), "3145729\n").unwrap();
+        fs::write(
+            dir.path().join("cpu.stat"),
+            "usage_usec 2500000\nuser_usec 2000000\n",
+        )
+        .unwrap();
+        assert_eq!(
+            usage(dir.path()),
+            Usage {
+                peak_mib: Some(4),
+                cpu_s: Some(2.5)
+            }
+        );
+        assert_eq!(usage(&dir.path().join("none")), Usage::default());
+    }
+}
