@@ -88,6 +88,16 @@ pub fn jobs_parent(spool: &Path) -> Result<PathBuf, String> {
     Ok(parent)
 }
 
+/// Which of the controllers the host limits need (cpu, memory) the
+/// jobs' cgroup `parent` does not give its runs.
+pub fn missing_controllers(parent: &Path) -> Vec<&'static str> {
+    let on = fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+    ["cpu", "memory"]
+        .into_iter()
+        .filter(|c| !on.split_whitespace().any(|o| o == *c))
+        .collect()
+}
+
 /// Whether this process is the only one in the cgroup `dir`.
 fn alone_in(dir: &Path) -> bool {
     let me = std::process::id().to_string();
@@ -126,6 +136,9 @@ pub fn clear_for(spool: &Path) {
     remove_parent(&parent);
 }
 
+/// The period of `cpu.max`, microseconds (the kernel's default).
+const CPU_PERIOD_US: u64 = 100_000;
+
 /// One run's cgroup.
 #[derive(Debug)]
 pub struct RunCgroup {
@@ -159,6 +172,37 @@ impl RunCgroup {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Caps the run's CPU time at `cpus` CPUs and its host memory at
+    /// `memory_mib` (swap included). Each limit needs its controller on
+    /// for carma's cgroups; the error says which could not be set.
+    pub fn limit(&self, cpus: Option<f64>, memory_mib: Option<u64>) -> Result<(), String> {
+        let mut unset = Vec::new();
+        if let Some(cpus) = cpus {
+            let quota = (cpus * CPU_PERIOD_US as f64).round().max(1000.0) as u64;
+            if let Err(e) = fs::write(self.dir.join("cpu.max"), format!("{quota} {CPU_PERIOD_US}"))
+            {
+                unset.push(format!("cpus: {cpus} (cpu.max: {e})"));
+            }
+        }
+        if let Some(mib) = memory_mib {
+            let bytes = mib.saturating_mul(1 << 20).to_string();
+            let set = fs::write(self.dir.join("memory.max"), &bytes).and_then(|()| {
+                match fs::write(self.dir.join("memory.swap.max"), "0") {
+                    // No swap accounting: memory.max alone still holds.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                    other => other,
+                }
+            });
+            if let Err(e) = set {
+                unset.push(format!("host_memory: {mib} MiB (memory.max: {e})"));
+            }
+        }
+        match unset.is_empty() {
+            true => Ok(()),
+            false => Err(format!("not enforced: {}", unset.join(", "))),
+        }
     }
 
     /// The descriptor a child writes `0` into to enter the cgroup.
@@ -265,5 +309,35 @@ mod tests {
             }
         );
         assert_eq!(usage(&dir.path().join("none")), Usage::default());
+    }
+
+    #[test]
+    fn limits_are_written_where_the_controllers_are_and_said_where_not() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("cgroup.procs"), "").unwrap();
+        for file in ["cpu.max", "memory.max", "memory.swap.max"] {
+            fs::write(dir.path().join(file), "max").unwrap();
+        }
+        let cgroup = RunCgroup::create(
+            dir.path().parent().unwrap(),
+            dir.path().file_name().unwrap().to_str().unwrap(),
+        )
+        .unwrap();
+        cgroup.limit(Some(1.5), Some(2048)).unwrap();
+        let read = |f: &str| fs::read_to_string(dir.path().join(f)).unwrap();
+        assert_eq!(read("cpu.max"), "150000 100000");
+        assert_eq!(read("memory.max"), (2048u64 << 20).to_string());
+        assert_eq!(read("memory.swap.max"), "0");
+        // No controllers: nothing can be set, and the error says what.
+        let bare = tempfile::tempdir().unwrap();
+        fs::write(bare.path().join("cgroup.procs"), "").unwrap();
+        let cgroup = RunCgroup::create(
+            bare.path().parent().unwrap(),
+            bare.path().file_name().unwrap().to_str().unwrap(),
+        )
+        .unwrap();
+        fs::create_dir(bare.path().join("cpu.max")).unwrap();
+        let err = cgroup.limit(Some(2.0), None).unwrap_err();
+        assert!(err.contains("cpus: 2"), "{err}");
     }
 }

@@ -345,6 +345,9 @@ fn run_cgroup(launch: &Launch) -> Option<RunCgroup> {
     match RunCgroup::create(parent, &name) {
         Ok(cgroup) => {
             let _ = JOB_CGROUP.set(cgroup.dir().to_owned());
+            if let Err(why) = cgroup.limit(launch.cpus, launch.host_memory_mib) {
+                let _ = writeln!(io::stderr(), "{}: {why}", cgroup.dir().display());
+            }
             Some(cgroup)
         }
         Err(e) => {

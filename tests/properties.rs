@@ -764,6 +764,7 @@ fn keyed_text(
         after: Vec::new(),
         notify: None,
         array: None,
+        host: Default::default(),
     };
     KeyedFile {
         text,
@@ -864,6 +865,7 @@ fn legacy_file() -> impl Strategy<Value = KeyedFile> {
                     after: Vec::new(),
                     notify: None,
                     array: None,
+                    host: Default::default(),
                 };
                 KeyedFile {
                     text,

@@ -695,3 +695,49 @@ fn ended_tasks_are_archived_after_their_retention_and_still_reported() {
         fs::read_to_string(spool.root.join("archive.jsonl")).is_ok_and(|a| a.lines().count() == 3)
     });
 }
+
+#[test]
+fn a_job_asking_for_more_host_cpus_or_memory_than_allowed_is_refused() {
+    let mut spool = Spool::with_config(
+        "1x40GiB",
+        "[queue]\nmax_cpus = 2\nmax_host_memory_mib = 4096\n",
+    );
+    spool.start_daemon();
+    let cpus = spool.submit("c.rad", "name: c\nmemory: 1G\ncpus: 4\ntrue\n");
+    let mem = spool.submit("m.rad", "name: m\nmemory: 1G\nhost_memory: 8G\ntrue\n");
+    let fits = spool.submit(
+        "f.rad",
+        "name: f\nmemory: 1G\ncpus: 1.5\nhost_memory: 2G\ntrue\n",
+    );
+    spool.wait_for("all three to end", 10.0, || {
+        spool.root.join("failed").join(&cpus).exists()
+            && spool.root.join("failed").join(&mem).exists()
+            && spool.root.join("done").join(&fits).exists()
+    });
+    let reason = |name: &str| {
+        fs::read_to_string(spool.root.join("failed").join(name).join("reason")).unwrap()
+    };
+    assert!(
+        reason(&cpus).contains("queue.max_cpus"),
+        "{}",
+        reason(&cpus)
+    );
+    assert!(
+        reason(&mem).contains("queue.max_host_memory_mib"),
+        "{}",
+        reason(&mem)
+    );
+    let launch: serde_json::Value = serde_json::from_slice(
+        &fs::read(
+            spool
+                .root
+                .join("done")
+                .join(&fits)
+                .join("run-1/launch.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(launch["cpus"], 1.5);
+    assert_eq!(launch["host_memory_mib"], 2048);
+}

@@ -69,6 +69,7 @@ fn legacy(
         after: Vec::new(),
         notify: None,
         array: None,
+        host: Default::default(),
     }
 }
 

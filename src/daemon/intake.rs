@@ -376,11 +376,13 @@ impl Daemon {
         let bytes = crate::spool::tree_bytes(&job);
         // Counted when first taken in; a restart reloads what was accepted.
         let elements = spec.array.map_or(1, |a| u64::from(a.last - a.first) + 1);
-        let refused = refused.or_else(|| {
-            (fresh && unprivileged)
-                .then(|| self.over_limits(owner, elements, bytes))
-                .flatten()
-        });
+        let refused = refused
+            .or_else(|| self.config.queue.host_limits(spec.host).err())
+            .or_else(|| {
+                (fresh && unprivileged)
+                    .then(|| self.over_limits(owner, elements, bytes))
+                    .flatten()
+            });
         if let Some(why) = refused {
             return Err(why);
         }

@@ -301,6 +301,15 @@ pub fn run(options: Options) -> Result<()> {
         job_cgroup: match crate::cgroup::jobs_parent(spool_root.as_path()) {
             Ok(dir) => {
                 log::info!("jobs run in cgroups under {}", dir.display());
+                let missing = crate::cgroup::missing_controllers(&dir);
+                if !missing.is_empty() {
+                    log::warn!(
+                        "no {} controller for carma's cgroups: `cpus:` and `host_memory:` limits \
+                         are measured, not enforced (run the daemon under systemd with \
+                         Delegate=yes)",
+                        missing.join(" or ")
+                    );
+                }
                 Some(dir)
             }
             Err(why) => {

@@ -90,6 +90,8 @@ impl Daemon {
             time_limit_s: Some(NOTIFY_TIME_LIMIT_S),
             time_limit_grace_s: 1.0,
             cgroup: None,
+            cpus: None,
+            host_memory_mib: None,
         };
         let started = notify_dir(&dir)
             .and_then(|notify_dir| {

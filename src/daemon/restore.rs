@@ -192,6 +192,7 @@ impl Daemon {
             after: Vec::new(),
             notify: None,
             array: None,
+            host: Default::default(),
         };
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {

@@ -170,6 +170,13 @@ impl Daemon {
                 ("CARMA_ARRAY_INDEX".to_string(), a.index.to_string()),
             ]);
         }
+        // Refused at intake when over the maximum; a maximum lowered since
+        // does not stop a job that was accepted.
+        let host = self
+            .config
+            .queue
+            .host_limits(task.spec.host)
+            .unwrap_or(task.spec.host);
         let launch = Launch {
             task: name.to_string(),
             run,
@@ -192,6 +199,8 @@ impl Daemon {
             time_limit_s: time_limit.map(|t| t.as_secs_f64()),
             time_limit_grace_s,
             cgroup: self.job_cgroup.clone(),
+            cpus: host.cpus,
+            host_memory_mib: host.memory_mib,
         };
         let failed = |what: &str, e: std::io::Error| format!("{what}: {e}");
         if task.record.workdir.is_none() {

@@ -50,10 +50,12 @@ enum Key {
     Depends(DependencyKind),
     Notify,
     Array,
+    Cpus,
+    HostMemory,
 }
 
 impl Key {
-    const ALL: [Key; 16] = [
+    const ALL: [Key; 18] = [
         Key::Name,
         Key::Model,
         Key::Dataset,
@@ -70,6 +72,8 @@ impl Key {
         Key::Depends(DependencyKind::AfterNotOk),
         Key::Notify,
         Key::Array,
+        Key::Cpus,
+        Key::HostMemory,
     ];
 
     fn spelling(self) -> &'static str {
@@ -87,6 +91,8 @@ impl Key {
             Key::Depends(kind) => kind.key(),
             Key::Notify => "notify",
             Key::Array => "array",
+            Key::Cpus => "cpus",
+            Key::HostMemory => "host_memory",
         }
     }
 }
@@ -151,6 +157,7 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
         after: Vec::new(),
         notify: None,
         array: None,
+        host: Default::default(),
     };
     let mut model_at = None;
     let mut seen: Vec<(Key, usize)> = Vec::new();
@@ -194,6 +201,8 @@ pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
             Key::Time => spec.time = Some(time(&value)?),
             Key::Priority => spec.priority = Some(value::priority(&value)?),
             Key::Array => spec.array = Some(value::array(&value)?),
+            Key::Cpus => spec.host.cpus = Some(cpus(&value)?),
+            Key::HostMemory => spec.host.memory_mib = Some(host_memory(&value)?),
             Key::Notify => {
                 spec.notify = Some(value.non_empty("a command to run when the job ends")?)
             }
@@ -248,6 +257,30 @@ fn name(value: &Value<'_>) -> Result<String, RadError> {
 /// A wall-time limit: `2h`, `90m`, `1:30:00`.
 fn time(value: &Value<'_>) -> Result<Duration, RadError> {
     wall_time::parse(value.text).map_err(|e| value.error_at(e.column.saturating_sub(1), e.message))
+}
+
+/// Most CPUs a job may ask for: more than any server has.
+const MAX_CPUS: f64 = 4096.0;
+
+/// CPUs' worth of time: `2`, `0.5`.
+fn cpus(value: &Value<'_>) -> Result<f64, RadError> {
+    match value.text.parse::<f64>() {
+        Ok(n) if n > 0.0 && n <= MAX_CPUS => Ok(n),
+        _ => Err(value.expected("a number of CPUs greater than 0, such as 2 or 0.5")),
+    }
+}
+
+/// Host memory: a size with units (MiB without).
+fn host_memory(value: &Value<'_>) -> Result<u64, RadError> {
+    const WHAT: &str = "a positive size of host memory such as 32G or 4096 (MiB)";
+    if !value.text.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(value.expected(WHAT));
+    }
+    match size::parse_mib(value.text) {
+        Ok(0) => Err(value.expected(WHAT)),
+        Ok(mib) => Ok(mib),
+        Err(e) => Err(value.error_at(e.column.saturating_sub(1), e.message)),
+    }
 }
 
 /// Words that ask for a whole idle GPU instead of a size.

@@ -115,6 +115,7 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
         after: Vec::new(),
         notify: None,
         array: None,
+        host: Default::default(),
     };
     Ok(Parsed {
         spec,

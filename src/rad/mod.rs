@@ -34,8 +34,8 @@ pub use file::{FileError, JobFile, MAX_FILE_BYTES, case_match, check_file};
 pub use legacy::LEGACY_WHOLE_GPU_MIB;
 pub use legacy_rules::{Declared, LegacyRules, MemoryLine};
 pub use spec::{
-    ArraySpec, DEFAULT_GPUS, DependencyRef, PolicyHint, PublishedEstimates, Syntax, TaskRef,
-    TaskSpec,
+    ArraySpec, DEFAULT_GPUS, DependencyRef, HostLimits, PolicyHint, PublishedEstimates, Syntax,
+    TaskRef, TaskSpec,
 };
 pub use text::{MAX_LINE_BYTES, MAX_LINES};
 

@@ -115,6 +115,18 @@ pub struct TaskSpec {
     pub notify: Option<String>,
     /// One task per index (`array: 1-10%2`).
     pub array: Option<ArraySpec>,
+    /// Host CPUs and memory the job may use (`cpus:`, `host_memory:`).
+    pub host: HostLimits,
+}
+
+/// What a job may use of the host, enforced by its cgroup; `None` takes
+/// the configured default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct HostLimits {
+    /// CPUs' worth of time (`cpus: 2`, `cpus: 0.5`).
+    pub cpus: Option<f64>,
+    /// Host memory, MiB (`host_memory: 32G`).
+    pub memory_mib: Option<u64>,
 }
 
 /// `array: FIRST-LAST%AT_ONCE`.
@@ -214,6 +226,12 @@ impl fmt::Display for TaskSpec {
         if let Some(a) = self.array {
             let at_once = a.at_once.map_or_else(String::new, |n| format!("%{n}"));
             writeln!(f, "  array       {}-{}{at_once}", a.first, a.last)?;
+        }
+        if let Some(cpus) = self.host.cpus {
+            writeln!(f, "  cpus        {cpus}")?;
+        }
+        if let Some(mib) = self.host.memory_mib {
+            writeln!(f, "  host_memory {}", crate::size::format_mib(mib))?;
         }
         write!(f, "  priority    {}", or_dash(&self.priority))
     }

@@ -112,6 +112,7 @@ fn the_design_example_reads_field_by_field() {
             after: Vec::new(),
             notify: None,
             array: None,
+            host: Default::default(),
         }
     );
 }
@@ -712,4 +713,19 @@ fn long_offending_text_is_quoted_short() {
     assert!(error.message.contains("unknown key `kkkk"), "{error}");
     let error = parse(&format!("gpus: {key}\nrun\n")).unwrap_err();
     assert!(error.message.len() < 200, "{}", error.message.len());
+}
+
+#[test]
+fn host_limits_take_cpus_and_a_memory_size() {
+    let s = spec("cpus: 2.5\nhost_memory: 32G\ntrue\n");
+    assert_eq!(s.host.cpus, Some(2.5));
+    assert_eq!(s.host.memory_mib, Some(32 * 1024));
+    assert_eq!(
+        spec("gpus: 1\ntrue\n").host,
+        crate::rad::HostLimits::default()
+    );
+    refused("cpus: 0\ntrue\n", 1, 7, &["number of CPUs"]);
+    refused("cpus: many\ntrue\n", 1, 7, &["number of CPUs"]);
+    refused("host_memory: 0\ntrue\n", 1, 14, &["host memory"]);
+    refused("host_memory: lots\ntrue\n", 1, 14, &["host memory"]);
 }

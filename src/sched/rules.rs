@@ -35,6 +35,10 @@ pub struct QueueRules {
     pub user_max_tasks: u64,
     pub user_max_array: u64,
     pub user_max_spool_mib: u64,
+    pub default_cpus: f64,
+    pub max_cpus: f64,
+    pub default_host_memory_mib: u64,
+    pub max_host_memory_mib: u64,
     /// Order equal priorities by each user's recent GPU use.
     pub fair_share: bool,
     /// How fast that use is forgotten: it halves every this many seconds.
@@ -74,6 +78,41 @@ impl QueueRules {
                 "priority {priority}: users may give priorities from {min} to {max} \
                  (queue.user_priority_min, queue.user_priority_max); root may give any"
             )
+        })
+    }
+
+    /// The host limits a job runs under: what it asks, else the default
+    /// (none for 0); or why it may not ask that much.
+    pub fn host_limits(
+        &self,
+        asked: crate::rad::HostLimits,
+    ) -> Result<crate::rad::HostLimits, String> {
+        if let Some(cpus) = asked
+            .cpus
+            .filter(|&c| self.max_cpus > 0.0 && c > self.max_cpus)
+        {
+            return Err(format!(
+                "cpus: {cpus} is more than the maximum of {} (queue.max_cpus)",
+                self.max_cpus
+            ));
+        }
+        if let Some(mib) = asked
+            .memory_mib
+            .filter(|&m| self.max_host_memory_mib > 0 && m > self.max_host_memory_mib)
+        {
+            return Err(format!(
+                "host_memory: {} is more than the maximum of {} (queue.max_host_memory_mib)",
+                crate::size::format_mib(mib),
+                crate::size::format_mib(self.max_host_memory_mib)
+            ));
+        }
+        Ok(crate::rad::HostLimits {
+            cpus: asked
+                .cpus
+                .or((self.default_cpus > 0.0).then_some(self.default_cpus)),
+            memory_mib: asked
+                .memory_mib
+                .or((self.default_host_memory_mib > 0).then_some(self.default_host_memory_mib)),
         })
     }
 
@@ -214,6 +253,12 @@ impl Rules {
             return Err(format!(
                 "queue.backfill_default_s = {}: expected seconds >= 0 (0: none; at most a year)",
                 q.backfill_default_s
+            ));
+        }
+        if !(0.0..=4096.0).contains(&q.default_cpus) || !(0.0..=4096.0).contains(&q.max_cpus) {
+            return Err(format!(
+                "queue.default_cpus = {}, queue.max_cpus = {}: expected CPUs from 0 (none) to 4096",
+                q.default_cpus, q.max_cpus
             ));
         }
         if q.user_priority_min > q.user_priority_max {

@@ -259,6 +259,13 @@ pub struct Launch {
     /// [`crate::cgroup`]); none: the job runs in a process group only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<PathBuf>,
+    /// Host CPUs the run's cgroup allows, where its cpu controller is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    /// Host memory the run's cgroup allows, MiB, where its memory
+    /// controller is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory_mib: Option<u64>,
 }
 
 /// A Linux user a job runs as.

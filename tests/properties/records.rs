@@ -78,6 +78,8 @@ fn launch() -> Launch {
         time_limit_s: Some(7200.0),
         time_limit_grace_s: 30.0,
         cgroup: Some("/sys/fs/cgroup/system.slice/carma.service/carma-0123456789ab".into()),
+        cpus: Some(2.5),
+        host_memory_mib: Some(32768),
     }
 }
 
