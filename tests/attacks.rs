@@ -316,19 +316,9 @@ fn deep_trees() {
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn no_user_can_hold_the_daemons_lock() {
-    // Hole 4: daemon.lock was 0644; a shared flock on it kept every
-    // restarted daemon out.
+    // Hole 4: daemon.lock was 0644; a shared flock on it, taken while the
+    // daemon was down, kept every restarted daemon out.
     let (alice, bob, mut spool) = shared_daemon("");
-    let pids = alice.run(&format!(
-        "for f in {root}/* {root}/staging/daemon.lock {root}/daemon.lock; do \
-         flock -s -n \"$f\" sleep 30 >/dev/null 2>&1 & echo $!; done",
-        root = spool.root.display()
-    ));
-    let pids: Vec<String> = stdout(&pids)
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
     // Alice, who cannot open the lock, still learns that a daemon runs.
     let out = alice.carma(&spool, "status");
     assert!(out.status.success(), "{}", stderr(&out));
@@ -338,6 +328,16 @@ fn no_user_can_hold_the_daemons_lock() {
         stdout(&out)
     );
     spool.stop_daemon("TERM");
+    let pids = alice.run(&format!(
+        "for f in {root}/* {root}/staging/daemon.lock {root}/daemon.lock; do \
+         flock -s \"$f\" sleep 30 >/dev/null 2>&1 & echo $!; done",
+        root = spool.root.display()
+    ));
+    let pids: Vec<String> = stdout(&pids)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
     spool.start_daemon();
     still_serves(&spool, &bob, "1");
     for pid in pids {
