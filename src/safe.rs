@@ -120,6 +120,18 @@ pub(crate) fn open_dir<Fd: AsFd>(at: Fd, name: &OsStr) -> io::Result<OwnedFd> {
 }
 
 /// The entry `name` of the directory `dir`, itself (a link is not followed).
+/// A fresh listing of the directory open at `dir` (entries acted on since
+/// an earlier listing are gone from it).
+pub(crate) fn listing(dir: &OwnedFd) -> io::Result<nix::dir::Dir> {
+    nix::dir::Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io::Error::from)
+}
+
 pub(crate) fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<FileStat> {
     nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io::Error::from)
 }

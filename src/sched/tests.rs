@@ -1181,9 +1181,14 @@ fn blocked_queue(priorities: &[i32]) -> Scheduler {
 
 /// Ends the running task `id` and returns what launched next.
 fn finish(core: &mut Scheduler, now: f64, id: u64) -> Vec<u64> {
+    exit_with(core, now, id, Exit::Success)
+}
+
+/// The running task `id` exits at `now` as `exit`; what launched next.
+fn exit_with(core: &mut Scheduler, now: f64, id: u64, exit: Exit) -> Vec<u64> {
     let exited = Event::Exited {
         task: TaskId(id),
-        exit: Exit::Success,
+        exit,
     };
     launched(&core.step(s(now), exited))
         .into_iter()
@@ -1273,14 +1278,7 @@ fn recovery_goes_before_priority_and_places_say_who_is_ahead() {
 
 /// Task `id` crashes with OOM at `now`; what launched next.
 fn crash(core: &mut Scheduler, now: f64, id: u64) -> Vec<u64> {
-    let exited = Event::Exited {
-        task: TaskId(id),
-        exit: Exit::Oom,
-    };
-    launched(&core.step(s(now), exited))
-        .into_iter()
-        .map(|(t, _)| t)
-        .collect()
+    exit_with(core, now, id, Exit::Oom)
 }
 
 #[test]

@@ -705,13 +705,8 @@ pub(super) fn sync_tree(dir: &Path) -> io::Result<()> {
     let top = safe::open_dir(nix::fcntl::AT_FDCWD, dir.as_os_str())?;
     let mut stack = vec![(top, true)];
     while let Some((fd, is_top)) = stack.pop() {
-        let mut listing = nix::dir::Dir::openat(
-            &fd,
-            ".",
-            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
-            nix::sys::stat::Mode::empty(),
-        )?;
-        for entry in listing.iter() {
+        let mut entries = safe::listing(&fd)?;
+        for entry in entries.iter() {
             let entry = entry?;
             let name = OsStr::from_bytes(entry.file_name().to_bytes());
             if matches!(name.as_bytes(), b"." | b"..") || name.as_bytes().starts_with(ORIGINAL) {

@@ -2,7 +2,8 @@ use super::*;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 
-fn spool() -> (tempfile::TempDir, Spool) {
+/// A fresh spool in a temporary directory.
+pub(super) fn spool() -> (tempfile::TempDir, Spool) {
     let dir = tempfile::tempdir().unwrap();
     let spool = Spool::new(dir.path().join("spool"));
     spool.create().unwrap();

@@ -27,13 +27,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use nix::dir::{Dir, Type};
-use nix::fcntl::{OFlag, RenameFlags, renameat2};
-use nix::sys::stat::Mode;
+use nix::dir::Type;
+use nix::fcntl::{RenameFlags, renameat2};
 use nix::unistd::UnlinkatFlags;
 
 use super::{Spool, rename_new};
-use crate::safe::{is_dir, open_dir, stat_at};
+use crate::safe::{is_dir, listing, open_dir, stat_at};
 
 /// The prefix of trash entries in `staging/`.
 pub const TRASH: &str = "trash-";
@@ -92,12 +91,7 @@ fn trash_name() -> String {
 
 /// The trash entries of `staging/`.
 fn trash_entries(staging: &OwnedFd) -> io::Result<Vec<OsString>> {
-    let mut dir = Dir::openat(
-        staging,
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
+    let mut dir = listing(staging)?;
     let mut names = Vec::new();
     for entry in dir.iter() {
         let entry = entry?;
@@ -152,14 +146,9 @@ fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
 /// their types where the file system tells them.
 fn read_batch(dir: &OwnedFd) -> io::Result<Vec<(OsString, Option<Type>)>> {
     // A fresh listing each time: entries acted on are gone from it.
-    let mut listing = Dir::openat(
-        dir,
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
+    let mut entries = listing(dir)?;
     let mut batch = Vec::new();
-    for entry in listing.iter() {
+    for entry in entries.iter() {
         let entry = entry?;
         let name: &CStr = entry.file_name();
         if matches!(name.to_bytes(), b"." | b"..") {
@@ -182,15 +171,10 @@ fn unlink(dir: BorrowedFd<'_>, name: &OsStr, flags: UnlinkatFlags) -> io::Result
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::spool;
     use super::*;
+    use nix::sys::stat::Mode;
     use std::fs;
-
-    fn spool() -> (tempfile::TempDir, Spool) {
-        let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::new(dir.path().join("spool"));
-        spool.create().unwrap();
-        (dir, spool)
-    }
 
     #[test]
     fn a_tree_deeper_than_any_stack_and_any_path_is_removed() {
