@@ -32,7 +32,7 @@ fn time_per_call(calls: u32, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() -> Result<(), String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/carma/workloads");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/carma/workloads");
     let read = |name: &str| {
         std::fs::read_to_string(dir.join(name)).map_err(|e| {
             format!(

@@ -7,7 +7,7 @@
 //! cargo run --release --example analytic_fit -- [DATA_DIR]
 //! ```
 //!
-//! `DATA_DIR` is carma's shared data (default `../shared/data`), holding
+//! `DATA_DIR` is carma's shared data (default `data`), holding
 //! `gpumemnet/` and `carma/workloads/`.
 
 use std::path::{Path, PathBuf};
@@ -49,7 +49,7 @@ fn header(what: &str) {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let data = std::env::args()
         .nth(1)
-        .map_or_else(|| PathBuf::from("../shared/data"), PathBuf::from);
+        .map_or_else(|| PathBuf::from("data"), PathBuf::from);
     let settings = Config::load(None)?.estimate;
     // The GPUMemNet runs paid their stack's context; the real jobs the
     // configured one.

@@ -10,7 +10,8 @@ trace=${1:-examples/traces/demo.csv}
 gpus=${GPUS:-2x40GiB}
 scale=${SCALE:-0.02}
 
-cargo build --release --quiet
+echo "building carma (release; a few minutes the first time) ..." >&2
+cargo build --release
 carma=$PWD/target/release/carma
 work=$(mktemp -d "${TMPDIR:-/tmp}/carma-demo.XXXXXX")
 export CARMA_SPOOL=$work/spool

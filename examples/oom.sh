@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${CARMA:-}" ]; then
-    cargo build --release --quiet
+    echo "building carma (release; a few minutes the first time) ..." >&2
+    cargo build --release
     CARMA=$PWD/target/release/carma
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/carma-oom.XXXXXX")

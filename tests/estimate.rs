@@ -3,13 +3,10 @@
 use std::process::Command;
 
 fn workloads() -> String {
-    let dir = format!(
-        "{}/../shared/data/carma/workloads",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let dir = format!("{}/data/carma/workloads", env!("CARGO_MANIFEST_DIR"));
     assert!(
         std::path::Path::new(&dir).is_dir(),
-        "{dir} is missing: the CARMA workloads must sit in ../shared/data"
+        "{dir} is missing: the CARMA workloads are part of the repository (data/README.md)"
     );
     dir
 }
@@ -118,7 +115,7 @@ fn train_needs_something_to_do() {
 #[test]
 fn replicas_replay_jittered_arrivals_and_report_their_spread() {
     let trace = format!(
-        "{}/../shared/data/carma/traces/philly_t1_60.csv",
+        "{}/data/carma/traces/philly_t1_60.csv",
         env!("CARGO_MANIFEST_DIR")
     );
     let args = ["simulate", "--trace", &trace, "--replicas", "3", "--json"];
@@ -146,7 +143,7 @@ fn replicas_replay_jittered_arrivals_and_report_their_spread() {
 /// skipped, and a peaks file naming none of the jobs is an error.
 #[test]
 fn train_learns_the_floors_on_real_jobs() {
-    let shared = format!("{}/../shared/data", env!("CARGO_MANIFEST_DIR"));
+    let shared = format!("{}/data", env!("CARGO_MANIFEST_DIR"));
     let out = tempfile::tempdir().unwrap();
     let peaks = format!("{shared}/carma/traces/philly_t1_60.csv");
     let more_peaks = format!("{shared}/carma/traces/philly_mix_90.csv");

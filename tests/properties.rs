@@ -17,9 +17,9 @@
 //! and column that exist in the input, or an editor cannot jump to it.
 //!
 //! Seeds come from the real workloads and summaries in
-//! `../shared/data/carma/workloads` when that directory exists, and always
+//! `data/carma/workloads` when that directory exists, and always
 //! from the inline texts below, so the tests still mean something (and say
-//! so on stderr) without the shared data.
+//! so on stderr) without them.
 //!
 //! Case counts: each test has a default sized so that the whole file runs
 //! in well under a minute in a debug build on two cores. Setting proptest's
@@ -78,7 +78,7 @@ fn config(default: u32) -> ProptestConfig {
 
 /// The shared workloads directory (real `.rad` files and summaries).
 fn workloads_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/carma/workloads")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/carma/workloads")
 }
 
 /// Files of the shared workloads directory whose name ends in `extension`;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use common::Spool;
 
 fn workloads() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/carma/workloads");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/carma/workloads");
     assert!(dir.is_dir(), "missing {}", dir.display());
     dir
 }

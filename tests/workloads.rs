@@ -15,11 +15,11 @@ use carma::rad::{
 use carma::sched::Need;
 
 fn workloads() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/carma/workloads");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/carma/workloads");
     assert!(
         dir.is_dir(),
         "the published workloads are missing: expected them in {} \
-         (see ../shared/data/README.md); these tests need them and do not skip",
+         (see data/README.md); these tests need them and do not skip",
         dir.display()
     );
     dir

@@ -21,7 +21,7 @@ use carma::simulate::trace;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace CSV (the format of shared/data/carma/traces).
+    /// Trace CSV (the format of data/carma/traces).
     #[arg(long)]
     trace: PathBuf,
     /// Multiplies every time in the trace (arrival gaps and durations):

@@ -17,7 +17,7 @@ type Outcome = (Metrics, Option<Quality>, Option<carma::plot::Run>);
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace CSV (the format of shared/data/carma/traces).
+    /// Trace CSV (the format of data/carma/traces).
     #[arg(long, required_unless_present = "compare_paper")]
     trace: Option<PathBuf>,
     /// Instead of one run: the published CARMA results beside the

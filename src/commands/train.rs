@@ -51,7 +51,7 @@ pub struct Args {
     #[arg(long, requires = "peaks")]
     real_jobs: Vec<PathBuf>,
     /// CSV files with `task` (the job file's name) and `memory_mib` (its
-    /// measured peak) columns, e.g. the traces of `../shared/data`.
+    /// measured peak) columns, e.g. the traces of `data`.
     #[arg(long, requires = "real_jobs")]
     peaks: Vec<PathBuf>,
 }

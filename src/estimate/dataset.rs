@@ -68,7 +68,7 @@ pub struct LoadReport {
 /// A data set that cannot be read.
 #[derive(Debug, Error)]
 pub enum DatasetError {
-    #[error("cannot read {path}: {source} (the GPUMemNet data sits in ../shared/data/gpumemnet)")]
+    #[error("cannot read {path}: {source} (the GPUMemNet data sits in data/gpumemnet)")]
     Open { path: String, source: csv::Error },
     #[error("{path}, record {record}: {message}")]
     Row {
@@ -251,10 +251,10 @@ mod tests {
     }
 
     fn data_dir() -> std::path::PathBuf {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/gpumemnet");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gpumemnet");
         assert!(
             dir.is_dir(),
-            "{} is missing: the GPUMemNet data must sit in ../shared/data",
+            "{} is missing: the GPUMemNet data must sit in data",
             dir.display()
         );
         dir
@@ -324,9 +324,6 @@ mod tests {
     #[test]
     fn a_missing_data_set_is_a_clear_error() {
         let err = load(Path::new("/nonexistent"), Family::Mlp).unwrap_err();
-        assert!(
-            err.to_string().contains("../shared/data/gpumemnet"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("data/gpumemnet"), "{err}");
     }
 }

@@ -9,10 +9,7 @@ use crate::summary::Family;
 use combine::Group;
 
 fn workload(name: &str) -> Summary {
-    let path = format!(
-        "{}/../shared/data/carma/workloads/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/data/carma/workloads/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!("cannot read {path} (the shared data must sit beside the repository): {e}")
     });
@@ -228,7 +225,7 @@ fn estimator_names_parse() {
 /// models are reproducible (`carma train` uses the same code on all rows).
 #[test]
 fn training_is_deterministic() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/gpumemnet");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gpumemnet");
     let (examples, _) = dataset::load(&dir, Family::Cnn).unwrap();
     let subset: Vec<_> = examples.iter().step_by(8).cloned().collect();
     let params = TrainParams {

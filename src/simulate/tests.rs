@@ -120,7 +120,7 @@ fn fifo_reference(trace: &[TraceTask], gpus: usize) -> (f64, f64, f64) {
 
 fn shared_trace(name: &str) -> Vec<TraceTask> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/carma/traces")
+        .join("data/carma/traces")
         .join(name);
     assert!(
         path.exists(),
@@ -401,7 +401,7 @@ fn the_paper_comparison_fills_every_row_and_keeps_the_calibrated_ones() {
     // The calibration targets the model was fitted to stay met: the
     // headline figures of the 60-task trace and time-slicing against
     // exclusive. The full table is in the README.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/carma/traces");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/carma/traces");
     let config = crate::config::Config::load(None).unwrap();
     let rows = super::paper::compare(&dir, &config.rules(), &config.simulate).unwrap();
     assert!(rows.len() >= 30, "{rows:?}");

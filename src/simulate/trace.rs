@@ -1,7 +1,7 @@
 //! Traces: which task arrives when, how long it runs alone, how much memory
 //! it really takes, and what the published estimators said about it.
 //!
-//! The format is the CSV of `shared/data/carma/traces/` (derived from the
+//! The format is the CSV of `data/carma/traces/` (derived from the
 //! Microsoft Philly trace by the CARMA authors).
 
 use std::path::Path;

@@ -11,10 +11,7 @@
 use super::*;
 
 fn workload(name: &str) -> String {
-    let path = format!(
-        "{}/../shared/data/carma/workloads/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/data/carma/workloads/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!("cannot read {path} (the shared data must sit beside the repository): {e}")
     })

@@ -1,9 +1,9 @@
 """Compares carma's memory estimates with the measured peaks of the
 traces' tasks, for job files in the given directories (e.g. those
-`rebuild.py` writes, and ../shared/data/carma/workloads).
+`rebuild.py` writes, and data/carma/workloads).
 
     python3 tools/trace-models/compare.py --carma target/release/carma \
-        --traces ../shared/data/carma/traces /tmp/trace-models ../shared/data/carma/workloads
+        --traces data/carma/traces /tmp/trace-models data/carma/workloads
 
 Declared memory lines are ignored (`[legacy] memory_line = "none"`);
 history is off (an empty spool). A need of a whole GPU counts as 40,000.

@@ -6,7 +6,7 @@ with the trace's batch size and GPU count. Tasks whose architecture is
 not known (UNet, Mask R-CNN, DLRM) are skipped.
 
     python3 -m venv /tmp/tv && /tmp/tv/bin/pip install torch torchvision torchsummary transformers timm
-    /tmp/tv/bin/python tools/trace-models/rebuild.py /tmp/trace-models ../shared/data/carma/traces/*.csv
+    /tmp/tv/bin/python tools/trace-models/rebuild.py /tmp/trace-models data/carma/traces/*.csv
 
 Forward passes run on the CPU with a batch of 2 (torchsummary prints the
 batch it is given), so this takes a minute and little memory.
