@@ -564,3 +564,20 @@ fn a_requeued_task_notifies_again_and_one_that_never_ran_notifies_too() {
         "{notes}"
     );
 }
+
+#[test]
+fn a_jobs_name_names_its_task_whether_dropped_or_submitted() {
+    // Issue 24, item 4: `name:` was ignored on the daemon: the task was
+    // named after the file, `carma show myjob` found nothing and
+    // `afterok: myjob` failed.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.drop_file("x.rad", "name: prep\nmemory: 1G\ntrue\n");
+    let train = spool.submit("y.rad", "name: train\nafterok: prep\nmemory: 1G\ntrue\n");
+    assert!(train.ends_with("-train"), "{train}");
+    spool.wait_count("done", 2, 15.0);
+    let prep = spool.find("-prep").expect("the dropped job is named prep").0;
+    assert_eq!(prep, "done");
+    let out = spool.carma().args(["show", "prep"]).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+}

@@ -218,7 +218,7 @@ impl Spool {
     fn claim_one(&self, drop: &OsStr, dir: &Path) -> Result<Option<Prepared>, SpoolError> {
         let pending = self.dir(State::Pending);
         let lossy = drop.to_string_lossy().into_owned();
-        let stem = Path::new(&lossy)
+        let mut stem = Path::new(&lossy)
             .file_stem()
             .map_or_else(|| lossy.clone(), |s| s.to_string_lossy().into_owned());
         make_dir(dir, TASK_DIR_MODE).map_err(at(dir))?;
@@ -263,6 +263,10 @@ impl Spool {
             Some(file) => match read_job_file(&kept) {
                 Err(reason) => Some(reason),
                 Ok(bytes) => {
+                    // The job's own `name:`, when it gives one.
+                    if let Some(name) = job_name(&bytes) {
+                        stem = name;
+                    }
                     if let Err(e) = fill_job(dir, file, &bytes, &pending, owner) {
                         self.undo_claim(dir);
                         return Err(at(dir)(e));
@@ -554,6 +558,13 @@ fn original(dir: &Path, drop: &OsStr) -> std::path::PathBuf {
     let mut name = OsString::from(OsStr::from_bytes(ORIGINAL));
     name.push(drop);
     dir.join(name)
+}
+
+/// The name a job file gives its job (`name:`), which its task is named
+/// after; `None` when it gives none or does not parse (then the file's
+/// name is used, and the job's check says what is wrong).
+pub(super) fn job_name(bytes: &[u8]) -> Option<String> {
+    crate::rad::parse_bytes(bytes).ok()?.spec.name
 }
 
 /// Reads a dropped entry as a job file, or says why it cannot be one.

@@ -69,7 +69,8 @@ impl Spool {
             .uid();
         let read = read_submission(&incoming, owner);
         let stem = match &read {
-            Ok(s) => s.rad.trim_end_matches(".rad").to_string(),
+            Ok(s) => super::claim::job_name(&s.rad_bytes)
+                .unwrap_or_else(|| s.rad.trim_end_matches(".rad").to_string()),
             Err(_) => entry.to_string(),
         };
         let adopted = self
