@@ -22,7 +22,7 @@ use nix::sys::stat::{Mode, mkdirat};
 
 /// Two users and a root daemon on one simulated GPU.
 fn shared_daemon(extra: &str) -> (TestUser, TestUser, Spool) {
-    let (alice, bob) = two_users().expect("run as root");
+    let (alice, bob) = two_users();
     let mut spool = Spool::shared("1x40GiB", extra);
     spool.start_daemon();
     (alice, bob, spool)

@@ -269,10 +269,9 @@ fn chown(args: &[&str], uid: u32, gid: u32, path: &Path) {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_users_own_conda_in_their_home_serves_only_if_it_is_theirs() {
-    let Some((alice, bob)) = two_users() else {
-        return;
-    };
+    let (alice, bob) = two_users();
     let mut spool = Spool::shared("1x40GiB", "");
     spool.start_daemon();
     let conda = HomeConda::install(&alice);

@@ -1,8 +1,8 @@
 //! Regression tests, each named after the bug it pins (found in review).
 //!
 //! The attack tests act as two unprivileged users, `carma-alice` and
-//! `carma-bob`, made by the test setup; they need root (CI runs as root)
-//! and say "skipped" otherwise.
+//! `carma-bob`, made by the test setup; they need root, so a plain `cargo
+//! test` ignores them and `.ci/run` runs them as root.
 
 mod common;
 
@@ -81,12 +81,12 @@ fn a_cancel_in_the_same_instant_as_the_submit_still_cancels() {
 }
 
 /// Two users and a root daemon on one simulated GPU that both may submit
-/// to; `None` where the users cannot be made (not root).
-fn shared_daemon() -> Option<(common::TestUser, common::TestUser, Spool)> {
-    let (alice, bob) = two_users()?;
+/// to (tests that use it need root and are ignored by a plain `cargo test`).
+fn shared_daemon() -> (common::TestUser, common::TestUser, Spool) {
+    let (alice, bob) = two_users();
     let mut spool = Spool::shared("1x40GiB", "");
     spool.start_daemon();
-    Some((alice, bob, spool))
+    (alice, bob, spool)
 }
 
 fn record(dir: &std::path::Path) -> serde_json::Value {
@@ -94,14 +94,13 @@ fn record(dir: &std::path::Path) -> serde_json::Value {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_user_file_named_like_carmas_record_cannot_forge_the_owner() {
     // Hole 1: alice names her "model summary" task.json (and another file
     // run-1/launch.json), each claiming bob as the job's owner; the daemon
     // is killed while her job runs and restarted. The job runs as alice,
     // before and after, and carma's record is carma's.
-    let Some((alice, bob, mut spool)) = shared_daemon() else {
-        return;
-    };
+    let (alice, bob, mut spool) = shared_daemon();
     let forged = format!(
         r#"{{"name":"000001-x","rad":"x.rad","submitted_at":0,"owner":{}}}"#,
         bob.uid
@@ -194,13 +193,12 @@ fn a_torn_launch_record_never_launches_a_live_job_twice() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn another_user_cannot_read_or_list_a_running_jobs_files() {
     // Hole 3: while alice's job runs, bob can neither list its task
     // directory nor read its job file, script, launch record (the job's
     // environment) or output; alice reads her output.
-    let Some((alice, bob, spool)) = shared_daemon() else {
-        return;
-    };
+    let (alice, bob, spool) = shared_daemon();
     let name = spool.submit_as(
         &alice,
         "alice-private",
@@ -247,13 +245,12 @@ fn another_user_cannot_read_or_list_a_running_jobs_files() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_user_submit_to_a_sticky_pending_reports_success_exactly_once() {
     // Hole 4: pending/ is 1733 (users may add entries, not list them), so
     // a user cannot fsync it. The submission succeeds once its rename is
     // done, and exactly one task comes of it.
-    let Some((alice, _, mut spool)) = shared_daemon() else {
-        return;
-    };
+    let (alice, _, mut spool) = shared_daemon();
     spool.stop_daemon("TERM");
     let mode = fs::metadata(spool.root.join("pending")).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o1733, "the daemon made pending/ shared");
@@ -366,11 +363,10 @@ fn history_and_reports_survive_a_restart_and_a_lost_history_write() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_job_gets_its_owners_login_environment_and_nothing_of_the_daemons() {
     // Hole 10.
-    let Some((alice, _)) = two_users() else {
-        return;
-    };
+    let (alice, _) = two_users();
     let mut spool = Spool::shared("1x40GiB", "");
     spool.daemon_env.extend([
         ("PYENV_ROOT".into(), "/root/.pyenv".into()),
@@ -409,12 +405,9 @@ fn a_job_gets_its_owners_login_environment_and_nothing_of_the_daemons() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_root_owned_job_is_refused_at_submit_unless_root_jobs_are_allowed() {
     // Hole 10: the test config allows root jobs; this one does not.
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: needs a root-owned file");
-        return;
-    }
     let spool = Spool::with_config("1x40GiB", "[daemon]\nallow_root_jobs = false\n");
     fs::create_dir_all(&spool.root).unwrap();
     let rad = spool.job("r.rad", "memory: 1G\nid -u\n");
@@ -429,10 +422,9 @@ fn a_root_owned_job_is_refused_at_submit_unless_root_jobs_are_allowed() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_dropped_job_of_another_user_can_write_in_its_working_directory() {
-    let Some((alice, _, spool)) = shared_daemon() else {
-        return;
-    };
+    let (alice, _, spool) = shared_daemon();
     let home = spool.user_dir(
         &alice,
         "alice-w",
@@ -463,11 +455,12 @@ fn a_dropped_job_of_another_user_can_write_in_its_working_directory() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_name_squatted_in_pending_cannot_redirect_a_tasks_records_or_a_chown() {
     // Review finding: bob made pending/<his running task's name> with
     // `reason` a link to a root file; when the task failed, the daemon
     // wrote its records there and chowned the link's target to bob.
-    let Some((_, bob)) = two_users() else { return };
+    let (_, bob) = two_users();
     let mut spool = Spool::shared("1x40GiB", "");
     spool.start_daemon();
     let victim = spool.dir.path().join("victim");
@@ -509,13 +502,12 @@ fn a_name_squatted_in_pending_cannot_redirect_a_tasks_records_or_a_chown() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn files_squatting_task_names_neither_lose_nor_double_a_task() {
     // Review finding: user files named like the next task numbers made
     // claims fail after the original was deleted, and left half-made
     // tasks that a restart ran a second time.
-    let Some((alice, bob, mut spool)) = shared_daemon() else {
-        return;
-    };
+    let (alice, bob, mut spool) = shared_daemon();
     let ledger = spool.dir.path().join("ledger");
     fs::write(&ledger, "").unwrap();
     fs::set_permissions(&ledger, fs::Permissions::from_mode(0o666)).unwrap();
@@ -578,12 +570,11 @@ fn a_drop_with_an_overlong_name_is_refused_without_holding_up_others() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_submitted_directory_others_may_write_is_refused() {
     // Review finding: bob rewrote the job in alice's world-writable
     // directory and moved the directory into pending/: it ran as alice.
-    let Some((alice, bob, spool)) = shared_daemon() else {
-        return;
-    };
+    let (alice, bob, spool) = shared_daemon();
     let proj = spool.user_dir(&alice, "shared/proj", &[("job.rad", "memory: 1G\nid -u\n")]);
     fs::set_permissions(&proj, fs::Permissions::from_mode(0o777)).unwrap();
     // A directory both may write, without the sticky bit.
@@ -605,12 +596,11 @@ fn a_submitted_directory_others_may_write_is_refused() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_directory_squatting_a_cancel_request_does_not_block_the_owners_cancel() {
     // Review finding: bob's cancel/<alice's task> directory stayed, and
     // alice's request could not be written.
-    let Some((alice, bob, spool)) = shared_daemon() else {
-        return;
-    };
+    let (alice, bob, spool) = shared_daemon();
     let name = spool.submit_as(&alice, "alice-c", &[("c.rad", "memory: 1G\nsleep 30\n")]);
     spool.wait_for("the job to run", 10.0, || {
         !spool.tasks("running").is_empty()

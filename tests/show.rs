@@ -31,10 +31,12 @@ fn show_says_why_a_job_failed_and_status_lists_the_reason() {
     let out = spool.carma().args(["show", &name]).output().unwrap();
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
+    let me = nix::unistd::getuid();
+    let my_name = nix::unistd::User::from_uid(me).unwrap().unwrap().name;
     for want in [
         format!("{name}: failed\n"),
         "  reason     job failed: exit status 2: ValueError: bad input\n".into(),
-        "  owner      root (uid 0)\n".into(),
+        format!("  owner      {my_name} (uid {me})\n"),
         "  estimate   1GiB per GPU, from declared".into(),
         "\nrun-1: GPU 0, started ".into(),
         ", exit status 2 after ".into(),
@@ -94,10 +96,9 @@ fn show_says_why_a_job_failed_and_status_lists_the_reason() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_user_sees_their_own_failure_and_nobody_elses() {
-    let Some((alice, bob)) = two_users() else {
-        return;
-    };
+    let (alice, bob) = two_users();
     let mut spool = Spool::shared("1x40GiB", "");
     spool.start_daemon();
     let home = spool.user_dir(

@@ -402,13 +402,13 @@ impl TestUser {
 }
 
 /// Two unprivileged users, alice and bob, made with `useradd` the first
-/// time (tests run as root in CI); `None` when not root, where a test
-/// that needs them says "skipped".
-pub fn two_users() -> Option<(TestUser, TestUser)> {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: needs root to act as two other users");
-        return None;
-    }
+/// time. Only root can: tests that call this are `#[ignore]`d with that
+/// reason, and `.ci/run` runs them as root.
+pub fn two_users() -> (TestUser, TestUser) {
+    assert!(
+        nix::unistd::Uid::effective().is_root(),
+        "this test acts as two other users: run it as root (`.ci/run` does)"
+    );
     // Test binaries run in parallel: one creates, the others wait.
     let lock = fs::File::create("/tmp/carma-test-users.lock").unwrap();
     fs2::FileExt::lock_exclusive(&lock).unwrap();
@@ -431,7 +431,7 @@ pub fn two_users() -> Option<(TestUser, TestUser)> {
         }
     });
     let [alice, bob] = users;
-    Some((alice, bob))
+    (alice, bob)
 }
 
 impl Spool {
