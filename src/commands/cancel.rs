@@ -2,18 +2,20 @@
 //!
 //! The request goes through the daemon (a file in `cancel/`), which knows
 //! whether the task waits or runs and may signal supervisors that run as
-//! root; this command waits until the task reaches `failed/`.
+//! root; this command says the daemon's verdict, then waits until the
+//! task reaches `failed/`.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use carma::config::Config;
 use carma::spool::State;
-use carma::spool::request::{Request, Verb};
+use carma::spool::request::Verb;
 
+use super::request::{self, Answer};
 use super::spool_arg::SpoolArg;
 use super::task_arg::find;
 
@@ -42,21 +44,19 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         eprintln!("carma: {name} already ended (it is in {state}/)");
         return Ok(ExitCode::FAILURE);
     }
-    let request = Request {
-        verb: if args.array {
-            Verb::CancelArray
-        } else {
-            Verb::Cancel
-        },
-        task: name.to_string(),
+    let verb = if args.array {
+        Verb::CancelArray
+    } else {
+        Verb::Cancel
     };
-    spool
-        .leave_request(&request)
-        .with_context(|| format!("cannot leave the request cancel/{request}"))?;
-    if !spool.daemon_running() {
-        println!(
-            "{name}: cancellation requested; no daemon runs now, it takes effect when one starts"
-        );
+    let answer = request::ask(&spool, &config, state, &name, verb)?;
+    if let Some(code) = request::said(&name, verb, &answer) {
+        return Ok(code);
+    }
+    if let Answer::Done(said) = &answer {
+        println!("{said}");
+    }
+    if args.array {
         return Ok(ExitCode::SUCCESS);
     }
     let wait = args.wait.unwrap_or(config.daemon.cancel_grace_s + 10.0);
@@ -78,8 +78,6 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!(
-        "carma: {name}: cancellation requested, but the task has not stopped within {wait:.0} s"
-    );
+    eprintln!("carma: {name}: its job was asked to stop, but has not stopped within {wait:.0} s");
     Ok(ExitCode::FAILURE)
 }

@@ -10,6 +10,7 @@ pub mod fake_train;
 pub mod man;
 pub mod replay;
 pub mod report;
+pub mod request;
 pub mod show;
 pub mod simulate;
 pub mod slurm;

@@ -134,9 +134,7 @@ impl Daemon {
                     self.adopted.pop_front();
                 }
                 // The submitter waits for this receipt.
-                if let Some(past) = Instant::now().checked_sub(Duration::from_secs(1)) {
-                    self.status_written = past;
-                }
+                self.status_due();
                 self.take_with(c.name, State::Pending, Some(c.record));
             }
             Err(SpoolError::Refused { name, reason }) => {

@@ -170,6 +170,8 @@ struct Daemon {
     ended: ended::Ended,
     /// Requests that named no task, per user.
     junk: requests::Junk,
+    /// What became of users' recent requests, for the status file.
+    verdicts: requests::Verdicts,
     /// The last ended task looked at for pruning.
     prune_cursor: u64,
     /// The cgroup each run's own cgroup is made under; none where no
@@ -297,6 +299,7 @@ pub fn run(options: Options) -> Result<()> {
         closing: BTreeMap::new(),
         ended: ended::Ended::default(),
         junk: requests::Junk::default(),
+        verdicts: requests::Verdicts::default(),
         prune_cursor: 0,
         job_cgroup: match crate::cgroup::jobs_parent(spool_root.as_path()) {
             Ok(dir) => {
@@ -350,6 +353,9 @@ pub fn run(options: Options) -> Result<()> {
     };
     daemon.on_readings(readings);
     daemon.restore()?;
+    // Requests left while no daemon ran act before anything is placed: a
+    // hold left for a waiting task holds it.
+    daemon.cancel_requests();
     signals(tx.clone())?;
     empty_trash(daemon.spool.clone())?;
     monitor::spawn(backend, interval_ms, tx);
@@ -769,6 +775,7 @@ impl Daemon {
             }),
             adopted: self.adopted.iter().cloned().collect(),
             ending: self.closing.values().map(|c| c.name.to_string()).collect(),
+            verdicts: self.verdicts.recent(),
         }
     }
 
@@ -834,6 +841,15 @@ impl Daemon {
                 Some((state, task))
             })
             .collect()
+    }
+
+    /// Has the status file written at the next turn of the loop, not up
+    /// to a second later: someone waits for what it will say (a receipt,
+    /// a verdict).
+    fn status_due(&mut self) {
+        if let Some(past) = Instant::now().checked_sub(Duration::from_secs(1)) {
+            self.status_written = past;
+        }
     }
 
     fn write_status(&mut self) {

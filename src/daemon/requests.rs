@@ -2,12 +2,14 @@
 //! (files in `cancel/`, see [`crate::spool::request`]).
 //!
 //! Each acts only on the requester's own tasks, unless the requester is
-//! root or the daemon's own user. A hold or a priority is written into the
+//! root or the daemon's own user. Every request gets a verdict (done or
+//! refused, in words) in the status file, which the command that left it
+//! waits for and says. A hold or a priority is written into the
 //! task's record (carma's own file, written atomically) before the core
 //! hears of it, so that what a user was told took effect survives the
 //! daemon's death; a restarted daemon reads it back with the task.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
@@ -15,8 +17,9 @@ use std::time::{Duration, Instant};
 use nix::unistd::Uid;
 
 use super::Daemon;
+use super::status::Verdict;
 use crate::sched::Event;
-use crate::spool::record::{REASON, RECORD, TaskRecord, write_json};
+use crate::spool::record::{REASON, RECORD, TaskRecord, unix_now, write_json};
 use crate::spool::request::{Request, Verb};
 use crate::spool::{State, TaskName};
 
@@ -76,26 +79,44 @@ impl Daemon {
                 let _ = fs::remove_file(&path);
                 continue;
             }
-            let done = match Request::parse(&file_name) {
+            let answer = match Request::parse(&file_name) {
                 Some(request) => self.request(&request, requester),
                 None => {
                     log::warn!("cancel/{file_name}: not a request carma knows; removed");
                     self.junk.count(requester);
-                    true
+                    let _ = fs::remove_file(&path);
+                    continue;
                 }
             };
-            if done {
-                let _ = fs::remove_file(&path);
+            let (refused, said) = match answer {
+                Answer::Wait => {
+                    // Not yet possible: try again next turn of the loop.
+                    self.cancel_due = true;
+                    continue;
+                }
+                Answer::Done(said) => (false, said),
+                Answer::Refused(why) => (true, format!("refused: {why}")),
+            };
+            let line = format!("cancel/{file_name} (uid {requester}): {said}");
+            if refused {
+                log::warn!("{line}");
             } else {
-                // Not yet possible: try again next turn of the loop.
-                self.cancel_due = true;
+                log::info!("{line}");
             }
+            let _ = fs::remove_file(&path);
+            self.verdicts.add(Verdict {
+                request: file_name,
+                uid: requester,
+                at: unix_now(),
+                refused,
+                said,
+            });
+            self.status_due();
         }
     }
 
-    /// Carries out one request; false when it must wait (the task is not
-    /// loaded yet, or its supervisor has not said who it is yet).
-    fn request(&mut self, request: &Request, requester: u32) -> bool {
+    /// Carries out one request.
+    fn request(&mut self, request: &Request, requester: u32) -> Answer {
         let query = request.task.as_str();
         let named = |name: &TaskName| name.as_str() == query || name.seq().to_string() == query;
         let verb = request.verb;
@@ -106,10 +127,9 @@ impl Daemon {
         {
             if verb == Verb::Requeue {
                 // Once it has landed in done/ or failed/.
-                return false;
+                return Answer::Wait;
             }
-            log::info!("{}: {}: it already ended", c.name, describe(verb));
-            return true;
+            return Answer::Refused(format!("{} already ended", c.name));
         }
         let Some(task) = seq
             .and_then(|s| self.tasks.get(&s))
@@ -117,11 +137,10 @@ impl Daemon {
         else {
             if let Some((state, name)) = self.ended.find(query) {
                 let name = name.clone();
-                match verb {
+                return match verb {
                     Verb::Requeue => self.requeue_ended(state, &name, requester),
-                    _ => log::info!("{name}: {}: it already ended", describe(verb)),
-                }
-                return true;
+                    _ => Answer::Refused(format!("{name} already ended (it is in {state}/)")),
+                };
             }
             // A task submitted in the same instant, not taken in yet.
             let arriving = TaskName::parse(query).is_some_and(|name| {
@@ -130,83 +149,67 @@ impl Daemon {
                     .any(|state| self.spool.is_task_dir(state, &name))
             });
             if arriving {
-                log::debug!("{query}: {} waits until the task is taken", describe(verb));
-                return false;
+                log::debug!("{query}: {} waits until the task is taken", verb.describe());
+                return Answer::Wait;
             }
-            log::warn!("{} {query}: no such task", describe(verb));
             self.junk.count(requester);
-            return true;
+            return Answer::Refused(format!("no task {query}"));
         };
         let name = task.name.clone();
         if !(privileged(requester) || Some(requester) == task.demand.user) {
-            log::warn!(
-                "{name}: {} refused: requested by uid {requester} who does not own it",
-                describe(verb)
-            );
-            return true;
+            return Answer::Refused(format!(
+                "{name} belongs to {}; only its owner or root may {}",
+                task.user,
+                verb.describe()
+            ));
         }
         match verb {
             Verb::Cancel => self.cancel(&name),
             Verb::CancelArray => self.cancel_array(&name, requester),
-            Verb::Hold | Verb::Release => {
-                self.set_hold(&name, verb == Verb::Hold);
-                true
-            }
+            Verb::Hold | Verb::Release => self.set_hold(&name, verb == Verb::Hold),
             Verb::Requeue => self.requeue_running(&name),
             Verb::Priority(priority) => {
                 let refused = (!privileged(requester))
                     .then(|| self.config.queue.priority_refusal(priority))
                     .flatten();
                 match refused {
-                    Some(why) => log::warn!("{name}: priority refused: {why}"),
+                    Some(why) => Answer::Refused(why),
                     None => self.set_priority(&name, priority),
                 }
-                true
             }
         }
     }
 
     /// A waiting task is failed as cancelled, a running one's supervisor
-    /// is asked to stop its job; false while that supervisor cannot be
-    /// signalled yet.
-    fn cancel(&mut self, name: &TaskName) -> bool {
+    /// is asked to stop its job (it waits while that supervisor cannot be
+    /// signalled yet).
+    fn cancel(&mut self, name: &TaskName) -> Answer {
         let Some(task) = self.tasks.get(&name.seq()) else {
-            return true;
+            return Answer::Refused(format!("{name} is no longer known"));
         };
         if task.state != State::Running {
-            log::info!("{name}: cancelled while waiting");
             self.events.push(Event::Cancel { task: name.id() });
-            return true;
+            return Answer::Done(format!("{name}: cancelled while waiting"));
         }
         let run_dir = self
             .spool
             .task_dir(State::Running, name)
             .join(format!("run-{}", task.run));
         match crate::supervisor::cancel(&run_dir) {
-            Ok(true) => {
-                log::info!("{name}: cancelling: job asked to stop");
-                true
-            }
+            Ok(true) => Answer::Done(format!("{name}: cancelling: its job was asked to stop")),
             // Started but not yet identified: soon.
-            Ok(false) if crate::supervisor::is_running(&run_dir) => false,
-            Ok(false) => {
-                log::info!("{name}: cancel: its run already ended");
-                true
-            }
-            Err(e) => {
-                log::error!("{name}: cancel: cannot signal its supervisor: {e}");
-                true
-            }
+            Ok(false) if crate::supervisor::is_running(&run_dir) => Answer::Wait,
+            Ok(false) => Answer::Done(format!("{name}: its run already ended")),
+            Err(e) => Answer::Refused(format!("cannot signal {name}'s supervisor: {e}")),
         }
     }
 
     /// Cancels every task of the array `name` belongs to (the requester's
-    /// own, unless privileged); false while some are still being made or
-    /// taken in.
-    fn cancel_array(&mut self, name: &TaskName, requester: u32) -> bool {
+    /// own, unless privileged); it waits while some are still being made
+    /// or taken in.
+    fn cancel_array(&mut self, name: &TaskName, requester: u32) -> Answer {
         let Some(member) = self.tasks.get(&name.seq()).and_then(|t| t.record.array) else {
-            log::warn!("{name}: cancel array: it is not an element of an array");
-            return true;
+            return Answer::Refused(format!("{name} is not an element of an array"));
         };
         let expanding = self
             .tasks
@@ -218,100 +221,113 @@ impl Daemon {
             !self.tasks.contains_key(&n.seq()) && self.spool.is_task_dir(State::Pending, n)
         });
         if expanding || untaken {
-            return false;
+            return Answer::Wait;
         }
-        let mut done = true;
+        let (mut waits, mut cancelled) = (false, 0);
         for (element, _) in elements {
             let owned = self
                 .tasks
                 .get(&element.seq())
                 .is_some_and(|t| privileged(requester) || t.demand.user == Some(requester));
             if owned {
-                done &= self.cancel(&element);
+                match self.cancel(&element) {
+                    Answer::Wait => waits = true,
+                    Answer::Done(_) => cancelled += 1,
+                    Answer::Refused(why) => log::warn!("{element}: cancel array: {why}"),
+                }
             }
         }
-        done
+        match waits {
+            true => Answer::Wait,
+            false => Answer::Done(format!(
+                "array {}: {cancelled} unfinished tasks cancelled",
+                member.job
+            )),
+        }
     }
 
     /// Holds or releases a waiting task. A running task is not held: a
     /// hold that silently waited for the job's end would surprise; `carma
     /// cancel` stops a job.
-    fn set_hold(&mut self, name: &TaskName, held: bool) {
-        let verb = if held { "hold" } else { "release" };
+    fn set_hold(&mut self, name: &TaskName, held: bool) -> Answer {
+        let done = if held { "held" } else { "released" };
         let Some(task) = self.tasks.get_mut(&name.seq()) else {
-            return;
+            return Answer::Refused(format!("{name} is no longer known"));
         };
         if task.state == State::Running {
-            log::warn!("{name}: {verb} refused: it runs already (carma cancel stops it)");
-            return;
+            return Answer::Refused(format!("{name} runs already (carma cancel stops it)"));
         }
         if task.record.held == held {
-            log::info!("{name}: {verb}: it already is");
-            return;
+            return Answer::Done(format!("{name}: {done} already"));
         }
-        if self.save_record(name, |r| r.held = held) {
-            log::info!("{name}: {}", if held { "held" } else { "released" });
-            self.events.push(Event::Hold {
-                task: name.id(),
-                held,
-            });
+        if let Err(why) = self.save_record(name, |r| r.held = held) {
+            return Answer::Refused(why);
         }
+        self.events.push(Event::Hold {
+            task: name.id(),
+            held,
+        });
+        Answer::Done(format!("{name}: {done}"))
     }
 
-    fn set_priority(&mut self, name: &TaskName, priority: i32) {
+    fn set_priority(&mut self, name: &TaskName, priority: i32) -> Answer {
         let Some(before) = self.tasks.get(&name.seq()).map(|t| t.demand.priority) else {
-            return;
+            return Answer::Refused(format!("{name} is no longer known"));
         };
-        if self.save_record(name, |r| r.priority = Some(priority)) {
-            if let Some(task) = self.tasks.get_mut(&name.seq()) {
-                task.demand.priority = priority;
-            }
-            log::info!("{name}: priority {before} -> {priority}");
-            self.events.push(Event::Prioritize {
-                task: name.id(),
-                priority,
-            });
+        if let Err(why) = self.save_record(name, |r| r.priority = Some(priority)) {
+            return Answer::Refused(why);
         }
+        if let Some(task) = self.tasks.get_mut(&name.seq()) {
+            task.demand.priority = priority;
+        }
+        self.events.push(Event::Prioritize {
+            task: name.id(),
+            priority,
+        });
+        Answer::Done(format!("{name}: priority {before} -> {priority}"))
     }
 
     /// Stops a running task's job to put the task back in the queue: the
     /// wish is recorded first, so the run's end requeues it even if the
     /// daemon dies in between ([`Daemon::finish`] reads it). A waiting
     /// task already is in the queue.
-    fn requeue_running(&mut self, name: &TaskName) -> bool {
+    fn requeue_running(&mut self, name: &TaskName) -> Answer {
         let running = self
             .tasks
             .get(&name.seq())
             .is_some_and(|t| t.state == State::Running);
         if !running {
-            log::info!("{name}: requeue: it waits already");
-            return true;
+            return Answer::Refused(format!("{name} waits in the queue already"));
         }
         let recorded = self
             .tasks
             .get(&name.seq())
             .is_some_and(|t| t.record.requeue);
-        if !recorded && !self.save_record(name, |r| r.requeue = true) {
-            return true;
+        if !recorded {
+            if let Err(why) = self.save_record(name, |r| r.requeue = true) {
+                return Answer::Refused(why);
+            }
         }
-        log::info!("{name}: requeue: its job is stopped, then it waits again");
-        self.cancel(name)
+        match self.cancel(name) {
+            Answer::Done(_) => Answer::Done(format!(
+                "{name}: its job is being stopped; then it waits again"
+            )),
+            other => other,
+        }
     }
 
     /// Puts a task that ended back in the queue: its record is reset
     /// first (a crash in between leaves an ended task without outcome,
     /// which a second `carma requeue` takes), then it moves to `pending/`.
-    fn requeue_ended(&mut self, state: State, name: &TaskName, requester: u32) {
+    fn requeue_ended(&mut self, state: State, name: &TaskName, requester: u32) -> Answer {
         let mut record = match self.spool.load_record(state, name) {
             Ok(record) => record,
-            Err(e) => {
-                log::warn!("{name}: requeue: cannot read its record: {e}");
-                return;
-            }
+            Err(e) => return Answer::Refused(format!("cannot read {name}'s record: {e}")),
         };
         if !(privileged(requester) || record.owner == Some(requester)) {
-            log::warn!("{name}: requeue refused: requested by uid {requester} who does not own it");
-            return;
+            return Answer::Refused(format!(
+                "{name} is not yours; only its owner or root may requeue it"
+            ));
         }
         record.requeued();
         let dir = self.spool.task_dir(state, name);
@@ -324,19 +340,25 @@ impl Daemon {
         match moved {
             Ok(()) => {
                 self.ended.remove(name.seq());
-                log::info!("{name}: requeued from {state}/");
                 self.take(name.clone(), State::Pending);
+                Answer::Done(format!(
+                    "{name}: requeued from {state}/; it waits in pending/"
+                ))
             }
-            Err(e) => log::error!("{name}: requeue: cannot move it back to pending/: {e}"),
+            Err(e) => Answer::Refused(format!("cannot move {name} back to pending/: {e}")),
         }
     }
 
     /// Changes a task's record on disk first, in memory once written: what
-    /// the daemon acts on is always what a restart would find. False (and
-    /// logged) when the record cannot be written.
-    fn save_record(&mut self, name: &TaskName, change: impl FnOnce(&mut TaskRecord)) -> bool {
+    /// the daemon acts on is always what a restart would find. The error
+    /// says why the change was not made.
+    fn save_record(
+        &mut self,
+        name: &TaskName,
+        change: impl FnOnce(&mut TaskRecord),
+    ) -> Result<(), String> {
         let Some(task) = self.tasks.get_mut(&name.seq()) else {
-            return false;
+            return Err(format!("{name} is no longer known"));
         };
         let mut record = task.record.clone();
         change(&mut record);
@@ -344,13 +366,54 @@ impl Daemon {
         match write_json(&path, &record) {
             Ok(()) => {
                 task.record = record;
-                true
+                Ok(())
             }
             Err(e) => {
                 log::error!("{name}: cannot write its record, change not made: {e}");
-                false
+                Err(format!("cannot write {name}'s record: {e}"))
             }
         }
+    }
+}
+
+/// What became of one request.
+enum Answer {
+    /// Not possible yet (the task is being taken in, its supervisor has not
+    /// said who it is): the request stays for a later turn.
+    Wait,
+    /// Done; what happened, for people.
+    Done(String),
+    /// Refused or impossible; why.
+    Refused(String),
+}
+
+/// Verdicts kept for the status file: the newest few of each user's, for
+/// a minute (long enough for the command that waits for one).
+#[derive(Debug, Default)]
+pub(super) struct Verdicts {
+    recent: VecDeque<Verdict>,
+}
+
+/// A user's verdicts kept at most: one user's burst of requests cannot push
+/// out another user's verdict.
+const VERDICTS_PER_USER: usize = 32;
+
+impl Verdicts {
+    fn add(&mut self, verdict: Verdict) {
+        let now = verdict.at;
+        self.recent.retain(|v| now - v.at < 60.0);
+        let uid = verdict.uid;
+        if self.recent.iter().filter(|v| v.uid == uid).count() >= VERDICTS_PER_USER {
+            if let Some(oldest) = self.recent.iter().position(|v| v.uid == uid) {
+                self.recent.remove(oldest);
+            }
+        }
+        self.recent.push_back(verdict);
+    }
+
+    /// The verdicts of the last minute, oldest first.
+    pub(super) fn recent(&self) -> Vec<Verdict> {
+        self.recent.iter().cloned().collect()
     }
 }
 
@@ -401,17 +464,5 @@ impl Junk {
         if self.since.elapsed() >= Duration::from_secs(60) {
             *self = Junk::default();
         }
-    }
-}
-
-/// A request's verb, for log lines.
-fn describe(verb: Verb) -> &'static str {
-    match verb {
-        Verb::Cancel => "cancel",
-        Verb::Hold => "hold",
-        Verb::Release => "release",
-        Verb::Priority(_) => "priority",
-        Verb::Requeue => "requeue",
-        Verb::CancelArray => "cancel array",
     }
 }

@@ -43,6 +43,27 @@ pub struct Status {
     /// (a full disk, an I/O error): they are retried until they can.
     #[serde(default)]
     pub ending: Vec<String>,
+    /// What the daemon made of users' recent requests (`carma cancel`,
+    /// `hold`, ...), so that the command that left one can say the verdict
+    /// in words and exit accordingly.
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
+}
+
+/// The daemon's answer to one request in `cancel/`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The request's file name (`hold.000012-train`).
+    pub request: String,
+    /// Who left it.
+    pub uid: u32,
+    /// When it was decided (Unix seconds).
+    pub at: f64,
+    /// Refused (or impossible) rather than done.
+    pub refused: bool,
+    /// What happened, for people: `held`, `refused: carma-bob does not
+    /// own it`.
+    pub said: String,
 }
 
 /// One GPU's last reading.

@@ -82,6 +82,20 @@ impl Spool {
     }
 }
 
+impl Verb {
+    /// What it asks, in words (`cancel`, `requeue`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verb::Cancel => "cancel",
+            Verb::Hold => "hold",
+            Verb::Release => "release",
+            Verb::Priority(_) => "priority",
+            Verb::Requeue => "requeue",
+            Verb::CancelArray => "cancel array",
+        }
+    }
+}
+
 /// The request's file name.
 impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -240,10 +240,16 @@ impl Spool {
             }
         }
         .and_then(|()| sync_tree_only(&staged));
-        if let Err(e) = made {
-            let _ = fs::remove_dir_all(&staged);
-            return Err(at(&staged)(e));
-        }
+        // Held across the rename: once in pending/ the daemon may claim
+        // the entry at once, and the flush below must not need its path.
+        let made = made.and_then(|()| File::open(&staged));
+        let handle = match made {
+            Ok(handle) => handle,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&staged);
+                return Err(at(&staged)(e));
+            }
+        };
         let placed = match &name {
             Some(name) => self.place(&staged, State::Pending, name, None).map(Some),
             None => rename_new(&staged, &pending.join(&entry))
@@ -258,8 +264,7 @@ impl Spool {
             }
         };
         let entry = name.as_ref().map_or(entry, ToString::to_string);
-        let target = pending.join(&entry);
-        let warning = durable_entry(&pending, &target).err().map(|e| {
+        let warning = durable_entry(&pending, &handle).err().map(|e| {
             format!(
                 "submitted, but the submission could not be made durable ({e}); \
                  a power loss now could lose it"
@@ -293,13 +298,13 @@ fn sync_tree_only(staged: &Path) -> io::Result<()> {
 
 /// Makes a rename into `dir` durable: fsync of `dir`, or, where this user
 /// may not open it (`pending/` is 1733), a flush of its whole file system
-/// through the entry itself.
-fn durable_entry(dir: &Path, entry: &Path) -> io::Result<()> {
+/// through the entry, opened before the rename (the daemon may have moved
+/// it on since).
+fn durable_entry(dir: &Path, entry: &File) -> io::Result<()> {
     match sync_dir(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            let file = File::open(entry)?;
-            nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from)
+            nix::unistd::syncfs(entry.as_fd()).map_err(io::Error::from)
         }
         Err(e) => Err(e),
     }

@@ -14,7 +14,7 @@ use std::fmt::Debug;
 use std::fs;
 use std::path::PathBuf;
 
-use carma::daemon::status::{GpuStatus, RunningTask, Status, WaitingTask};
+use carma::daemon::status::{GpuStatus, RunningTask, Status, Verdict, WaitingTask};
 use carma::gpu::MetricSource;
 use carma::procfs::ProcessId;
 use carma::sched::Need;
@@ -139,6 +139,13 @@ fn status() -> Status {
         }],
         recovery: vec![],
         pending: vec!["000043-bert".into()],
+        verdicts: vec![Verdict {
+            request: "hold.000043-bert".into(),
+            uid: 1000,
+            at: 1_700_000_059.5,
+            refused: true,
+            said: "refused: 000043-bert belongs to alice; only its owner or root may hold".into(),
+        }],
         waiting: vec![WaitingTask {
             name: "000043-bert".into(),
             user: "ada".into(),
