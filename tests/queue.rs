@@ -725,4 +725,137 @@ fn a_users_submissions_are_made_durable_without_a_false_warning() {
         common::stderr(&out)
     );
     spool.wait_count("done", 30, 30.0);
+
+    // Chained on the command line, through the submission the daemon
+    // adopts; --parsable gives the number the daemon gave.
+    let out = alice.carma(
+        &spool,
+        &format!("submit --parsable --afterany 1 {}/quick.rad", dir.display()),
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let id: u64 = common::stdout(&out).trim().parse().unwrap();
+    spool.wait_count("done", 31, 10.0);
+    let (_, task) = spool.find(&format!("{id:06}-quick")).unwrap();
+    let record = fs::read_to_string(task.join("task.json")).unwrap();
+    assert!(record.contains("\"kind\": \"afterany\""), "{record}");
+}
+
+#[test]
+fn submit_chains_jobs_by_number_or_by_name_from_the_command_line() {
+    // Two GPUs. `prep` ran once already; a second `prep` runs until a
+    // gate opens. `train`, chained on the command line by name, waits for
+    // the newest prep; `eval`, chained by the number `--parsable` gave,
+    // waits for train. Neither job file names a dependency.
+    let mut spool = Spool::new("2x40GiB");
+    let ledger = spool.dir.path().join("ledger");
+    let gate = spool.dir.path().join("gate");
+    spool.start_daemon();
+    let first = carma(
+        &spool,
+        &[
+            "submit",
+            "--parsable",
+            spool
+                .job("prep0.rad", "name: prep\nmemory: 1G\ntrue\n")
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    assert!(first.trim().parse::<u64>().is_ok(), "{first:?}");
+    spool.wait_count("done", 1, 10.0);
+    let prep = spool.job("prep.rad", &gated_job("prep", &ledger, &gate));
+    let prep = carma(&spool, &["submit", "--parsable", prep.to_str().unwrap()]);
+    let train = spool.job(
+        "train.rad",
+        &format!(
+            "name: train\nmemory: 1G\necho train >> {}\n",
+            ledger.display()
+        ),
+    );
+    let train = carma(
+        &spool,
+        &[
+            "submit",
+            "--parsable",
+            "--afterok",
+            "prep",
+            train.to_str().unwrap(),
+        ],
+    );
+    let eval = spool.job(
+        "eval.rad",
+        &format!(
+            "name: eval\nmemory: 1G\necho eval >> {}\n",
+            ledger.display()
+        ),
+    );
+    let out = carma(
+        &spool,
+        &["submit", "--afterok", train.trim(), eval.to_str().unwrap()],
+    );
+    assert!(out.trim().ends_with("-eval"), "{out}");
+    spool.wait_for("prep to start", 10.0, || {
+        fs::read_to_string(&ledger).unwrap_or_default() == "prep\n"
+    });
+    spool.wait_for("train to wait for the newest prep", 10.0, || {
+        let why = status(&spool)["waiting"][0]["why"].clone();
+        why.as_str().is_some_and(|w| {
+            w.starts_with(&format!(
+                "waits for {:06}-prep to succeed",
+                prep.trim().parse::<u64>().unwrap()
+            ))
+        })
+    });
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "prep\n");
+    fs::write(&gate, "").unwrap();
+    spool.wait_count("done", 4, 20.0);
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "prep\ntrain\neval\n");
+    let record = fs::read_to_string(spool.find("-train").unwrap().1.join("task.json")).unwrap();
+    assert!(
+        record.contains(&format!("\"task\": {}", prep.trim())),
+        "{record}"
+    );
+
+    // A bad list is said as the file's `afterok:` would be, and nothing
+    // is submitted.
+    let out = spool
+        .carma()
+        .args([
+            "submit",
+            "--afterok",
+            "prep,two words",
+            eval.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = common::stderr(&out);
+    assert!(
+        said.contains("--afterok \"prep,two words\": at character 6: expected tasks to wait for"),
+        "{said}"
+    );
+    assert_eq!(spool.tasks("done").len() + spool.tasks("pending").len(), 4);
+}
+
+#[test]
+fn submit_refuses_a_directory_that_is_not_a_spool() {
+    let spool = Spool::new("1x40GiB");
+    let empty = tempfile::tempdir().unwrap();
+    let job = spool.job("a.rad", "memory: 1G\ntrue\n");
+    let out = spool
+        .carma()
+        .arg("submit")
+        .arg("--spool")
+        .arg(empty.path())
+        .arg(&job)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = common::stderr(&out);
+    assert!(
+        said.contains("is not a carma spool (it has no pending/"),
+        "{said}"
+    );
+    assert!(said.contains("nothing submitted"), "{said}");
+    assert_eq!(fs::read_dir(empty.path()).unwrap().count(), 0);
 }

@@ -10,8 +10,10 @@ use anyhow::{Result, bail};
 use carma::config::Config;
 use carma::daemon::status::Status;
 use carma::rad;
-use carma::spool::Spool;
+use carma::rad::DependencyRef;
+use carma::sched::DependencyKind;
 use carma::spool::record::read_json;
+use carma::spool::{Spool, TaskName};
 
 use super::spool_arg::SpoolArg;
 
@@ -22,15 +24,63 @@ pub struct Args {
     /// The `.rad` files to submit; none is submitted unless all are valid.
     #[arg(required = true)]
     files: Vec<PathBuf>,
+    /// Start once these tasks have started (like `sbatch
+    /// --dependency=after:`): numbers, task names or job names, separated
+    /// by commas; on top of the job file's own `after:`.
+    #[arg(long, value_name = "TASKS")]
+    after: Vec<String>,
+    /// Start once these tasks have ended successfully (`afterok:`).
+    #[arg(long, value_name = "TASKS")]
+    afterok: Vec<String>,
+    /// Start once these tasks have ended, however (`afterany:`).
+    #[arg(long, value_name = "TASKS")]
+    afterany: Vec<String>,
+    /// Start once these tasks have ended unsuccessfully (`afternotok:`).
+    #[arg(long, value_name = "TASKS")]
+    afternotok: Vec<String>,
+    /// Print only each task's number, one per line, for scripts:
+    /// `id=$(carma submit --parsable prep.rad)`, then `--afterok $id`.
+    #[arg(long)]
+    parsable: bool,
+}
+
+impl Args {
+    /// The dependencies given on the command line, checked by the rules of
+    /// the job file's keys.
+    fn dependencies(&self) -> Result<Vec<DependencyRef>> {
+        let given = [
+            (DependencyKind::After, &self.after),
+            (DependencyKind::AfterOk, &self.afterok),
+            (DependencyKind::AfterAny, &self.afterany),
+            (DependencyKind::AfterNotOk, &self.afternotok),
+        ];
+        let mut all = Vec::new();
+        for (kind, texts) in given {
+            for text in texts {
+                let refs = rad::dependencies(kind, text)
+                    .map_err(|why| anyhow::anyhow!("--{} {text:?}: {why}", kind.key()))?;
+                all.extend(refs);
+            }
+        }
+        if all.len() > rad::MAX_DEPENDENCIES {
+            bail!(
+                "{} dependencies given; at most {} are taken",
+                all.len(),
+                rad::MAX_DEPENDENCIES
+            );
+        }
+        Ok(all)
+    }
 }
 
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config_path)?;
     let spool = args.spool.resolve(&config);
-    if !spool.root().is_dir() {
+    let after = args.dependencies()?;
+    if let Some(why) = spool.not_a_spool() {
         bail!(
-            "no spool at {}: start `carma daemon --spool {}` first (or set CARMA_SPOOL)",
-            spool.root().display(),
+            "{why}: start `carma daemon --spool {}` to make one (or set CARMA_SPOOL to the \
+             spool a daemon serves); nothing submitted",
             spool.root().display()
         );
     }
@@ -71,20 +121,37 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     }
-    // The spool's owner (the daemon's user) makes what is missing; anyone
-    // else uses the tree as it was installed.
-    if !spool.staging().exists() {
-        spool.create()?;
-    }
+    let mut unnumbered = 0;
     for (file, spec) in specs {
-        let submitted = spool.submit(file, &spec)?;
+        let submitted = spool.submit(file, &spec, &after)?;
         if let Some(warning) = &submitted.warning {
             eprintln!("carma: {}: {warning}", submitted.entry);
         }
-        match submitted.name {
-            Some(name) => println!("{name}"),
-            None => println!("{}", receipt(&spool, &submitted.entry)),
+        let name = submitted.name.or_else(|| receipt(&spool, &submitted.entry));
+        match (name, args.parsable) {
+            (Some(name), true) => println!("{}", name.seq()),
+            (Some(name), false) => println!("{name}"),
+            (None, parsable) => {
+                eprintln!(
+                    "carma: submitted as pending/{}; the daemon gives it a task number when \
+                     it takes it in",
+                    submitted.entry
+                );
+                if !parsable {
+                    println!("{}", submitted.entry);
+                }
+                unnumbered += 1;
+            }
         }
+    }
+    if args.parsable && unnumbered > 0 {
+        // Submitted all the same: a script must not submit it again, but
+        // it has no number to chain on.
+        eprintln!(
+            "carma: --parsable: {unnumbered} submission(s) got no task number yet (do not \
+             submit them again; `carma status` shows them once taken in)"
+        );
+        return Ok(ExitCode::from(3));
     }
     if !spool.daemon_running() {
         eprintln!(
@@ -100,8 +167,8 @@ const RECEIPT_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The task a submission by someone other than the spool's owner became:
 /// the daemon numbers it when it takes it in, and says so in its status
-/// file. Without a daemon (or a quick one), the submission's own name.
-fn receipt(spool: &Spool, entry: &str) -> String {
+/// file. `None` without a daemon (or a quick one).
+fn receipt(spool: &Spool, entry: &str) -> Option<TaskName> {
     let deadline = Instant::now() + RECEIPT_PATIENCE;
     while spool.daemon_running() && Instant::now() < deadline {
         let status: Option<Status> = read_json(&spool.status_file()).ok();
@@ -110,13 +177,10 @@ fn receipt(spool: &Spool, entry: &str) -> String {
                 .into_iter()
                 .find_map(|(submitted, name)| (submitted == entry).then_some(name))
         });
-        if let Some(name) = found {
-            return name;
+        if let Some(name) = found.as_deref().and_then(TaskName::parse) {
+            return Some(name);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    eprintln!(
-        "carma: submitted as pending/{entry}; the daemon gives it a task number when it takes it in"
-    );
-    entry.to_string()
+    None
 }

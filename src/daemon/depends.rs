@@ -1,7 +1,8 @@
 //! Resolving a job's dependencies (`afterok: prep`) to tasks, and saying
 //! what is known of each.
 //!
-//! A job names a task by number or by job name; a name means the one task
+//! A job names a task by number or by job name, in its file or on `carma
+//! submit`'s command line (`--afterok prep`); a name means the one task
 //! of that name among its owner's (ended ones included), so a user can
 //! chain `prep` and `train` without learning numbers, and never picks up
 //! another user's task by a common name. The resolution is written into
@@ -28,6 +29,7 @@ impl Daemon {
             let resolved = spec
                 .after
                 .iter()
+                .chain(&record.submitted_after)
                 .map(|d| {
                     let task = self
                         .resolve(name, owner, &d.task)

@@ -29,6 +29,8 @@ mod value;
 #[cfg(test)]
 mod tests;
 
+use crate::sched::DependencyKind;
+pub(crate) use error::clip;
 pub use error::{Position, RadError};
 pub use file::{FileError, JobFile, MAX_FILE_BYTES, case_match, check_file};
 pub use legacy::LEGACY_WHOLE_GPU_MIB;
@@ -38,6 +40,7 @@ pub use spec::{
     TaskRef, TaskSpec,
 };
 pub use text::{MAX_LINE_BYTES, MAX_LINES};
+pub use value::MAX_DEPENDENCIES;
 
 /// A parsed job and where its file-relative fields sit, so that checks made
 /// later against the file system can still point into the file.
@@ -50,6 +53,24 @@ pub struct Parsed {
     /// What the reader passed over without refusing the file (a malformed
     /// line the job does not depend on), for the user to fix.
     pub warnings: Vec<RadError>,
+}
+
+/// Dependencies given outside a job file (`carma submit --afterok
+/// 12,prep`, a submission's own list), read by the rules of the file's
+/// `afterok:` line; the error says what was expected, and where in `text`.
+pub fn dependencies(kind: DependencyKind, text: &str) -> Result<Vec<DependencyRef>, String> {
+    let value = value::Value {
+        text: text.trim(),
+        at: Position::START,
+    };
+    let tasks = value::task_refs(&value).map_err(|e| match e.column {
+        1 => e.message,
+        column => format!("at character {column}: {}", e.message),
+    })?;
+    Ok(tasks
+        .into_iter()
+        .map(|task| DependencyRef { kind, task })
+        .collect())
 }
 
 /// Parses a `.rad` from text (a leading byte-order mark is ignored).

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sched::{DependencyKind, Need};
 
@@ -139,7 +139,7 @@ pub struct ArraySpec {
 }
 
 /// A task a job names in a dependency.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum TaskRef {
     /// By number (`12`, or a full task name `000012-prep`).
@@ -158,7 +158,7 @@ impl fmt::Display for TaskRef {
 }
 
 /// One dependency as written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DependencyRef {
     pub kind: DependencyKind,
     pub task: TaskRef,

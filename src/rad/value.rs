@@ -114,7 +114,7 @@ pub(super) fn priority(value: &Value<'_>) -> Result<i32, RadError> {
 
 /// Most tasks one dependency key may name: a job waiting for more is
 /// better written as an array or a chain.
-pub(super) const MAX_DEPENDENCIES: usize = 64;
+pub const MAX_DEPENDENCIES: usize = 64;
 
 /// `12`, `000012-prep`, `prep`, or several of them separated by commas.
 pub(super) fn task_refs(value: &Value<'_>) -> Result<Vec<TaskRef>, RadError> {

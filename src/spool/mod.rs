@@ -214,6 +214,29 @@ impl Spool {
         Ok(())
     }
 
+    /// Why the directory is not a spool a daemon made, if it is not: what
+    /// a submission is handed to must be one, never a directory that a
+    /// mistyped `--spool` would turn into one.
+    pub fn not_a_spool(&self) -> Option<String> {
+        let root = self.root.display();
+        if !self.root.is_dir() {
+            return Some(format!("no spool at {root}"));
+        }
+        let mut dirs: Vec<PathBuf> = State::ALL.iter().map(|&s| self.dir(s)).collect();
+        dirs.extend([self.staging(), self.cancel_dir()]);
+        let missing: Vec<String> = dirs
+            .iter()
+            .filter(|d| !fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+            .filter_map(|d| Some(d.file_name()?.to_string_lossy().into_owned()))
+            .collect();
+        (!missing.is_empty()).then(|| {
+            format!(
+                "{root} is not a carma spool (it has no {}/)",
+                missing.join("/, no ")
+            )
+        })
+    }
+
     pub fn dir(&self, state: State) -> PathBuf {
         self.root.join(state.dir_name())
     }

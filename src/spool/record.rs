@@ -118,6 +118,10 @@ pub struct TaskRecord {
     /// names were resolved (`None` before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Vec<ResolvedDependency>>,
+    /// Dependencies given at submission (`carma submit --afterok 12`) on
+    /// top of the job file's, as written; resolved with them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub submitted_after: Vec<crate::rad::DependencyRef>,
     /// `carma requeue` asked for the running job to stop and the task to
     /// wait again: when the run ends, it goes back to `pending/`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -171,6 +175,7 @@ impl TaskRecord {
             held: false,
             priority: None,
             after: None,
+            submitted_after: Vec::new(),
             requeue: false,
             array: None,
         }

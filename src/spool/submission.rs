@@ -24,7 +24,7 @@ use super::{
     Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
     rename_new, sync_dir,
 };
-use crate::rad::TaskSpec;
+use crate::rad::{DependencyRef, TaskSpec};
 use crate::safe;
 
 /// The file a user's submission describes itself in. Named apart from
@@ -39,6 +39,9 @@ struct Request {
     /// Where the job should run (it is entered as the job's user, so it can
     /// only be a directory that user may enter).
     workdir: Option<PathBuf>,
+    /// Dependencies given on the command line (`--afterok 12`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    after: Vec<DependencyRef>,
 }
 
 /// A `carma submit` that was handed over.
@@ -105,6 +108,7 @@ impl Spool {
             Ok(submission) => {
                 record.rad = submission.rad.clone();
                 record.workdir = submission.workdir.clone();
+                record.submitted_after = submission.after.clone();
                 fill_job(
                     &dir,
                     &submission.rad,
@@ -170,7 +174,12 @@ impl Spool {
     /// done: a later durability step that fails (a user cannot fsync
     /// `pending/`, which they may not read) is a warning, never a failure
     /// that would make the user submit the job twice.
-    pub fn submit(&self, rad: &Path, spec: &TaskSpec) -> Result<Submitted, SpoolError> {
+    pub fn submit(
+        &self,
+        rad: &Path,
+        spec: &TaskSpec,
+        after: &[DependencyRef],
+    ) -> Result<Submitted, SpoolError> {
         let file_name = rad
             .file_name()
             .map_or_else(|| "job.rad".into(), |n| n.to_string_lossy().into_owned());
@@ -223,6 +232,7 @@ impl Spool {
                 let record = TaskRecord {
                     owner: Some(meta.uid()),
                     workdir: Some(workdir),
+                    submitted_after: after.to_vec(),
                     ..TaskRecord::new(name, file_name.clone(), unix_now())
                 };
                 make_dir(&staged, TASK_DIR_MODE)
@@ -233,6 +243,7 @@ impl Spool {
                 let request = Request {
                     rad: Some(file_name.clone()),
                     workdir: Some(workdir),
+                    after: after.to_vec(),
                 };
                 make_dir(&staged, 0o700)
                     .and_then(|()| copy_user_files(&staged, &file_name, &bytes, rad_dir, spec))
@@ -337,6 +348,7 @@ struct Submission {
     rad: String,
     rad_bytes: Vec<u8>,
     workdir: Option<PathBuf>,
+    after: Vec<DependencyRef>,
 }
 
 /// Reads a submitted directory owned by `owner`; the error is the reason
@@ -357,7 +369,7 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
             }
             super::claim::refuse_shared_writes(&meta)
                 .map_err(|why| format!("{SUBMISSION} {why}"))?;
-            serde_json::from_slice(&bytes).unwrap_or_default()
+            serde_json::from_slice(&bytes).map_err(|e| format!("{SUBMISSION}: {e}"))?
         }
         Err(_) => Request::default(),
     };
@@ -407,9 +419,37 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
         }
         None => None,
     };
+    let after = checked_dependencies(request.after)?;
     Ok(Submission {
         rad,
         rad_bytes,
         workdir,
+        after,
     })
+}
+
+/// A submission's own dependencies, held to the rules of a job file's
+/// (a user wrote them): at most as many as one `afterok:` line takes, each
+/// a task reference that line would accept.
+fn checked_dependencies(after: Vec<DependencyRef>) -> Result<Vec<DependencyRef>, String> {
+    if after.len() > crate::rad::MAX_DEPENDENCIES {
+        return Err(format!(
+            "{SUBMISSION}: {} dependencies; at most {} are taken",
+            after.len(),
+            crate::rad::MAX_DEPENDENCIES
+        ));
+    }
+    for dependency in &after {
+        let text = dependency.task.to_string();
+        let again = crate::rad::dependencies(dependency.kind, &text)
+            .map_err(|why| format!("{SUBMISSION}: {}: {why}", dependency.kind.key()))?;
+        if again != [dependency.clone()] {
+            return Err(format!(
+                "{SUBMISSION}: {}: `{}` is not one task",
+                dependency.kind.key(),
+                crate::rad::clip(&text)
+            ));
+        }
+    }
+    Ok(after)
 }

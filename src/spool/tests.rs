@@ -193,7 +193,7 @@ fn submit_copies_the_job_and_its_summary() {
     let rad = jobs.join("train.rad");
     fs::write(&rad, "model: models/m.model\ngpus: 1\npython train.py\n").unwrap();
     let spec = crate::rad::check_file(&rad).unwrap().spec;
-    let submitted = spool.submit(&rad, &spec).unwrap();
+    let submitted = spool.submit(&rad, &spec, &[]).unwrap();
     let name = submitted.name.unwrap();
     assert_eq!(name.as_str(), "000001-train");
     assert_eq!(submitted.warning, None);
