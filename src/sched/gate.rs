@@ -18,7 +18,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use super::window::SmactWindow;
-use super::{GpuSample, PlacementRules, Time};
+use super::{GpuSample, PlacementRules, TaskId, Time};
 
 /// Which rule refuses a busy GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -52,11 +52,20 @@ pub(super) struct Load {
 }
 
 /// One GPU's recent activity: each metric over the same sliding window.
+///
+/// The window must not count tasks that have left the GPU: when one
+/// leaves, what came before is forgotten at the next sample that no longer
+/// shows it, which is then taken for the whole window (it shows only the
+/// tasks that stayed, and anything carma does not run); a GPU left with no
+/// task is idle at once.
 #[derive(Debug, Clone)]
 pub(super) struct Activity {
     smact: SmactWindow,
     occupancy: SmactWindow,
     dram: SmactWindow,
+    /// Tasks that left since the last sample that no longer showed them:
+    /// each sample restarts the window until one does.
+    left: Vec<TaskId>,
 }
 
 impl Activity {
@@ -65,6 +74,17 @@ impl Activity {
             smact: SmactWindow::new(width_s),
             occupancy: SmactWindow::new(width_s),
             dram: SmactWindow::new(width_s),
+            left: Vec::new(),
+        }
+    }
+
+    /// `task` left the GPU at `at`; `emptied` when it was the last one.
+    pub fn task_left(&mut self, at: Time, task: TaskId, emptied: bool) {
+        self.left.push(task);
+        if emptied {
+            for window in [&mut self.smact, &mut self.occupancy, &mut self.dram] {
+                window.restart(at, 0.0);
+            }
         }
     }
 
@@ -77,6 +97,16 @@ impl Activity {
 
     /// Records a sample's metrics from `at` on; unknown ones as busy.
     pub fn record(&mut self, at: Time, sample: &GpuSample) {
+        if !self.left.is_empty() {
+            for window in [&mut self.smact, &mut self.occupancy, &mut self.dram] {
+                window.restart(at, 0.0);
+            }
+            // A sample taken before a task's end, read after it, still
+            // shows the task: the next sample restarts again.
+            if !sample.tasks.iter().any(|(t, _)| self.left.contains(t)) {
+                self.left.clear();
+            }
+        }
         self.smact.record(at, sample.smact);
         self.occupancy.record(at, sample.occupancy.unwrap_or(1.0));
         self.dram.record(at, sample.dram.unwrap_or(1.0));

@@ -698,7 +698,9 @@ impl Scheduler {
         self.loads.stopped(t);
         self.backfilled.remove(&task);
         for &g in &t.gpus {
-            self.gpus[g].occupants.retain(|o| o.task != task);
+            let gpu = &mut self.gpus[g];
+            gpu.occupants.retain(|o| o.task != task);
+            gpu.activity.task_left(self.now, task, gpu.occupants.is_empty());
         }
         self.ledger.release(task, &t.gpus);
         t.gpus.clear();

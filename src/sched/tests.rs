@@ -213,6 +213,44 @@ fn smact_is_windowed_and_the_core_asks_to_be_woken_when_it_cools() {
 }
 
 #[test]
+fn a_gpu_whose_tasks_left_is_not_held_back_by_their_activity() {
+    // Two GPUs, cap 0.8 over 60 s. Task 1 runs on GPU 0 (SMACT 0.9) until
+    // t=100, task 2 on GPU 1 (0.9) throughout. When task 1 ends, GPU 0
+    // has no task: it is idle at once, though its window still holds 0.9
+    // from the last 60 s, and task 3 queued then takes it. GPU 1's task
+    // 2 stays: its window is what task 2 does.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
+    assert_eq!(
+        launched(&queue(&mut core, 0.0, 1, Need::Mib(GIB))),
+        [(1, vec![0])]
+    );
+    let mut busy = |gpu: usize, task: u64| GpuSample {
+        tasks: vec![(TaskId(task), GIB)],
+        ..sample(gpu, GIB, 0.9)
+    };
+    core.step(s(40.0), Event::Sample(vec![busy(0, 1)]));
+    assert_eq!(
+        launched(&queue(&mut core, 45.0, 2, Need::Mib(GIB))),
+        [(2, vec![1])]
+    );
+    core.step(s(50.0), Event::Sample(vec![busy(0, 1), busy(1, 2)]));
+    assert!(exit_with(&mut core, 100.0, 1, Exit::Success).is_empty());
+    // A sample taken before task 1 ended, read after: it still shows task
+    // 1, and does not count once a later one no longer does.
+    core.step(s(100.5), Event::Sample(vec![busy(0, 1), busy(1, 2)]));
+    core.step(s(101.0), Event::Sample(vec![sample(0, 0, 0.0), busy(1, 2)]));
+    assert_eq!(
+        launched(&queue(&mut core, 101.0, 3, Need::Mib(GIB))),
+        [(3, vec![0])]
+    );
+    // GPU 1 is still busy with task 2: a fourth task shares GPU 0.
+    assert_eq!(
+        launched(&queue(&mut core, 102.0, 4, Need::Mib(GIB))),
+        [(4, vec![0])]
+    );
+}
+
+#[test]
 fn free_memory_must_cover_estimate_plus_margin() {
     // GPU 0 has 10 GiB free. An 8 GiB task needs 10 GiB: fits exactly.
     // A 9 GiB task needs 11 GiB: does not.

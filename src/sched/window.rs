@@ -55,6 +55,13 @@ impl SmactWindow {
         }
     }
 
+    /// Forgets every sample: `value` holds from `at` on, and is assumed
+    /// before it (a GPU whose tasks left starts afresh).
+    pub fn restart(&mut self, at: Time, value: f64) {
+        self.samples.clear();
+        self.samples.push_back((at.as_secs_f64(), value));
+    }
+
     /// The latest value (0 before any sample).
     pub fn last(&self) -> f64 {
         self.samples.back().map_or(0.0, |s| s.1)
