@@ -47,14 +47,17 @@ install:
 		install -Dm644 examples/carma.toml "$(DESTDIR)$(SYSCONFDIR)/carma/carma.toml"; \
 	fi
 	install -d "$(DESTDIR)$(dir $(BASH_COMPLETIONS))" "$(DESTDIR)$(dir $(ZSH_COMPLETIONS))" \
-		"$(DESTDIR)$(dir $(FISH_COMPLETIONS))" "$(DESTDIR)$(MANDIR)/man1"
+		"$(DESTDIR)$(dir $(FISH_COMPLETIONS))" "$(DESTDIR)$(MANDIR)/man1" \
+		"$(DESTDIR)$(MANDIR)/man5"
 	"$(CARMA)" completions bash > "$(DESTDIR)$(BASH_COMPLETIONS)"
 	"$(CARMA)" completions zsh > "$(DESTDIR)$(ZSH_COMPLETIONS)"
 	"$(CARMA)" completions fish > "$(DESTDIR)$(FISH_COMPLETIONS)"
 	"$(CARMA)" man "$(DESTDIR)$(MANDIR)/man1"
+	"$(CARMA)" man --rad "$(DESTDIR)$(MANDIR)/man5"
 
 uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/carma" "$(DESTDIR)$(UNITDIR)/carma.service" \
 		"$(DESTDIR)$(TMPFILESDIR)/carma.conf" "$(DESTDIR)$(BASH_COMPLETIONS)" \
 		"$(DESTDIR)$(ZSH_COMPLETIONS)" "$(DESTDIR)$(FISH_COMPLETIONS)" \
-		"$(DESTDIR)$(MANDIR)"/man1/carma.1 "$(DESTDIR)$(MANDIR)"/man1/carma-*.1
+		"$(DESTDIR)$(MANDIR)"/man1/carma.1 "$(DESTDIR)$(MANDIR)"/man1/carma-*.1 \
+		"$(DESTDIR)$(MANDIR)"/man5/carma-rad.5

@@ -86,6 +86,9 @@ fn make_install_puts_every_file_in_place_and_keeps_the_configuration() {
         let name = page.strip_prefix("man:").unwrap().replace("(1)", ".1");
         assert!(man.join(&name).is_file(), "{name}");
     }
+    // The job file format has its page, a key per entry.
+    let rad = read(&local.join("share/man/man5/carma-rad.5"));
+    assert!(rad.contains("\\fBafterok:\\fR") && rad.contains("\\fBhost_memory:\\fR"));
     // Hidden commands have no page.
     assert!(!man.join("carma-supervise.1").exists());
 

@@ -97,6 +97,123 @@ impl Key {
     }
 }
 
+/// Every key of the keyed syntax, documented: for `carma man` (the
+/// carma-rad(5) page) and the README's table, which a test holds to it.
+pub fn reference() -> Vec<KeyReference> {
+    Key::ALL.iter().map(|&k| k.reference()).collect()
+}
+
+/// One key of the keyed syntax, for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyReference {
+    pub key: &'static str,
+    /// What its value looks like.
+    pub value: &'static str,
+    /// What it does.
+    pub meaning: &'static str,
+    /// The `sbatch` option closest to it, if any.
+    pub slurm: &'static str,
+}
+
+impl Key {
+    fn reference(self) -> KeyReference {
+        let (value, meaning, slurm) = match self {
+            Key::Name => (
+                "a name without `/`",
+                "names the job: its task is NNNNNN-NAME, and `carma show NAME` and `afterok: NAME` find it (default: the file's name)",
+                "--job-name",
+            ),
+            Key::Model => (
+                "a path below the job file's directory",
+                "the model summary (torchinfo, torchsummary, Keras or a module print) the memory estimate is made from",
+                "",
+            ),
+            Key::Dataset => (
+                "a name or path",
+                "the dataset, for history and the estimate",
+                "",
+            ),
+            Key::BatchSize => ("a positive integer", "the batch size, for the estimate", ""),
+            Key::Gpus => (
+                "a positive integer (default 1)",
+                "GPUs the job needs, all placed at once",
+                "--gpus",
+            ),
+            Key::Policy => (
+                "`collocate` or `exclusive`",
+                "`exclusive` asks for GPUs of the job's own; `collocate` lets the server's policy share them",
+                "--exclusive",
+            ),
+            Key::Memory => (
+                "a size (`4G`, `1500M`, `4096` MiB) or `whole`",
+                "the GPU memory the job declares it needs per GPU; the estimate is used without it",
+                "--mem-per-gpu",
+            ),
+            Key::Retries => (
+                "a non-negative integer",
+                "re-runs allowed after out-of-memory crashes (default: recovery.max_retries)",
+                "",
+            ),
+            Key::Time => (
+                "`2h`, `90m`, `45s`, `1d`, `1h30m`, `1:30:00`",
+                "wall-time limit: SIGTERM, then SIGKILL after the grace period; a bare number is refused",
+                "--time",
+            ),
+            Key::Priority => (
+                "an integer (default 0)",
+                "place among waiting jobs, higher first; users may give queue.user_priority_min..max",
+                "--priority, --nice",
+            ),
+            Key::Depends(DependencyKind::After) => (
+                "tasks: numbers, task names or job names, comma-separated",
+                "start once these tasks have started",
+                "--dependency=after:",
+            ),
+            Key::Depends(DependencyKind::AfterOk) => (
+                "tasks, as for `after:`",
+                "start once these tasks have all succeeded",
+                "--dependency=afterok:",
+            ),
+            Key::Depends(DependencyKind::AfterAny) => (
+                "tasks, as for `after:`",
+                "start once these tasks have ended, however",
+                "--dependency=afterany:",
+            ),
+            Key::Depends(DependencyKind::AfterNotOk) => (
+                "tasks, as for `after:`",
+                "start once these tasks have ended unsuccessfully",
+                "--dependency=afternotok:",
+            ),
+            Key::Notify => (
+                "a shell command",
+                "run as the job's owner when the job ends, with CARMA_TASK_ID, CARMA_STATE, CARMA_REASON",
+                "--mail-type, strigger",
+            ),
+            Key::Array => (
+                "a range: `1-10`, or `1-10%2`",
+                "one task per index (CARMA_ARRAY_INDEX), at most N at once with `%N`",
+                "--array",
+            ),
+            Key::Cpus => (
+                "a number greater than 0 (`2`, `0.5`)",
+                "host CPUs' worth of time, enforced by the job's cgroup (cpu.max)",
+                "--cpus-per-task",
+            ),
+            Key::HostMemory => (
+                "a size (`32G`; MiB without unit)",
+                "host memory, enforced by the job's cgroup (memory.max)",
+                "--mem",
+            ),
+        };
+        KeyReference {
+            key: self.spelling(),
+            value,
+            meaning,
+            slurm,
+        }
+    }
+}
+
 /// A directive line cut into its key and value.
 pub(super) struct Directive<'a> {
     key: &'a str,

@@ -33,6 +33,7 @@ use crate::sched::DependencyKind;
 pub(crate) use error::clip;
 pub use error::{Position, RadError};
 pub use file::{FileError, JobFile, MAX_FILE_BYTES, case_match, check_file};
+pub use keyed::{KeyReference, reference};
 pub use legacy::LEGACY_WHOLE_GPU_MIB;
 pub use legacy_rules::{Declared, LegacyRules, MemoryLine};
 pub use spec::{

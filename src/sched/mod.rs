@@ -700,7 +700,8 @@ impl Scheduler {
         for &g in &t.gpus {
             let gpu = &mut self.gpus[g];
             gpu.occupants.retain(|o| o.task != task);
-            gpu.activity.task_left(self.now, task, gpu.occupants.is_empty());
+            gpu.activity
+                .task_left(self.now, task, gpu.occupants.is_empty());
         }
         self.ledger.release(task, &t.gpus);
         t.gpus.clear();
