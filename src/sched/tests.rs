@@ -224,7 +224,7 @@ fn a_gpu_whose_tasks_left_is_not_held_back_by_their_activity() {
         launched(&queue(&mut core, 0.0, 1, Need::Mib(GIB))),
         [(1, vec![0])]
     );
-    let mut busy = |gpu: usize, task: u64| GpuSample {
+    let busy = |gpu: usize, task: u64| GpuSample {
         tasks: vec![(TaskId(task), GIB)],
         ..sample(gpu, GIB, 0.9)
     };
