@@ -14,7 +14,7 @@
 
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -22,7 +22,9 @@ use crate::daemon::status::Status;
 use crate::journal::one_line;
 use crate::oom::OomRules;
 use crate::safe::{read_beneath, read_tail_beneath};
-use crate::spool::record::{EstimateNote, Launch, REASON, RunExit, TaskRecord, read_state};
+use crate::spool::record::{
+    EstimateNote, Launch, OWNER_COPY, OwnerCopy, OwnerRun, REASON, RunExit, TaskRecord, read_state,
+};
 use crate::spool::{Spool, State, TaskName};
 use crate::supervisor;
 
@@ -83,6 +85,9 @@ pub struct RunView {
     pub stderr_tail: Vec<String>,
     /// Why its stderr could not be read (another user's, or gone).
     pub stderr_error: Option<String>,
+    /// Where the job's output is (readable by its owner).
+    pub stdout_path: PathBuf,
+    pub stderr_path: PathBuf,
 }
 
 /// How much to gather.
@@ -123,9 +128,14 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
             ),
         ));
     }
-    let (record, record_error) = match spool.load_record(state, name) {
-        Ok(record) => (Some(record), None),
-        Err(e) => (None, Some(e.to_string())),
+    // carma's record is root's; a task's owner reads the copy carma gave
+    // them when the task ended.
+    let (record, copy, record_error) = match spool.load_record(state, name) {
+        Ok(record) => (Some(record), None, None),
+        Err(e) => match owner_copy(&dir) {
+            Some(copy) => (Some(copy.record.clone()), Some(copy), None),
+            None => (None, None, Some(e.to_string())),
+        },
     };
     let live = scope
         .status
@@ -135,7 +145,10 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
         .map_while(|run| {
             let run_dir = dir.join(format!("run-{run}"));
             let is_dir = std::fs::symlink_metadata(&run_dir).is_ok_and(|m| m.is_dir());
-            is_dir.then(|| gather_run(&dir, run, scope))
+            let copied = copy
+                .as_ref()
+                .and_then(|c| c.runs.iter().find(|r| r.run == run));
+            is_dir.then(|| gather_run(&dir, run, copied, scope))
         })
         .map(|mut run| {
             if let Some(t) = live.filter(|t| t.run == run.run) {
@@ -175,7 +188,10 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
         started_at: runs.first().and_then(|r| r.started_at.or(r.launched_at)),
         ended_at: record.as_ref().and_then(|r| Some(r.outcome.as_ref()?.at)),
         gpus,
-        estimate: record.as_ref().and_then(|r| r.estimate.clone()),
+        estimate: record
+            .as_ref()
+            .and_then(|r| r.estimate.clone())
+            .or_else(|| queued.and_then(|w| w.estimate.clone())),
         waiting: queued.map(|w| w.why.clone()),
         priority: queued.map(|w| w.priority),
         held: queued.is_some_and(|w| w.held),
@@ -202,10 +218,14 @@ fn reason(dir: &Path, record: Option<&TaskRecord>) -> Option<String> {
     Some(one_line(text.lines().next().unwrap_or_default()))
 }
 
-fn gather_run(dir: &Path, run: u32, scope: Scope) -> RunView {
+fn gather_run(dir: &Path, run: u32, copied: Option<&OwnerRun>, scope: Scope) -> RunView {
     let run_dir = dir.join(format!("run-{run}"));
-    let launch = read_state::<Launch>(&run_dir.join(supervisor::LAUNCH)).ok();
-    let exit = read_state::<RunExit>(&run_dir.join(supervisor::EXIT)).ok();
+    let launch = read_state::<Launch>(&run_dir.join(supervisor::LAUNCH))
+        .ok()
+        .or_else(|| copied?.launch.clone());
+    let exit = read_state::<RunExit>(&run_dir.join(supervisor::EXIT))
+        .ok()
+        .or_else(|| copied?.exit.clone());
     let stderr = format!("run-{run}/{}", supervisor::STDERR);
     let bytes = scope.oom.stderr_tail_bytes.max(TAIL_BYTES);
     let (stderr_tail, oom, stderr_error) = match read_tail_beneath(dir, &stderr, bytes) {
@@ -231,7 +251,20 @@ fn gather_run(dir: &Path, run: u32, scope: Scope) -> RunView {
         peak_mib: exit.as_ref().and_then(|e| e.peak_mib),
         stderr_tail,
         stderr_error,
+        stdout_path: run_dir.join(supervisor::STDOUT),
+        stderr_path: run_dir.join(supervisor::STDERR),
     }
+}
+
+/// The copy of an ended task's record and runs that carma gave its owner,
+/// when the caller is that owner (a file of theirs, read beneath carma's
+/// task directory without following links).
+fn owner_copy(dir: &Path) -> Option<OwnerCopy> {
+    let (bytes, meta) = read_beneath(dir, OWNER_COPY, 4 << 20).ok()?;
+    use std::os::unix::fs::MetadataExt;
+    (meta.uid() == nix::unistd::geteuid().as_raw())
+        .then(|| serde_json::from_slice(&bytes).ok())
+        .flatten()
 }
 
 /// Why a file could not be read, said plainly.

@@ -669,6 +669,13 @@ fn every_request_gets_a_verdict_in_words_and_a_refusal_exits_non_zero() {
     };
     assert_eq!(verdict["said"], "refused: no task 999999", "{verdict}");
 
+    // A waiting task shows its estimate.
+    spool.wait_for("second to wait", 10.0, || {
+        status(&spool)["waiting"][0]["name"] == second.as_str()
+    });
+    let shown = carma(&spool, &["show", &second]);
+    assert!(shown.contains("  estimate   a whole GPU"), "{shown}");
+
     // Done: said in the daemon's words; then where the task stands.
     let out = spool
         .carma()

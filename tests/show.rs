@@ -114,20 +114,32 @@ fn a_user_sees_their_own_failure_and_nobody_elses() {
     let name = stdout(&out).trim().to_owned();
     spool.wait_count("failed", 1, 20.0);
 
-    // Alice: her reason and her stderr, though carma's record is root's.
+    // Alice: everything about her task, though carma's record is root's
+    // (from the copy carma gave her when it ended), and where its output
+    // is.
     let out = alice.carma(&spool, &format!("show {name}"));
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
+    let run_dir = spool.root.join("failed").join(&name).join("run-1");
     for want in [
         format!("{name}: failed\n"),
         "  reason     job failed: exit status 3: alice-secret-line\n".into(),
         "  owner      carma-alice (uid ".into(),
-        "carma's record of the task is root's".into(),
-        "\nrun-1\n".into(),
+        "  submitted  ".into(),
+        "  ended      ".into(),
+        "  estimate   1GiB per GPU, from declared".into(),
+        "\nrun-1: GPU 0, started ".into(),
+        ", exit status 3 after ".into(),
+        format!("  stdout at {}\n", run_dir.join("stdout").display()),
+        format!("  stderr at {}\n", run_dir.join("stderr").display()),
         "    alice-secret-line\n".into(),
     ] {
         assert!(text.contains(&want), "{want:?} not in:\n{text}");
     }
+    assert!(
+        !text.contains("carma's record of the task is root's"),
+        "{text}"
+    );
     let status = stdout(&alice.carma(&spool, "status"));
     assert!(
         status.contains(&format!(

@@ -137,6 +137,8 @@ fn print_run(run: &RunView, lines: usize) {
         true => println!("\nrun-{}", run.run),
         false => println!("\nrun-{}: {}", run.run, about.join(", ")),
     }
+    println!("  stdout at {}", run.stdout_path.display());
+    println!("  stderr at {}", run.stderr_path.display());
     match &run.stderr_error {
         Some(why) => println!("  stderr: {why}"),
         None if run.stderr_tail.is_empty() => println!("  stderr: empty"),

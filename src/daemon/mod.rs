@@ -832,6 +832,7 @@ impl Daemon {
                     held: t.record.held,
                     array: t.array_label(),
                     why,
+                    estimate: t.record.estimate.clone(),
                 };
                 // A recovering task whose move failed waits in running/.
                 let state = match t.state {

@@ -18,7 +18,7 @@ use crate::procfs::ProcessId;
 use crate::sched::{Event, Exit, TaskId};
 use crate::spool::record::{
     Launch, Outcome, RunAs, RunExit, WORK, give_dir_to_owner, read_state, unix_now, write_json,
-    write_reason,
+    write_owner_copy, write_reason,
 };
 use crate::spool::{State, TASK_DIR_MODE, make_dir, sync_dir};
 use crate::supervisor;
@@ -521,6 +521,7 @@ impl Daemon {
                 Some(reason) => write_reason(&dir, c.owner, reason),
                 None => Ok(()),
             })
+            .and_then(|()| write_owner_copy(&dir, c.owner, &c.record))
             .and_then(|()| match at {
                 at if at == to => Ok(()),
                 at => self.spool.move_task(&name, at, to),

@@ -106,6 +106,10 @@ pub struct WaitingTask {
     /// Why it waits, for people: `held (carma release ...)`, `behind
     /// 000041-bert (priority 5 > 0)`, or, for the head, what it needs.
     pub why: String,
+    /// The memory it will be placed by (the head's reason says it
+    /// anyway), and which estimator gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::spool::record::EstimateNote>,
 }
 
 /// A task whose job runs now.

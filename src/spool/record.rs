@@ -42,6 +42,8 @@ use crate::sched::{DependencyKind, Need};
 pub const RECORD: &str = "task.json";
 /// Why a task failed, for its owner, in the task directory.
 pub const REASON: &str = "reason";
+/// The owner's copy of an ended task's record and runs ([`OwnerCopy`]).
+pub const OWNER_COPY: &str = "owner.json";
 /// The subdirectory holding carma's copies of the user's files.
 pub const JOB: &str = "job";
 /// The subdirectory holding a dropped entry that could not be used.
@@ -410,6 +412,48 @@ pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
 pub fn write_reason(dir: &Path, owner: Option<u32>, reason: &str) -> io::Result<()> {
     let text = format!("{reason}\n");
     super::atomic::write_durable_as(&dir.join(REASON), text.as_bytes(), 0o400, owner_ids(owner))
+}
+
+/// What a task's owner may read of carma's own files about it, which are
+/// root's: the record and how each run started and ended. Written, the
+/// owner's, when the task ends; carma never reads it back (its owner could
+/// have changed it), only the owner's own `carma show` does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnerCopy {
+    pub record: TaskRecord,
+    pub runs: Vec<OwnerRun>,
+}
+
+/// One run in an [`OwnerCopy`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnerRun {
+    pub run: u32,
+    pub launch: Option<Launch>,
+    pub exit: Option<RunExit>,
+}
+
+/// Writes the owner's copy of ended task `record` into its directory
+/// `dir`; nothing where the owner can read carma's files already (a daemon
+/// that is not root runs only its own user's jobs).
+pub fn write_owner_copy(dir: &Path, owner: Option<u32>, record: &TaskRecord) -> io::Result<()> {
+    let Some(ids) = owner_ids(owner).filter(|&(uid, _)| uid != 0) else {
+        return Ok(());
+    };
+    let runs = (1..)
+        .map(|run| (run, dir.join(format!("run-{run}"))))
+        .take_while(|(_, run_dir)| std::fs::symlink_metadata(run_dir).is_ok_and(|m| m.is_dir()))
+        .take(1000)
+        .map(|(run, run_dir)| OwnerRun {
+            run,
+            launch: read_state(&run_dir.join(crate::supervisor::LAUNCH)).ok(),
+            exit: read_state(&run_dir.join(crate::supervisor::EXIT)).ok(),
+        })
+        .collect();
+    let copy = OwnerCopy {
+        record: record.clone(),
+        runs,
+    };
+    super::atomic::write_durable_as(&dir.join(OWNER_COPY), &to_json(&copy), 0o400, Some(ids))
 }
 
 /// The uid and primary gid a file carma makes for a job's user gets: only

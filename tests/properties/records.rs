@@ -153,6 +153,10 @@ fn status() -> Status {
             held: true,
             array: None,
             why: "held (carma release 000043-bert lets it run)".into(),
+            estimate: Some(EstimateNote {
+                need: Need::Mib(6144),
+                source: "history".into(),
+            }),
         }],
         head_waits_for: Some("memory".into()),
         adopted: vec![("submit-1000-1-2".into(), "000043-bert".into())],
