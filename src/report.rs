@@ -12,6 +12,7 @@ use crate::gpu::log::Row;
 use crate::plot;
 use crate::simulate::{Metrics, TaskRecord};
 use crate::spool::archive::Archived;
+use crate::spool::record::{Launch, OwnerRun, RunExit, read_owner_copy};
 use crate::spool::{Spool, SpoolError, State};
 use crate::supervisor::runs_of;
 
@@ -79,11 +80,26 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
     let mut ended: Vec<Archived> = spool.archived()?;
     for state in [State::Done, State::Failed] {
         for name in spool.list(state)?.tasks {
+            let dir = spool.task_dir(state, &name);
+            // A user reads the copies carma gave them of their own tasks'
+            // records, and nothing of anyone else's.
+            let (record, runs) = match spool.load_record(state, &name) {
+                Ok(record) => (record, runs_of(&dir)),
+                Err(SpoolError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    match read_owner_copy(&dir) {
+                        Some(copy) => (copy.record, copied_runs(copy.runs)),
+                        None => continue,
+                    }
+                }
+                Err(e) => return Err(e),
+            };
             ended.push(Archived {
                 state: state.dir_name().to_owned(),
                 name: name.to_string(),
-                record: spool.load_record(state, &name)?,
-                runs: runs_of(&spool.task_dir(state, &name)),
+                record,
+                runs,
             });
         }
     }
@@ -98,6 +114,7 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
         let mut exec = 0.0;
         let mut peak = None;
         let mut gpus = String::new();
+        let mut crashes = 0;
         for (i, (launch, exit)) in runs.iter().enumerate() {
             metrics.launched(launch.launched_at);
             first_launch.get_or_insert(launch.launched_at);
@@ -107,7 +124,8 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
                 .or(end)
                 .unwrap_or(launch.launched_at);
             exec += stopped - launch.launched_at;
-            let crashed = i + 1 < runs.len() || record.crashes as usize > i;
+            let crashed = crashed(i, &runs);
+            crashes += u32::from(crashed);
             metrics.stopped(stopped, crashed);
             peak = peak.max(exit.as_ref().and_then(|e| e.peak_mib));
             let owner = owner_name(record.owner);
@@ -151,7 +169,7 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
             exec_s: exec,
             jct_s: jct,
             runs: runs.len() as u32,
-            oom_crashes: record.crashes,
+            oom_crashes: crashes,
             peak_mib: peak,
             gpus,
             reason: record.outcome.and_then(|o| o.reason).unwrap_or_default(),
@@ -184,6 +202,25 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
         },
         rows,
     ))
+}
+
+/// Whether run `i` of `runs` was an OOM crash: a run another followed
+/// that neither succeeded nor was stopped (a requeue stops a run, or
+/// follows one that ended, and is no crash).
+fn crashed(i: usize, runs: &[(Launch, Option<RunExit>)]) -> bool {
+    let stopped_or_fine = runs[i]
+        .1
+        .as_ref()
+        .is_some_and(|e| e.succeeded() || e.cancelled || e.timed_out);
+    i + 1 < runs.len() && !stopped_or_fine
+}
+
+/// The runs of an owner's copy that ran, as [`runs_of`] gives them.
+fn copied_runs(runs: Vec<OwnerRun>) -> Vec<(Launch, Option<RunExit>)> {
+    runs.into_iter()
+        .filter(|r| !r.exit.as_ref().is_some_and(|e| e.transient))
+        .filter_map(|r| Some((r.launch?, r.exit)))
+        .collect()
 }
 
 /// The user a task ran as, for colouring: the name where the system knows

@@ -23,7 +23,8 @@ use crate::journal::one_line;
 use crate::oom::OomRules;
 use crate::safe::{read_beneath, read_tail_beneath};
 use crate::spool::record::{
-    EstimateNote, Launch, OWNER_COPY, OwnerCopy, OwnerRun, REASON, RunExit, TaskRecord, read_state,
+    EstimateNote, Launch, OWNER_COPY, OwnerRun, REASON, RunExit, TaskRecord, read_owner_copy,
+    read_state,
 };
 use crate::spool::{Spool, State, TaskName};
 use crate::supervisor;
@@ -132,7 +133,7 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
     // them when the task ended.
     let (record, copy, record_error) = match spool.load_record(state, name) {
         Ok(record) => (Some(record), None, None),
-        Err(e) => match owner_copy(&dir) {
+        Err(e) => match read_owner_copy(&dir) {
             Some(copy) => (Some(copy.record.clone()), Some(copy), None),
             None => (None, None, Some(e.to_string())),
         },
@@ -159,13 +160,10 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
             run
         })
         .collect();
-    let owner_uid = record.as_ref().and_then(|r| r.owner).or_else(|| {
-        // Who owns its files says who owns it (anyone may see that).
-        [REASON, "run-1/stderr"]
-            .iter()
-            .find_map(|f| std::fs::symlink_metadata(dir.join(f)).ok())
-            .map(|m| m.uid())
-    });
+    let owner_uid = record
+        .as_ref()
+        .and_then(|r| r.owner)
+        .or_else(|| owner_by_files(&dir));
     let owner = live.map(|t| t.user.clone()).or_else(|| {
         let uid = nix::unistd::Uid::from_raw(owner_uid?);
         Some(nix::unistd::User::from_uid(uid).ok()??.name)
@@ -200,6 +198,25 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
         runs,
         record_error,
     })
+}
+
+/// Who owns task `name` in `state`, as far as the caller can tell: carma's
+/// record (root), else who owns the files carma gave the owner.
+pub fn owner_uid(spool: &Spool, state: State, name: &TaskName) -> Option<u32> {
+    spool
+        .load_record(state, name)
+        .ok()
+        .and_then(|r| r.owner)
+        .or_else(|| owner_by_files(&spool.task_dir(state, name)))
+}
+
+/// Who owns the files of a task's that are its owner's (anyone may see
+/// that).
+fn owner_by_files(dir: &Path) -> Option<u32> {
+    [REASON, OWNER_COPY, "run-1/stderr"]
+        .iter()
+        .find_map(|f| std::fs::symlink_metadata(dir.join(f)).ok())
+        .map(|m| m.uid())
 }
 
 /// Why a failed task failed, when the caller may know: from carma's record
@@ -254,17 +271,6 @@ fn gather_run(dir: &Path, run: u32, copied: Option<&OwnerRun>, scope: Scope) -> 
         stdout_path: run_dir.join(supervisor::STDOUT),
         stderr_path: run_dir.join(supervisor::STDERR),
     }
-}
-
-/// The copy of an ended task's record and runs that carma gave its owner,
-/// when the caller is that owner (a file of theirs, read beneath carma's
-/// task directory without following links).
-fn owner_copy(dir: &Path) -> Option<OwnerCopy> {
-    let (bytes, meta) = read_beneath(dir, OWNER_COPY, 4 << 20).ok()?;
-    use std::os::unix::fs::MetadataExt;
-    (meta.uid() == nix::unistd::geteuid().as_raw())
-        .then(|| serde_json::from_slice(&bytes).ok())
-        .flatten()
 }
 
 /// Why a file could not be read, said plainly.

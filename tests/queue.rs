@@ -494,6 +494,17 @@ fn requeue_runs_an_ended_task_again_and_stops_a_running_one_to_queue_it() {
     assert!(spool.tasks("failed").is_empty());
     let out = spool.carma().args(["requeue", &name]).output().unwrap();
     assert!(out.status.success(), "{}", common::stderr(&out));
+
+    // Three runs, no OOM crash: the report and its CSV agree.
+    spool.wait_count("done", 1, 10.0);
+    let csv = spool.dir.path().join("tasks.csv");
+    let report = carma(&spool, &["report", "--csv", csv.to_str().unwrap()]);
+    assert!(report.contains("  OOM crashes       0\n"), "{report}");
+    let csv = fs::read_to_string(&csv).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = header.iter().position(|&c| c == "oom_crashes").unwrap();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(row[column], "0", "{csv}");
 }
 
 #[test]

@@ -140,6 +140,20 @@ fn a_user_sees_their_own_failure_and_nobody_elses() {
         !text.contains("carma's record of the task is root's"),
         "{text}"
     );
+    let out = alice.carma(&spool, "report");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(": 1 tasks (0 done, 1 failed)"),
+        "{}",
+        stdout(&out)
+    );
+    let out = bob.carma(&spool, "report");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(": 0 tasks (0 done, 0 failed)"),
+        "{}",
+        stdout(&out)
+    );
     let status = stdout(&alice.carma(&spool, "status"));
     assert!(
         status.contains(&format!(

@@ -18,7 +18,7 @@ use carma::daemon::status::{Status, Verdict};
 use carma::spool::record::{read_json, unix_now};
 use carma::spool::request::{Request, Verb};
 use carma::spool::{Spool, State, TaskName};
-use carma::task_view::{self, Scope};
+use carma::task_view;
 
 /// How long to wait for the daemon's verdict.
 const WAIT: Duration = Duration::from_secs(10);
@@ -94,7 +94,7 @@ fn refusal(
         return None;
     }
     let status = read_json::<Status>(&spool.status_file()).ok();
-    if let Some(owner) = owner(spool, config, state, name, status.as_ref()) {
+    if let Some(owner) = owner(spool, state, name, status.as_ref()) {
         if owner != me {
             let who = nix::unistd::User::from_uid(owner.into())
                 .ok()
@@ -114,33 +114,12 @@ fn refusal(
 
 /// Who owns task `name`, as far as the caller can tell: its record or
 /// files, else the user the status file names for it.
-fn owner(
-    spool: &Spool,
-    config: &Config,
-    state: State,
-    name: &TaskName,
-    status: Option<&Status>,
-) -> Option<u32> {
-    let scope = Scope {
-        tail_lines: 0,
-        oom: &config.oom,
-        status,
-    };
-    let seen = task_view::gather(spool, state, name, scope).ok();
-    seen.and_then(|v| v.owner_uid).or_else(|| {
+fn owner(spool: &Spool, state: State, name: &TaskName, status: Option<&Status>) -> Option<u32> {
+    task_view::owner_uid(spool, state, name).or_else(|| {
         let status = status?;
-        let user = status
-            .waiting
-            .iter()
-            .find(|w| w.name == name.as_str())
-            .map(|w| &w.user)
-            .or_else(|| {
-                let running = status.running.iter();
-                running
-                    .filter(|t| t.name == name.as_str())
-                    .map(|t| &t.user)
-                    .next()
-            })?;
+        let waiting = status.waiting.iter().find(|w| w.name == name.as_str());
+        let running = status.running.iter().find(|t| t.name == name.as_str());
+        let user = waiting.map(|w| &w.user).or(running.map(|t| &t.user))?;
         Some(nix::unistd::User::from_name(user).ok()??.uid.as_raw())
     })
 }

@@ -736,6 +736,7 @@ impl Daemon {
                         total_mib: g.total_mib,
                         mig: g.mig.is_some(),
                         used_mib: reading.map_or(0, |r| r.used_mib),
+                        reserved_mib: self.core.reserved_mib(g.index),
                         smact: reading.map_or(0.0, |r| r.smact),
                         occupancy: reading.and_then(|r| r.occupancy),
                         dram: reading.and_then(|r| r.dram),

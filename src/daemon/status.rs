@@ -77,6 +77,10 @@ pub struct GpuStatus {
     #[serde(default)]
     pub mig: bool,
     pub used_mib: u64,
+    /// Memory booked for tasks that started lately, not yet in
+    /// `used_mib`: placement counts it as used.
+    #[serde(default)]
+    pub reserved_mib: u64,
     pub smact: f64,
     /// SM occupancy and DRAM activity, where the source measures them.
     #[serde(default)]

@@ -384,6 +384,16 @@ impl Scheduler {
             .min()
     }
 
+    /// Memory on `gpu` promised to tasks that started lately but is not
+    /// yet in its reading: placement counts it as used, so people should
+    /// see it too.
+    pub fn reserved_mib(&self, gpu: usize) -> u64 {
+        match gpu < self.gpus.len() {
+            true => self.ledger.outstanding(gpu, self.now),
+            false => 0,
+        }
+    }
+
     /// Tasks waiting: (recovery queue, main queue).
     pub fn queued(&self) -> (usize, usize) {
         let recovering = self.waiting.recovering();

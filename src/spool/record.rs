@@ -456,6 +456,16 @@ pub fn write_owner_copy(dir: &Path, owner: Option<u32>, record: &TaskRecord) -> 
     super::atomic::write_durable_as(&dir.join(OWNER_COPY), &to_json(&copy), 0o400, Some(ids))
 }
 
+/// The copy of an ended task's record and runs that carma gave its owner,
+/// when the caller is that owner (a file of theirs, read beneath carma's
+/// task directory `dir` without following links). Never carma's state.
+pub fn read_owner_copy(dir: &Path) -> Option<OwnerCopy> {
+    let (bytes, meta) = crate::safe::read_beneath(dir, OWNER_COPY, MAX_RECORD_BYTES * 4).ok()?;
+    (meta.uid() == nix::unistd::geteuid().as_raw())
+        .then(|| serde_json::from_slice(&bytes).ok())
+        .flatten()
+}
+
 /// The uid and primary gid a file carma makes for a job's user gets: only
 /// when carma is root (anyone else owns what it makes already).
 pub fn owner_ids(owner: Option<u32>) -> Option<(u32, u32)> {

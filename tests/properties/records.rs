@@ -119,6 +119,7 @@ fn status() -> Status {
             total_mib: 40960,
             mig: false,
             used_mib: 5000,
+            reserved_mib: 1024,
             smact: 0.5,
             occupancy: Some(0.3),
             dram: None,
