@@ -101,9 +101,10 @@ impl Cluster {
         fs::write(cluster.path("etc/gres.conf"), gres).unwrap();
         // The shipped hook, calling this build's carma.
         let hook = include_str!("../examples/slurm/job_submit.lua").replace(
-            "local CARMA = \"/usr/bin/carma\"",
-            &format!("local CARMA = \"{CARMA}\""),
+            "local CARMA_PATHS = { \"/usr/local/bin/carma\", \"/usr/bin/carma\" }",
+            &format!("local CARMA_PATHS = {{ \"{CARMA}\" }}"),
         );
+        assert!(hook.contains(CARMA), "the hook's carma was not replaced");
         fs::write(cluster.path("etc/job_submit.lua"), hook).unwrap();
         cluster.slurm("slurmctld", &["-i"]);
         cluster.slurm("slurmd", &[]);
@@ -333,4 +334,64 @@ fn jobs_share_gpus_by_shards_and_oom_jobs_come_back_with_a_whole_gpu() {
     let id = String::from_utf8(cluster.slurm("sbatch", &args)).unwrap();
     let job = cluster.job(id.trim());
     assert!(job.contains("TresPerNode=gres:shard:12"), "{job}");
+}
+
+/// Runs the shipped job_submit.lua's `slurm_job_submit` on a job whose
+/// script names `rad`, with carma looked for at `carma`, under lua5.4 and
+/// a stand-in for Slurm's `slurm` table; what it set and told the user.
+fn run_hook(carma: &str, dir: &Path, rad: &str) -> String {
+    let hook = include_str!("../examples/slurm/job_submit.lua").replace(
+        "local CARMA_PATHS = { \"/usr/local/bin/carma\", \"/usr/bin/carma\" }",
+        &format!("local CARMA_PATHS = {{ \"{carma}\" }}"),
+    );
+    assert!(hook.contains(carma), "the hook's carma was not replaced");
+    let file = dir.join("job_submit.lua");
+    fs::write(&file, hook).unwrap();
+    let driver = format!(
+        r##"slurm = {{ SUCCESS = 0,
+  log_user = function(...) print("user: " .. string.format(...)) end,
+  log_error = function(...) print("error: " .. string.format(...)) end }}
+dofile("{file}")
+local job = {{ script = "#!/bin/bash\n#CARMA rad={rad}\ntrue\n", work_dir = "{dir}" }}
+assert(slurm_job_submit(job, nil, 1000) == slurm.SUCCESS)
+print("tres: " .. tostring(job.tres_per_node))
+"##,
+        dir = dir.display(),
+        file = file.display()
+    );
+    let out = Command::new("lua5.4")
+        .args(["-e", &driver])
+        .output()
+        .expect("lua5.4 (`.ci/run` installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+#[ignore = "needs lua5.4, a system package (.ci/run installs it)"]
+fn the_job_submit_hook_sizes_jobs_and_says_why_when_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("plain.rad"), "memory: 10 GiB\ntrue\n").unwrap();
+    fs::write(dir.path().join("bad.rad"), "memroy: 10G\ntrue\n").unwrap();
+    let said = run_hook(CARMA, dir.path(), "plain.rad");
+    assert!(said.contains("tres: gres:shard:12"), "{said}");
+    // A .rad carma cannot read, or no carma at all: the job passes as it
+    // was, and the submitter and the log are told why.
+    let said = run_hook(CARMA, dir.path(), "bad.rad");
+    assert!(said.contains("tres: nil"), "{said}");
+    assert!(
+        said.contains("user: carma: ") && said.contains("failed (run it to see why)"),
+        "{said}"
+    );
+    let said = run_hook("/nonexistent/carma", dir.path(), "plain.rad");
+    assert!(said.contains("tres: nil"), "{said}");
+    assert!(
+        said.contains("carma is not installed (looked for /nonexistent/carma)")
+            && said.contains("error: carma job_submit: "),
+        "{said}"
+    );
 }
