@@ -12,7 +12,7 @@
 //! maximum 400 W (its board power limit), exponent 0.55, fitted so that
 //! `carma simulate` reproduces the research prototype's measured energy
 //! reduction of MAGM with GPUMemNet over exclusive on its 60-task trace
-//! (−14.2%; see the README's calibration table). No per-job memory
+//! (−14.2%; see the calibration table in docs/simulation.md). No per-job memory
 //! activity is known in traces, so the curve has no DRAM term.
 
 use serde::Deserialize;

@@ -400,7 +400,7 @@ fn backfill_fills_the_hole_before_a_blocked_head_without_delaying_it() {
 fn the_paper_comparison_fills_every_row_and_keeps_the_calibrated_ones() {
     // The calibration targets the model was fitted to stay met: the
     // headline figures of the 60-task trace and time-slicing against
-    // exclusive. The full table is in the README.
+    // exclusive. The full table is in docs/simulation.md.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/carma/traces");
     let config = crate::config::Config::load(None).unwrap();
     let rows = super::paper::compare(&dir, &config.rules(), &config.simulate).unwrap();
