@@ -409,8 +409,9 @@ fn a_job_gets_its_owners_login_environment_and_nothing_of_the_daemons() {
 #[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_root_owned_job_is_refused_at_submit_unless_root_jobs_are_allowed() {
     // Hole 10: the test config allows root jobs; this one does not.
-    let spool = Spool::with_config("1x40GiB", "[daemon]\nallow_root_jobs = false\n");
-    fs::create_dir_all(&spool.root).unwrap();
+    let mut spool = Spool::with_config("1x40GiB", "[daemon]\nallow_root_jobs = false\n");
+    spool.start_daemon();
+    spool.stop_daemon("TERM");
     let rad = spool.job("r.rad", "memory: 1G\nid -u\n");
     let out = spool.carma().arg("submit").arg(&rad).output().unwrap();
     assert!(!out.status.success());
