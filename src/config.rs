@@ -12,9 +12,10 @@ use serde::Deserialize;
 use thiserror::Error;
 
 mod changes;
+mod daemon;
 pub use changes::changes;
+pub use daemon::DaemonConfig;
 
-use crate::daemon::DaemonConfig;
 use crate::estimate;
 use crate::gpu::GpuConfig;
 use crate::mps::MpsConfig;

@@ -21,9 +21,10 @@ pub struct WallTimeError {
 /// What a limit looks like, in messages.
 pub const HINT: &str = "a time such as 2h, 90m, 45s, 1h30m or 1:30:00";
 
-/// The longest limit accepted: a year, as for every duration carma reads
-/// (longer ones are typos, and would overflow the clock).
-const MAX_SECONDS: u64 = crate::sched::MAX_SECONDS as u64;
+/// The longest duration carma reads anywhere (a limit, a setting): a
+/// year. Longer ones are typos, and one too large for the clock would stop
+/// the daemon.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// Reads a limit; zero is refused (a job that may not run at all is a
 /// mistake, not a limit).
@@ -36,7 +37,7 @@ pub fn parse(text: &str) -> Result<Duration, WallTimeError> {
     };
     match seconds {
         0 => Err(error(1, format!("expected {HINT}, found a limit of zero"))),
-        s if s > MAX_SECONDS => Err(error(1, format!("expected {HINT}, at most a year"))),
+        s if s as f64 > MAX_SECONDS => Err(error(1, format!("expected {HINT}, at most a year"))),
         s => Ok(Duration::from_secs(s)),
     }
 }

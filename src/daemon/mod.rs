@@ -22,7 +22,6 @@
 mod array;
 mod backoff;
 pub mod conda;
-mod config;
 mod depends;
 mod ended;
 mod environment;
@@ -47,8 +46,6 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-
-pub use config::DaemonConfig;
 
 use crate::config::Config;
 use crate::estimate::{Chain, Fingerprint};

@@ -28,7 +28,10 @@
 
 use serde::Serialize;
 
-use super::cross_validation::SEVERE_UNDER_MIB;
+/// An underestimate by more than this is counted apart: placement keeps
+/// `placement.margin_mib` (2 GiB by default) free beyond every estimate,
+/// so a smaller one is absorbed and a larger one risks an OOM crash.
+pub const SEVERE_UNDER_MIB: u64 = 2048;
 use crate::summary::ModelFeatures;
 
 /// Floors tried: `k / FLOOR_STEPS` for k = 0 ..= FLOOR_STEPS.

@@ -23,7 +23,7 @@ use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 
 use super::analytic::Analytic;
-use super::combine::{Floors, Group, Row, learn_floors};
+use super::combine::{Floors, Group, Row, SEVERE_UNDER_MIB, learn_floors};
 use super::dataset::{Example, OOM_CRASH_MIB};
 use super::ensemble::{
     BucketScheme, Buckets, DecisionRule, FamilyEnsemble, TrainParams, conservative_bucket,
@@ -41,11 +41,6 @@ pub const MARGIN_SWEEP: [f64; 6] = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25];
 /// Step and largest value of the margin search for the calibrated margin.
 const MARGIN_STEP: f64 = 0.01;
 const MARGIN_MAX: f64 = 1.0;
-
-/// An underestimate by more than this is counted apart: placement keeps
-/// `placement.margin_mib` (2 GiB by default) free beyond every estimate,
-/// so a smaller one is absorbed and a larger one risks an OOM crash.
-pub const SEVERE_UNDER_MIB: u64 = 2048;
 
 /// Scores of one decision rule over all held-out predictions.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -30,6 +30,7 @@ mod value;
 mod tests;
 
 use crate::sched::DependencyKind;
+pub use crate::sched::HostLimits;
 pub(crate) use error::clip;
 pub use error::{Position, RadError};
 pub use file::{FileError, JobFile, MAX_FILE_BYTES, case_match, check_file};
@@ -37,8 +38,8 @@ pub use keyed::{KeyReference, reference};
 pub use legacy::LEGACY_WHOLE_GPU_MIB;
 pub use legacy_rules::{Declared, LegacyRules, MemoryLine};
 pub use spec::{
-    ArraySpec, DEFAULT_GPUS, DependencyRef, HostLimits, PolicyHint, PublishedEstimates, Syntax,
-    TaskRef, TaskSpec,
+    ArraySpec, DEFAULT_GPUS, DependencyRef, PolicyHint, PublishedEstimates, Syntax, TaskRef,
+    TaskSpec,
 };
 pub use text::{MAX_LINE_BYTES, MAX_LINES};
 pub use value::MAX_DEPENDENCIES;

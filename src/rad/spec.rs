@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sched::{DependencyKind, Need};
+use crate::sched::{DependencyKind, HostLimits, Need};
 
 /// GPUs a job gets when its file does not say: most training scripts use
 /// one device unless told otherwise.
@@ -117,16 +117,6 @@ pub struct TaskSpec {
     pub array: Option<ArraySpec>,
     /// Host CPUs and memory the job may use (`cpus:`, `host_memory:`).
     pub host: HostLimits,
-}
-
-/// What a job may use of the host, enforced by its cgroup; `None` takes
-/// the configured default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct HostLimits {
-    /// CPUs' worth of time (`cpus: 2`, `cpus: 0.5`).
-    pub cpus: Option<f64>,
-    /// Host memory, MiB (`host_memory: 32G`).
-    pub memory_mib: Option<u64>,
 }
 
 /// `array: FIRST-LAST%AT_ONCE`.

@@ -41,11 +41,14 @@ mod window;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+pub use crate::wall_time::MAX_SECONDS;
 pub use gate::Gate;
 pub use policy::Policy;
 pub use queue::{Place, Precedence};
-pub use rules::{MAX_SECONDS, PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};
-pub use task::{ArrayOf, Demand, Dependency, DependencyKind, Exit, FailReason, Need, TaskId};
+pub use rules::{PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};
+pub use task::{
+    ArrayOf, Demand, Dependency, DependencyKind, Exit, FailReason, HostLimits, Need, TaskId,
+};
 
 use gate::{Activity, Load};
 use ledger::Ledger;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{Gate, Policy};
-use crate::wall_time;
+use crate::wall_time::{self, MAX_SECONDS};
 
 /// Placement, recovery and queue rules together: all the core is
 /// configured with.
@@ -83,10 +83,7 @@ impl QueueRules {
 
     /// The host limits a job runs under: what it asks, else the default
     /// (none for 0); or why it may not ask that much.
-    pub fn host_limits(
-        &self,
-        asked: crate::rad::HostLimits,
-    ) -> Result<crate::rad::HostLimits, String> {
+    pub fn host_limits(&self, asked: super::HostLimits) -> Result<super::HostLimits, String> {
         if let Some(cpus) = asked
             .cpus
             .filter(|&c| self.max_cpus > 0.0 && c > self.max_cpus)
@@ -106,7 +103,7 @@ impl QueueRules {
                 crate::size::format_mib(self.max_host_memory_mib)
             ));
         }
-        Ok(crate::rad::HostLimits {
+        Ok(super::HostLimits {
             cpus: asked
                 .cpus
                 .or((self.default_cpus > 0.0).then_some(self.default_cpus)),
@@ -276,10 +273,6 @@ impl Rules {
         Ok(())
     }
 }
-
-/// The longest duration a setting may give: a year. Longer ones are typos,
-/// and a duration too large for the clock would stop the daemon.
-pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 #[cfg(test)]
 impl Rules {

@@ -109,6 +109,16 @@ pub struct ArrayOf {
     pub at_once: Option<u32>,
 }
 
+/// What a job may use of the host, enforced by its cgroup (`cpus:`,
+/// `host_memory:`); `None` takes the configured default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct HostLimits {
+    /// CPUs' worth of time (`cpus: 2`, `cpus: 0.5`).
+    pub cpus: Option<f64>,
+    /// Host memory, MiB (`host_memory: 32G`).
+    pub memory_mib: Option<u64>,
+}
+
 /// When a dependency is met: Slurm's four kinds, by their job-file keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

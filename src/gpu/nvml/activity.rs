@@ -17,7 +17,6 @@ use nvml_wrapper::struct_wrappers::gpm::GpmMetricResult;
 use nvml_wrapper::{Device, GpmSample};
 
 use super::failure::{Failure, Quantity, Said, classify, optional};
-use super::values::fraction;
 use crate::gpu::MetricSource;
 use crate::gpu::MetricsSetting;
 use crate::gpu::dcgm::Fields;
@@ -187,9 +186,27 @@ fn gpm_activity(results: Vec<Result<GpmMetricResult, NvmlError>>) -> Result<Acti
     })
 }
 
+/// A percentage as a fraction in 0..=1. GPM metrics are ratios of
+/// counters and can stray past 100 or be NaN on a counter wrap.
+fn fraction(percent: f64) -> f64 {
+    if percent.is_finite() {
+        (percent / 100.0).clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use nvml_wrapper::struct_wrappers::gpm::GpmMetricInfo;
+
+    #[test]
+    fn percentages_become_fractions_within_bounds() {
+        assert_eq!(fraction(42.0), 0.42);
+        assert_eq!(fraction(130.0), 1.0);
+        assert_eq!(fraction(-3.0), 0.0);
+        assert_eq!(fraction(f64::NAN), 0.0);
+    }
 
     use super::*;
 

@@ -1,6 +1,6 @@
 //! NVML's raw values in carma's units, with no library in sight: bytes to
-//! MiB, percent to a fraction, milliwatts and millijoules to watts and
-//! joules, two process lists to one.
+//! MiB, milliwatts and millijoules to watts and joules, two process lists
+//! to one.
 
 use super::activity::Activity;
 use crate::gpu::{GpuReading, ProcessMemory};
@@ -47,16 +47,6 @@ pub fn mig_profile(instance_name: &str, parent_name: &str) -> String {
     match profile.trim() {
         "" => "unknown profile".to_owned(),
         profile => profile.to_owned(),
-    }
-}
-
-/// A percentage as a fraction in 0..=1. GPM metrics are ratios of
-/// counters and can stray past 100 or be NaN on a counter wrap.
-pub fn fraction(percent: f64) -> f64 {
-    if percent.is_finite() {
-        (percent / 100.0).clamp(0.0, 1.0)
-    } else {
-        0.0
     }
 }
 
@@ -120,14 +110,6 @@ mod tests {
         assert_eq!(mib_up(MIB), 1);
         assert_eq!(mib_up(MIB + 1), 2);
         assert_eq!(mib_up(0), 0);
-    }
-
-    #[test]
-    fn percentages_become_fractions_within_bounds() {
-        assert_eq!(fraction(42.0), 0.42);
-        assert_eq!(fraction(130.0), 1.0);
-        assert_eq!(fraction(-3.0), 0.0);
-        assert_eq!(fraction(f64::NAN), 0.0);
     }
 
     /// A GPU with nothing known but its counter's 0%.
