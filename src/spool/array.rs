@@ -9,7 +9,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::claim::{sync_tree, write_new};
+use super::durable::{sync_tree, write_new};
 use super::record::{self, JOB, RECORD, TaskRecord};
 use super::{Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, sync_dir};
 

@@ -14,15 +14,15 @@
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::record::{self, DROPPED, JOB, Outcome, RECORD, TaskRecord, unix_now};
+use super::durable::{make_durable, write_new};
+use super::record::{self, DROPPED, JOB, ORIGINAL, Outcome, RECORD, TaskRecord, unix_now};
 use super::{
-    Claimed, MAX_SUMMARY_BYTES, PRIVATE, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at,
-    make_dir, read_names, rename_new, sync_dir,
+    Claimed, MAX_SUMMARY_BYTES, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir,
+    read_names, rename_new, sync_dir,
 };
 use crate::safe;
 
@@ -489,11 +489,6 @@ fn is_stale(path: &Path) -> bool {
         .is_ok_and(|t| t.elapsed().unwrap_or_default() >= ABANDONED_AFTER)
 }
 
-/// The name a drop has inside its claim until its copy is durable: hidden
-/// (never taken for a task's file) and keeping the original name, so an
-/// interrupted claim can give it back.
-const ORIGINAL: &[u8] = b".orig-";
-
 /// One drop's claim: the drop, and what was prepared for it in `staging/`
 /// (`None`: it vanished first).
 type ClaimOutcome = (OsString, Result<Option<Prepared>, SpoolError>);
@@ -667,83 +662,4 @@ pub(super) fn fill_job(
         }
     }
     write_new(&target, &summary)
-}
-
-/// Creates a private file that must not exist yet, without syncing it (the
-/// caller syncs a whole batch).
-pub(super) fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(PRIVATE)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)?;
-    file.write_all(bytes)
-}
-
-/// Claims made in fewer directories than this are flushed file by file;
-/// more at once, by one flush of the file system.
-const SYNCFS_FROM: usize = 16;
-
-/// Puts the trees `dirs` (made in `parent`) on disk. A few are fsynced
-/// file by file and directory by directory: a flush of the whole file
-/// system would also wait for whatever else is being written there (jobs'
-/// checkpoints, on a busy server). A burst of many is flushed with one
-/// `syncfs`, which costs less than thousands of fsyncs.
-pub(super) fn make_durable(parent: &Path, dirs: &[&Path]) -> io::Result<()> {
-    if dirs.is_empty() {
-        return Ok(());
-    }
-    if dirs.len() >= SYNCFS_FROM {
-        let file = fs::File::open(parent)?;
-        return nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from);
-    }
-    for dir in dirs {
-        sync_tree(dir)?;
-    }
-    sync_dir(parent)
-}
-
-/// fsync of what carma wrote in the claim or task directory `dir`: its
-/// files and directories, but never an entry a user handed in. A drop
-/// kept as `.orig-NAME` is neither opened nor walked, nor is anything in
-/// `dropped/` (only that directory itself is synced: it holds the rename).
-/// Each directory is opened relative to its parent without following
-/// links or blocking, so neither depth nor path length stops it, and the
-/// walk is a loop, not a recursion.
-pub(super) fn sync_tree(dir: &Path) -> io::Result<()> {
-    let top = safe::open_dir(nix::fcntl::AT_FDCWD, dir.as_os_str())?;
-    let mut stack = vec![(top, true)];
-    while let Some((fd, is_top)) = stack.pop() {
-        let mut entries = safe::listing(&fd)?;
-        for entry in entries.iter() {
-            let entry = entry?;
-            let name = OsStr::from_bytes(entry.file_name().to_bytes());
-            if matches!(name.as_bytes(), b"." | b"..") || name.as_bytes().starts_with(ORIGINAL) {
-                continue;
-            }
-            let stat = safe::stat_at(fd.as_fd(), name)?;
-            if safe::is_dir(stat) {
-                let child = safe::open_dir(&fd, name)?;
-                match is_top && name == DROPPED {
-                    true => nix::unistd::fsync(&child)?,
-                    false => stack.push((child, false)),
-                }
-            } else if safe::is_regular(stat) {
-                let file = nix::fcntl::openat(
-                    &fd,
-                    name,
-                    nix::fcntl::OFlag::O_RDONLY
-                        | nix::fcntl::OFlag::O_NOFOLLOW
-                        | nix::fcntl::OFlag::O_NONBLOCK
-                        | nix::fcntl::OFlag::O_CLOEXEC,
-                    nix::sys::stat::Mode::empty(),
-                )?;
-                nix::unistd::fsync(&file)?;
-            }
-        }
-        nix::unistd::fsync(&fd)?;
-    }
-    Ok(())
 }

@@ -40,6 +40,7 @@ pub mod archive;
 mod array;
 mod atomic;
 mod claim;
+mod durable;
 mod name;
 pub mod record;
 pub mod request;

@@ -48,6 +48,10 @@ pub const OWNER_COPY: &str = "owner.json";
 pub const JOB: &str = "job";
 /// The subdirectory holding a dropped entry that could not be used.
 pub const DROPPED: &str = "dropped";
+/// The name a drop has inside its claim until its copy is durable: hidden
+/// (never taken for a task's file) and keeping the original name, so an
+/// interrupted claim can give it back.
+pub const ORIGINAL: &[u8] = b".orig-";
 /// The working directory of a job dropped as a bare file.
 pub const WORK: &str = "work";
 

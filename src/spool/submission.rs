@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::claim::{fill_job, make_durable, write_new};
+use super::claim::fill_job;
+use super::durable::{make_durable, write_new};
 use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
 use super::{
     Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
