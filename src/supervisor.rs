@@ -50,13 +50,12 @@ use nix::unistd::{
 
 use crate::cgroup::RunCgroup;
 use crate::procfs::ProcessId;
+pub use crate::spool::record::{EXIT, LAUNCH};
 use crate::spool::record::{Launch, RunExit, read_json, read_state, unix_now, write_json};
 
-/// File names inside a run directory.
-pub const LAUNCH: &str = "launch.json";
+/// File names inside a run directory (besides [`LAUNCH`] and [`EXIT`]).
 pub const IDENTITY: &str = "supervisor.json";
 pub const LOCK: &str = "supervisor.lock";
-pub const EXIT: &str = "exit.json";
 pub const PEAK: &str = "peak_mib";
 pub const STDOUT: &str = "stdout";
 pub const STDERR: &str = "stderr";

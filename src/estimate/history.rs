@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::spool::record::{read_state, write_json};
+use crate::spool::json::{read_state, write_json};
 use crate::summary::hex_digest;
 
 /// What identifies "the same job": its command, its model (the summary's

@@ -41,6 +41,7 @@ mod array;
 mod atomic;
 mod claim;
 mod durable;
+pub mod json;
 mod name;
 pub mod record;
 pub mod request;

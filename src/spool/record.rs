@@ -30,11 +30,10 @@
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize};
 
-use super::atomic::write_durable;
+pub use super::json::{MAX_RECORD_BYTES, read_json, read_state, to_json, unix_now, write_json};
 use crate::estimate::Fingerprint;
 use crate::sched::{DependencyKind, Need};
 
@@ -42,6 +41,10 @@ use crate::sched::{DependencyKind, Need};
 pub const RECORD: &str = "task.json";
 /// Why a task failed, for its owner, in the task directory.
 pub const REASON: &str = "reason";
+/// A run directory's records: how its job was launched, and how it ended
+/// (written by its supervisor as its last act).
+pub const LAUNCH: &str = "launch.json";
+pub const EXIT: &str = "exit.json";
 /// The owner's copy of an ended task's record and runs ([`OwnerCopy`]).
 pub const OWNER_COPY: &str = "owner.json";
 /// The subdirectory holding carma's copies of the user's files.
@@ -54,14 +57,6 @@ pub const DROPPED: &str = "dropped";
 pub const ORIGINAL: &[u8] = b".orig-";
 /// The working directory of a job dropped as a bare file.
 pub const WORK: &str = "work";
-
-/// Seconds since the Unix epoch: records use wall-clock time so that they
-/// mean the same to every process and survive restarts.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 /// `task.json`: what is known about a task across its runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -354,62 +349,6 @@ impl RunExit {
     }
 }
 
-/// Largest record read: real ones are a few kilobytes.
-const MAX_RECORD_BYTES: u64 = 1 << 20;
-
-/// Reads a JSON record (a regular file, never through a link, at most
-/// 1 MiB), whoever wrote it: for files that only inform (the status file),
-/// never for carma's state.
-pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
-    let (bytes, _) = crate::safe::read_regular(path, MAX_RECORD_BYTES)?;
-    parse_json(path, &bytes)
-}
-
-/// Reads one of carma's own records: as [`read_json`], but only from a file
-/// owned by this process's effective user and writable by nobody else. A
-/// record anyone else could have written (planted, or handed in by a
-/// user) is refused, so no content a user supplied ever becomes carma's
-/// state.
-pub fn read_state<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
-    let (bytes, meta) = crate::safe::read_regular(path, MAX_RECORD_BYTES)?;
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me || meta.mode() & 0o022 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{}: not carma's record (owner uid {}, mode {:o}); refused",
-                path.display(),
-                meta.uid(),
-                meta.mode() & 0o7777
-            ),
-        ));
-    }
-    parse_json(path, &bytes)
-}
-
-fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> io::Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{}: {e}", path.display()),
-        )
-    })
-}
-
-/// Writes a JSON record durably (temp file, fsync, rename, directory
-/// fsync), private to carma's user.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
-    write_durable(path, &to_json(value))
-}
-
-/// A record's bytes as written: pretty JSON and a newline.
-pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
-    // Records are plain structs of strings and numbers: this cannot fail.
-    let mut bytes = serde_json::to_vec_pretty(value).unwrap_or_default();
-    bytes.push(b'\n');
-    bytes
-}
-
 /// Writes a task's `reason` file: one line, for its owner to read (mode
 /// 0400, owned by the job's user when carma is root). carma itself never
 /// reads it back; the reason it acts on is in the record.
@@ -449,8 +388,8 @@ pub fn write_owner_copy(dir: &Path, owner: Option<u32>, record: &TaskRecord) -> 
         .take(1000)
         .map(|(run, run_dir)| OwnerRun {
             run,
-            launch: read_state(&run_dir.join(crate::supervisor::LAUNCH)).ok(),
-            exit: read_state(&run_dir.join(crate::supervisor::EXIT)).ok(),
+            launch: read_state(&run_dir.join(LAUNCH)).ok(),
+            exit: read_state(&run_dir.join(EXIT)).ok(),
         })
         .collect();
     let copy = OwnerCopy {

@@ -1,0 +1,76 @@
+//! carma's JSON records on disk: written durably and privately, read back
+//! bounded and without following links, and carma's own state only from
+//! files carma itself wrote ([`read_state`]).
+
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use super::atomic::write_durable;
+
+/// Seconds since the Unix epoch: records use wall-clock time so that they
+/// mean the same to every process and survive restarts.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Largest record read: real ones are a few kilobytes.
+pub const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// Reads a JSON record (a regular file, never through a link, at most
+/// 1 MiB), whoever wrote it: for files that only inform (the status file),
+/// never for carma's state.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
+    let (bytes, _) = crate::safe::read_regular(path, MAX_RECORD_BYTES)?;
+    parse_json(path, &bytes)
+}
+
+/// Reads one of carma's own records: as [`read_json`], but only from a file
+/// owned by this process's effective user and writable by nobody else. A
+/// record anyone else could have written (planted, or handed in by a
+/// user) is refused, so no content a user supplied ever becomes carma's
+/// state.
+pub fn read_state<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
+    let (bytes, meta) = crate::safe::read_regular(path, MAX_RECORD_BYTES)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: not carma's record (owner uid {}, mode {:o}); refused",
+                path.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    parse_json(path, &bytes)
+}
+
+fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {e}", path.display()),
+        )
+    })
+}
+
+/// Writes a JSON record durably (temp file, fsync, rename, directory
+/// fsync), private to carma's user.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    write_durable(path, &to_json(value))
+}
+
+/// A record's bytes as written: pretty JSON and a newline.
+pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    // Records are plain structs of strings and numbers: this cannot fail.
+    let mut bytes = serde_json::to_vec_pretty(value).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
