@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::gpu::log::Row;
 use crate::plot;
-use crate::simulate::{Metrics, TaskRecord};
+use crate::simulate::{Metrics, TaskTimes};
 use crate::spool::archive::Archived;
 use crate::spool::record::{Launch, OwnerRun, RunExit, read_owner_copy};
 use crate::spool::{Spool, SpoolError, State};
@@ -109,7 +109,7 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
             name, record, runs, ..
         } = task;
         let end = record.outcome.as_ref().map(|o| o.at);
-        let mut metrics = TaskRecord::submitted(record.submitted_at);
+        let mut metrics = TaskTimes::submitted(record.submitted_at);
         let mut first_launch = None;
         let mut exec = 0.0;
         let mut peak = None;

@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::daemon::status::Status;
 use crate::journal::one_line;
 use crate::oom::OomRules;
 use crate::safe::{read_beneath, read_tail_beneath};
@@ -26,6 +25,7 @@ use crate::spool::record::{
     EstimateNote, Launch, OWNER_COPY, OwnerRun, REASON, RunExit, TaskRecord, read_owner_copy,
     read_state,
 };
+use crate::spool::status::Status;
 use crate::spool::{Spool, State, TaskName};
 use crate::supervisor;
 

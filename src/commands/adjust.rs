@@ -14,10 +14,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use carma::config::Config;
-use carma::daemon::status::Status;
 use carma::spool::State;
 use carma::spool::record::read_json;
 use carma::spool::request::Verb;
+use carma::spool::status::Status;
 
 use super::request::{self, Answer};
 use super::spool_arg::SpoolArg;

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use carma::config::Config;
-use carma::daemon::status::{Status, Verdict};
 use carma::spool::record::{read_json, unix_now};
 use carma::spool::request::{Request, Verb};
+use carma::spool::status::{Status, Verdict};
 use carma::spool::{Spool, State, TaskName};
 use carma::task_view;
 

@@ -13,9 +13,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use carma::config::Config;
-use carma::daemon::status::Status;
 use carma::size::format_mib;
 use carma::spool::record::read_json;
+use carma::spool::status::Status;
 use carma::task_view::{self, RunView, Scope, TaskView};
 
 use super::spool_arg::SpoolArg;

@@ -8,9 +8,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 use carma::config::Config;
-use carma::daemon::status::Status;
 use carma::size::format_mib;
 use carma::spool::record::{read_json, unix_now};
+use carma::spool::status::Status;
 use carma::spool::{Spool, State, TaskName};
 use carma::task_view::{failure_reason, owner_uid as task_owner};
 use carma::wall_time;

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 
 use carma::config::Config;
-use carma::daemon::status::Status;
 use carma::rad;
 use carma::rad::DependencyRef;
 use carma::sched::DependencyKind;
 use carma::spool::record::read_json;
+use carma::spool::status::Status;
 use carma::spool::{Spool, TaskName};
 
 use super::spool_arg::SpoolArg;

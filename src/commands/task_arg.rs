@@ -3,8 +3,8 @@
 //! for `pending/` and `recovery/` of a shared spool (which users cannot
 //! list) the names the daemon's status file publishes.
 
-use carma::daemon::status::Status;
 use carma::spool::record::read_json;
+use carma::spool::status::Status;
 use carma::spool::{Spool, SpoolError, State, TaskName};
 
 /// The task `query` names: its full name, its number, a unique prefix or

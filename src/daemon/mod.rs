@@ -33,7 +33,6 @@ mod requests;
 mod restore;
 mod runs;
 pub mod script;
-pub mod status;
 mod tasks;
 mod watch;
 
@@ -58,9 +57,9 @@ use crate::sched::{
     Action, Demand, DependencyKind, Event, GpuSample, Place, Precedence, Scheduler, TaskId, Time,
 };
 use crate::spool::record::{RunAs, TaskRecord, unix_now};
+use crate::spool::status::{GpuStatus, RunningTask, Status, WaitingTask};
 use crate::spool::{PRIVATE, PUBLIC, Spool, State, TaskName, write_replace};
 use backoff::{Backoff, Backoffs};
-use status::{GpuStatus, RunningTask, Status, WaitingTask};
 use watch::Change;
 
 /// What the loop's helper threads tell it.

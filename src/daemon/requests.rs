@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use nix::unistd::Uid;
 
 use super::Daemon;
-use super::status::Verdict;
 use crate::sched::Event;
 use crate::spool::record::{REASON, RECORD, TaskRecord, unix_now, write_json};
 use crate::spool::request::{Request, Verb};
+use crate::spool::status::Verdict;
 use crate::spool::{State, TaskName};
 
 /// Whether `uid` may act on every task: root and the daemon's own user.

@@ -12,25 +12,35 @@
 //! the cap). The same code therefore runs live, in virtual time, and under
 //! unit tests.
 //!
-//! Dispatch takes the recovery queue ahead of the main queue, higher
-//! priorities first, then first-in first-out; held tasks are passed over
-//! ([`queue`]). Only the head task is considered: if it cannot be placed,
-//! nothing behind it is (head-of-line blocking keeps large jobs from
-//! starving). A
-//! GPU takes the head when it is healthy, its windowed SM activity is at or
-//! below the cap, and its free memory after outstanding reservations covers
-//! the task's estimate plus a margin. Tasks that need a whole GPU, ask for
+//! Dispatch order ([`queue`]): a task's first re-run after an OOM crash
+//! first, then higher priorities, then (with `queue.fair_share`, on by
+//! default) the user who used the GPUs less lately, then submission order.
+//! Held tasks, tasks waiting for their dependencies and tasks over a
+//! per-user limit are passed over without blocking anyone. Otherwise only
+//! the head is placed: if it cannot be, nothing behind it is (head-of-line
+//! blocking keeps large jobs from starving), except that with
+//! `queue.backfill` a task that ends before the head's reservation may go
+//! ahead ([`backfill`]). A GPU takes the head when it is healthy, the
+//! interference gate lets it ([`gate`]: by default the prototype's rule on
+//! SM activity, occupancy and DRAM, averaged over a window that forgets
+//! tasks that left the GPU), and its free memory after outstanding
+//! reservations covers the task's estimate plus a margin. Idle GPUs go
+//! first (`placement.idle_first`). Tasks that need a whole GPU, ask for
 //! exclusivity, run under the `exclusive` policy or recover in `exclusive`
-//! mode take only idle GPUs. Among the passing GPUs the policy chooses.
+//! mode take only idle GPUs; under MPS a GPU serves one user at a time.
+//! Among the passing GPUs the policy chooses ([`policy`]).
 //!
 //! Invariants: a task is in exactly one of the queues, running, or gone; a
 //! running task is listed on each of its GPUs; the ledger holds bookings
 //! only for running tasks.
 
 mod backfill;
+mod events;
+mod explain;
 mod gate;
 mod ledger;
 mod limits;
+mod placement;
 mod policy;
 mod queue;
 mod rules;
@@ -42,6 +52,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 pub use crate::wall_time::MAX_SECONDS;
+pub use explain::Waiting;
 pub use gate::Gate;
 pub use policy::Policy;
 pub use queue::{Place, Precedence};
@@ -50,9 +61,11 @@ pub use task::{
     ArrayOf, Demand, Dependency, DependencyKind, Exit, FailReason, HostLimits, Need, TaskId,
 };
 
+use explain::explain;
 use gate::{Activity, Load};
 use ledger::Ledger;
 use limits::{Loads, QueueCut};
+use placement::looser_need;
 use policy::Candidate;
 use queue::Queue;
 use share::Shares;
@@ -159,17 +172,6 @@ pub enum Action {
     },
     /// The task is finished with for good.
     Fail { task: TaskId, reason: FailReason },
-}
-
-/// Why the head of the queues waits (see [`Scheduler::head_waits_for`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Waiting {
-    /// The task at the head.
-    pub task: TaskId,
-    /// A phrase that follows the task's name: `needs 8GiB free on a GPU;
-    /// GPU 0: 3GiB free < 8GiB; GPUs 1-3: SMACT 0.95 > 0.80`. The
-    /// driver names the task its own way (the core knows only its id).
-    pub why: String,
 }
 
 /// A GPU as the core sees it.
@@ -539,613 +541,6 @@ impl Scheduler {
         }
         self.rules = rules;
     }
-
-    /// Why the task at the head of the queues cannot start now, for people
-    /// (`carma status`, SIGUSR1): what it needs and, per GPU, what is
-    /// missing, GPUs with the same reason named together. `None` when
-    /// nothing waits.
-    pub fn head_waits_for(&self) -> Option<Waiting> {
-        let task = self.head()?;
-        let t = self.tasks.get(&task)?;
-        if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
-            let why = format!(
-                "waits: launches paused for {:.1} s after a launch that could not start",
-                (hold - self.now).as_secs_f64()
-            );
-            return Some(Waiting { task, why });
-        }
-        let want = self.want(&t.demand, t.crashes);
-        let p = &self.rules.placement;
-        let mut reasons = Vec::new();
-        for (g, gpu) in self.gpus.iter().enumerate() {
-            let here = self.on_gpu(want, g);
-            // This GPU asks more than the task does elsewhere: say why.
-            let whole = match (want, here) {
-                (Want::Free { .. }, Want::Idle(why)) => format!(" ({why})"),
-                _ => String::new(),
-            };
-            let why = match here {
-                _ if !gpu.healthy => "cannot be read".to_string(),
-                _ if gpu.mig_instance && t.demand.gpus > 1 => {
-                    "a MIG instance: single-GPU tasks only".to_string()
-                }
-                _ if gpu.settles_at > self.now => format!(
-                    "took a task {:.0} s ago; takes none for {:.0} s more (placement.settle_s)",
-                    p.settle_s - (gpu.settles_at - self.now).as_secs_f64(),
-                    (gpu.settles_at - self.now).as_secs_f64()
-                ),
-                Want::Idle(_) if !gpu.occupants.is_empty() => {
-                    format!("not idle: carma tasks run there{whole}")
-                }
-                Want::Idle(_) => format!("not idle: {} in use{whole}", format_mib(gpu.used_mib)),
-                Want::Free { free_mib: need, .. } => {
-                    let free = gpu
-                        .total_mib
-                        .saturating_sub(gpu.used_mib)
-                        .saturating_sub(self.ledger.outstanding(g, self.now));
-                    if let Some(busy) = p.refusal(&self.load[g]) {
-                        busy
-                    } else if free < need {
-                        format!("{} free < {}", format_mib(free), format_mib(need))
-                    } else if gpu.occupants.iter().any(|o| o.sole) {
-                        "taken whole by a task".to_string()
-                    } else if p.one_user_per_gpu
-                        && gpu.occupants.iter().any(|o| o.user != t.demand.user)
-                    {
-                        "another user's tasks run there (MPS serves one user per GPU)".to_string()
-                    } else {
-                        "fits".to_string()
-                    }
-                }
-            };
-            reasons.push((g, why));
-        }
-        let n = t.demand.gpus;
-        let needs = match (want, n) {
-            (Want::Idle(why), 1) => format!("an idle GPU ({why})"),
-            (Want::Idle(why), n) => format!("{n} idle GPUs ({why})"),
-            (Want::Free { free_mib, .. }, 1) => format!("{} free on a GPU", format_mib(free_mib)),
-            (Want::Free { free_mib, .. }, n) => {
-                format!("{} free on each of {n} GPUs", format_mib(free_mib))
-            }
-        };
-        let why = format!("needs {needs}; {}", grouped(reasons).join("; "));
-        Some(Waiting { task, why })
-    }
-
-    fn queue(&mut self, task: TaskId, mut demand: Demand, crashes: u32, actions: &mut Vec<Action>) {
-        // What the core itself knows of a dependency's start adds to what
-        // the driver said.
-        for d in &mut demand.after {
-            d.started |= self
-                .tasks
-                .get(&d.task)
-                .is_some_and(|t| t.running || t.crashes > 0);
-        }
-        let refused = match self.placeable(&demand) {
-            Err(why) => Some(FailReason::Unplaceable(why)),
-            Ok(()) => self
-                .rules
-                .queue
-                .refuses(demand.time_limit)
-                .map(FailReason::Refused),
-        };
-        if let Some(reason) = refused {
-            self.note_ended(task, false);
-            actions.push(Action::Fail { task, reason });
-            return;
-        }
-        for d in &demand.after {
-            self.dependents.entry(d.task).or_default().push(task);
-        }
-        if demand.after.iter().any(|d| d.met() == Some(false)) {
-            self.doomed.push(task);
-        }
-        let arrival = self.arrive();
-        let t = Task {
-            priority: demand.priority,
-            demand,
-            crashes,
-            running: false,
-            gpus: Vec::new(),
-            held: false,
-            arrival,
-            started: self.now,
-        };
-        self.waiting.insert(task, &t);
-        self.tasks.insert(task, t);
-    }
-
-    fn arrive(&mut self) -> u64 {
-        self.arrivals += 1;
-        self.arrivals
-    }
-
-    /// Whether some GPU set of this server could ever run the demand.
-    fn placeable(&self, demand: &Demand) -> Result<(), String> {
-        let have = self.gpus.len();
-        // A task on several GPUs cannot use MIG instances (see `passes`).
-        let whole = self.gpus.iter().filter(|g| !g.mig_instance).count();
-        match demand.gpus {
-            0 => Err("it asks for 0 GPUs".into()),
-            n if n as usize > have => Err(format!("it needs {n} GPUs, this server has {have}")),
-            n if n > 1 && n as usize > whole => Err(format!(
-                "it needs {n} GPUs at once, and this server has {whole} not cut into MIG \
-                 instances (a process sees one MIG instance at most)"
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    fn adopt(&mut self, task: TaskId, demand: Demand, gpus: Vec<usize>, crashes: u32) {
-        let want = self.want(&demand, crashes);
-        let placed: Vec<(usize, bool)> = gpus
-            .into_iter()
-            .filter(|&g| g < self.gpus.len())
-            .map(|g| (g, self.on_gpu(want, g).is_sole()))
-            .collect();
-        self.occupy(task, demand.user, &placed, want);
-        self.note_started(task);
-        let arrival = self.arrive();
-        let t = Task {
-            priority: demand.priority,
-            demand,
-            crashes,
-            running: true,
-            gpus: placed.iter().map(|&(g, _)| g).collect(),
-            held: false,
-            arrival,
-            started: self.now,
-        };
-        self.loads.launched(&t);
-        self.tasks.insert(task, t);
-    }
-
-    /// Takes a running task off its GPUs and out of the ledger; false
-    /// when it is not running (a stale or duplicate report).
-    fn stop_running(&mut self, task: TaskId) -> bool {
-        let Some(t) = self.tasks.get_mut(&task).filter(|t| t.running) else {
-            return false;
-        };
-        t.running = false;
-        self.loads.stopped(t);
-        self.backfilled.remove(&task);
-        for &g in &t.gpus {
-            let gpu = &mut self.gpus[g];
-            gpu.occupants.retain(|o| o.task != task);
-            gpu.activity
-                .task_left(self.now, task, gpu.occupants.is_empty());
-        }
-        self.ledger.release(task, &t.gpus);
-        t.gpus.clear();
-        true
-    }
-
-    fn exited(&mut self, task: TaskId, exit: Exit, actions: &mut Vec<Action>) {
-        if !self.stop_running(task) {
-            return;
-        }
-        let Some(t) = self.tasks.get_mut(&task) else {
-            return;
-        };
-        let max_retries = t
-            .demand
-            .max_retries
-            .unwrap_or(self.rules.recovery.max_retries);
-        let outcome = match exit {
-            Exit::Success => Action::Complete { task },
-            Exit::Oom if t.crashes < max_retries => {
-                t.crashes += 1;
-                if let Some(user) = t.demand.user {
-                    self.shares.charge(user, self.rules.recovery.oom_charge_s);
-                }
-                self.waiting.insert(task, t);
-                let crashes = t.crashes;
-                let need = looser_need(&self.rules, &t.demand, crashes);
-                let why = match self.rules.recovery.mode {
-                    RecoveryMode::Exclusive => "waits for an idle GPU".to_string(),
-                    RecoveryMode::Looser => {
-                        format!("waits for a GPU with {} free", format_mib(need))
-                    }
-                };
-                actions.push(Action::Recover { task, crashes, why });
-                return;
-            }
-            Exit::Oom => Action::Fail {
-                task,
-                reason: FailReason::OomRetriesExhausted {
-                    crashes: t.crashes + 1,
-                },
-            },
-            Exit::Failed(how) => Action::Fail {
-                task,
-                reason: FailReason::Exit(how),
-            },
-            Exit::Cancelled => Action::Fail {
-                task,
-                reason: FailReason::Cancelled,
-            },
-            Exit::TimeLimit => Action::Fail {
-                task,
-                reason: FailReason::TimeLimit(
-                    self.rules
-                        .queue
-                        .time_limit(t.demand.time_limit)
-                        .unwrap_or_default(),
-                ),
-            },
-        };
-        self.forget(task);
-        self.note_ended(task, matches!(outcome, Action::Complete { .. }));
-        actions.push(outcome);
-    }
-
-    fn not_started(&mut self, task: TaskId, retry_at: Time) {
-        if !self.stop_running(task) {
-            return;
-        }
-        // Back to its place: its rank has not changed.
-        if let Some(t) = self.tasks.get(&task) {
-            self.waiting.insert(task, t);
-        }
-        self.hold_until = Some(self.hold_until.map_or(retry_at, |h| h.max(retry_at)));
-    }
-
-    fn cancel(&mut self, task: TaskId, actions: &mut Vec<Action>) {
-        if self.waiting.contains(task) {
-            self.forget(task);
-            self.note_ended(task, false);
-            actions.push(Action::Fail {
-                task,
-                reason: FailReason::Cancelled,
-            });
-        }
-    }
-
-    fn sample(&mut self, samples: Vec<GpuSample>) {
-        for s in samples {
-            let Some(gpu) = self.gpus.get_mut(s.gpu) else {
-                continue;
-            };
-            gpu.used_mib = s.used_mib;
-            gpu.healthy = s.healthy;
-            gpu.activity.record(self.now, &s);
-            gpu.seen.clone_from(&s.tasks);
-            for (task, mib) in s.tasks {
-                self.ledger.observe(task, s.gpu, mib);
-            }
-        }
-    }
-
-    /// Places head tasks until one does not fit.
-    fn dispatch(&mut self, actions: &mut Vec<Action>) {
-        self.ledger.expire(self.now);
-        if self.waiting.is_empty() {
-            return;
-        }
-        match self.hold_until {
-            Some(hold) if hold > self.now => return,
-            Some(_) => self.hold_until = None,
-            None => {}
-        }
-        for (load, gpu) in self.load.iter_mut().zip(&self.gpus) {
-            *load = gpu.activity.load(self.now, &self.rules.placement);
-        }
-        // Placing a task changes no other task's rank: one order serves a
-        // pass. A launch may free a task that waits `after:` it, further
-        // back, so passes repeat while they launch.
-        loop {
-            let waiting = std::mem::take(&mut self.waiting);
-            let (launched, go_on) = self.pass(&waiting, actions);
-            self.waiting = waiting;
-            for &task in &launched {
-                self.waiting.remove(task);
-            }
-            if launched.is_empty() || !go_on {
-                return;
-            }
-        }
-    }
-
-    /// One dispatch pass over `waiting` (taken out of the core while it
-    /// runs): the tasks it launched, and whether another pass might
-    /// launch more (false: the head is stuck).
-    fn pass(&mut self, waiting: &Queue, actions: &mut Vec<Action>) -> (Vec<TaskId>, bool) {
-        let cut = QueueCut::of(waiting, &self.rules.queue);
-        let usage = self.usage();
-        let mut launched = Vec::new();
-        // Once the head cannot be placed: its reservation, which tasks
-        // further back must respect (see [`backfill`]).
-        let mut reserved = None;
-        for task in waiting.ordered(&usage) {
-            let Some(t) = self.tasks.get(&task) else {
-                continue;
-            };
-            if self.blocked(task, t, &cut).is_some() {
-                continue;
-            }
-            let action = match &reserved {
-                None => match self.place(task, &[]) {
-                    Some(action) => action,
-                    None if self.rules.queue.backfill => match self.reservation(task) {
-                        Some(r) => {
-                            reserved = Some(r);
-                            continue;
-                        }
-                        None => return (launched, false),
-                    },
-                    None => return (launched, false),
-                },
-                Some(r) => {
-                    let off_limits = self.off_limits(task, r);
-                    let Some(action) = self.place(task, &off_limits) else {
-                        continue;
-                    };
-                    self.backfilled.insert(task);
-                    action
-                }
-            };
-            launched.push(task);
-            self.note_started(task);
-            actions.push(action);
-        }
-        (launched, true)
-    }
-
-    /// Tries to place one task on GPUs not in `off_limits`; returns its
-    /// launch if it fits now.
-    fn place(&mut self, task: TaskId, off_limits: &[usize]) -> Option<Action> {
-        let t = self.tasks.get(&task)?;
-        let n = t.demand.gpus as usize;
-        let want = self.want(&t.demand, t.crashes);
-        let mut candidates: Vec<Candidate> = (0..self.gpus.len())
-            .filter(|g| !off_limits.contains(g))
-            .filter_map(|g| self.passes(g, &t.demand, self.on_gpu(want, g)))
-            .collect();
-        if candidates.len() < n {
-            return None;
-        }
-        let user = t.demand.user;
-        let time_limit = self.rules.queue.time_limit(t.demand.time_limit);
-        let policy = if want.is_sole() {
-            Policy::Exclusive
-        } else {
-            self.rules.placement.policy
-        };
-        policy.rank(&mut candidates, self.cursor, self.gpus.len());
-        let idle_first = self.rules.placement.idle_first && !want.is_sole();
-        if idle_first {
-            // Stable: idle GPUs first, each group still in policy order.
-            candidates.sort_by_key(|c| !c.idle);
-        }
-        candidates.truncate(n);
-        if policy == Policy::RoundRobin {
-            self.cursor = candidates.last().map_or(0, |c| c.gpu + 1) % self.gpus.len();
-        }
-        let placed: Vec<(usize, bool)> = candidates
-            .iter()
-            .map(|c| (c.gpu, c.alone.is_some()))
-            .collect();
-        self.occupy(task, user, &placed, want);
-        let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
-        let settle = Duration::from_secs_f64(self.rules.placement.settle_s);
-        for &g in &gpus {
-            self.gpus[g].settles_at = self.now + settle;
-        }
-        if let Some(t) = self.tasks.get_mut(&task) {
-            t.running = true;
-            t.gpus = gpus.clone();
-            t.started = self.now;
-            self.loads.launched(t);
-        }
-        Some(Action::Launch {
-            task,
-            time_limit,
-            why: explain(policy, idle_first, want, &candidates),
-            limit_mib: match want {
-                Want::Free { free_mib, .. } if candidates.iter().all(|c| c.alone.is_none()) => {
-                    Some(free_mib)
-                }
-                _ => None,
-            },
-            gpus,
-        })
-    }
-
-    /// Marks the GPUs (index, held alone) as running `task` and books its
-    /// memory.
-    fn occupy(&mut self, task: TaskId, user: Option<u32>, placed: &[(usize, bool)], want: Want) {
-        for &(g, sole) in placed {
-            self.gpus[g].occupants.push(Occupant { task, user, sole });
-        }
-        if let Want::Free { book_mib, .. } = want {
-            let ramp = Duration::from_secs_f64(self.rules.placement.reservation_ramp_s);
-            let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
-            self.ledger.book(task, &gpus, book_mib, self.now + ramp);
-        }
-    }
-
-    /// What `demand` asks of any GPU after `crashes` OOMs.
-    fn want(&self, demand: &Demand, crashes: u32) -> Want {
-        let p = &self.rules.placement;
-        if demand.exclusive {
-            return Want::Idle("the task asked for exclusive GPUs");
-        }
-        if p.policy == Policy::Exclusive {
-            return Want::Idle("exclusive policy");
-        }
-        if crashes > 0 {
-            if self.rules.recovery.mode == RecoveryMode::Exclusive {
-                return Want::Idle("recovery after an OOM crash");
-            }
-            if demand.need == Need::WholeGpu {
-                return Want::Idle("the task needs a whole GPU");
-            }
-            let need = looser_need(&self.rules, demand, crashes);
-            return Want::Free {
-                free_mib: need,
-                book_mib: need,
-            };
-        }
-        match demand.need {
-            Need::WholeGpu => Want::Idle("the task needs a whole GPU"),
-            Need::Mib(mib) => Want::Free {
-                free_mib: mib.saturating_add(p.margin_mib),
-                book_mib: mib,
-            },
-            Need::Unknown => Want::Free {
-                free_mib: p.unknown_margin_mib,
-                book_mib: p.unknown_margin_mib,
-            },
-        }
-    }
-
-    /// What `want` asks of GPU `g` in particular: a need that fills the
-    /// whole GPU asks for it idle, so no task waits forever for memory no
-    /// GPU has.
-    fn on_gpu(&self, want: Want, g: usize) -> Want {
-        let largest = self.largest_mib;
-        match want {
-            // Only where no GPU is larger: a need that fits a larger GPU
-            // (or MIG instance) waits for one.
-            Want::Free { free_mib, .. }
-                if free_mib >= self.gpus[g].total_mib && self.gpus[g].total_mib == largest =>
-            {
-                Want::Idle("its need fills a whole GPU")
-            }
-            w => w,
-        }
-    }
-
-    /// Whether GPU `index` holds nothing: no carma task and almost no
-    /// memory in use.
-    fn is_idle(&self, index: usize) -> bool {
-        let gpu = &self.gpus[index];
-        gpu.occupants.is_empty() && gpu.used_mib <= self.rules.placement.idle_used_mib
-    }
-
-    /// Whether GPU `index` can take the task now; the ranking data if so.
-    fn passes(&self, index: usize, demand: &Demand, want: Want) -> Option<Candidate> {
-        let p = &self.rules.placement;
-        let gpu = &self.gpus[index];
-        if !gpu.healthy || gpu.settles_at > self.now || (gpu.mig_instance && demand.gpus > 1) {
-            return None;
-        }
-        let free_mib = gpu
-            .total_mib
-            .saturating_sub(gpu.used_mib)
-            .saturating_sub(self.ledger.outstanding(index, self.now));
-        let load = &self.load[index];
-        let ok = match want {
-            Want::Idle(_) => self.is_idle(index),
-            Want::Free { free_mib: need, .. } => {
-                free_mib >= need
-                    && !p.refuses(load)
-                    && gpu
-                        .occupants
-                        .iter()
-                        .all(|o| !o.sole && (!p.one_user_per_gpu || o.user == demand.user))
-            }
-        };
-        ok.then_some(Candidate {
-            gpu: index,
-            free_mib,
-            smact: load.smact,
-            idle: self.is_idle(index),
-            alone: match want {
-                Want::Idle(why) => Some(why),
-                Want::Free { .. } => None,
-            },
-        })
-    }
-}
-
-impl Want {
-    /// The task will hold the GPU alone.
-    fn is_sole(self) -> bool {
-        matches!(self, Want::Idle(_))
-    }
-}
-
-/// Looser recovery: the last need plus a step per crash.
-fn looser_need(rules: &Rules, demand: &Demand, crashes: u32) -> u64 {
-    let base = match demand.need {
-        Need::Mib(mib) => mib,
-        Need::Unknown | Need::WholeGpu => rules.placement.unknown_margin_mib,
-    };
-    base.saturating_add(rules.recovery.looser_step_mib * u64::from(crashes))
-}
-
-/// The placement log line: which rule chose which GPUs, and from what.
-fn explain(policy: Policy, idle_first: bool, want: Want, chosen: &[Candidate]) -> String {
-    let want = match chosen.first().and_then(|c| c.alone) {
-        Some(why) => Want::Idle(why),
-        None => want,
-    };
-    let gpus: Vec<String> = chosen
-        .iter()
-        .map(|c| {
-            format!(
-                "GPU {} ({} free, SMACT {:.2})",
-                c.gpu,
-                format_mib(c.free_mib),
-                c.smact
-            )
-        })
-        .collect();
-    match want {
-        Want::Idle(reason) => format!("idle {} ({reason})", gpus.join(", ")),
-        Want::Free { free_mib, .. } => {
-            let rule = match idle_first && chosen.iter().all(|c| c.idle) {
-                true => format!("{policy}, idle first"),
-                false => policy.to_string(),
-            };
-            format!(
-                "{rule}: {} (needs {} free)",
-                gpus.join(", "),
-                format_mib(free_mib)
-            )
-        }
-    }
-}
-
-/// `GPU n: why` lines, GPUs with the same reason together (`GPUs 0-3,
-/// 6: carma tasks run there`), in the order of each reason's first GPU:
-/// a server of eight GPUs says one thing once, not eight times.
-fn grouped(reasons: Vec<(usize, String)>) -> Vec<String> {
-    let mut groups: Vec<(Vec<usize>, String)> = Vec::new();
-    for (g, why) in reasons {
-        match groups.iter_mut().find(|(_, w)| *w == why) {
-            Some((gpus, _)) => gpus.push(g),
-            None => groups.push((vec![g], why)),
-        }
-    }
-    groups
-        .into_iter()
-        .map(|(gpus, why)| match gpus.as_slice() {
-            [g] => format!("GPU {g}: {why}"),
-            _ => format!("GPUs {}: {why}", ranges(&gpus)),
-        })
-        .collect()
-}
-
-/// Ascending indices as ranges: `0-3, 6`.
-fn ranges(indices: &[usize]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < indices.len() {
-        let mut j = i;
-        while j + 1 < indices.len() && indices[j + 1] == indices[j] + 1 {
-            j += 1;
-        }
-        parts.push(match j - i {
-            0 => indices[i].to_string(),
-            1 => format!("{}, {}", indices[i], indices[j]),
-            _ => format!("{}-{}", indices[i], indices[j]),
-        });
-        i = j + 1;
-    }
-    parts.join(", ")
 }
 
 #[cfg(test)]

@@ -537,9 +537,9 @@ fn a_waiting_task_says_why_once_for_gpus_alike() {
 
 #[test]
 fn gpu_indices_read_as_ranges() {
-    assert_eq!(super::ranges(&[0, 1, 2, 3, 6]), "0-3, 6");
-    assert_eq!(super::ranges(&[0, 1, 5, 7, 8, 9]), "0, 1, 5, 7-9");
-    assert_eq!(super::ranges(&[]), "");
+    assert_eq!(super::explain::ranges(&[0, 1, 2, 3, 6]), "0-3, 6");
+    assert_eq!(super::explain::ranges(&[0, 1, 5, 7, 8, 9]), "0, 1, 5, 7-9");
+    assert_eq!(super::explain::ranges(&[]), "");
 }
 
 #[test]

@@ -30,7 +30,7 @@ use crate::sched::{Action, Demand, Event, Exit, GpuSample, Rules, Scheduler, Tas
 
 use super::Model;
 use super::estimates::{Columns, Estimates};
-use super::metrics::{Metrics, TaskRecord};
+use super::metrics::{Metrics, TaskTimes};
 use super::model::WARMUP_STEPS;
 use super::trace::TraceTask;
 use crate::gpu::sim::spec::{Declared, MIG_SLICES};
@@ -90,7 +90,7 @@ struct Run {
 
 /// What the core sees as one GPU: a whole board or a MIG instance.
 #[derive(Debug, Clone, Default)]
-struct SimGpu {
+struct VirtualGpu {
     total_mib: u64,
     used_mib: u64,
     /// Tasks running here.
@@ -106,7 +106,7 @@ struct SimGpu {
 /// A physical GPU: power and utilization are the board's.
 #[derive(Debug, Clone, Default)]
 struct Board {
-    /// The [`SimGpu`]s it is (one) or is cut into.
+    /// The [`VirtualGpu`]s it is (one) or is cut into.
     units: Vec<usize>,
     /// Energy and utilization integrals up to `integrated_to`.
     joules: f64,
@@ -115,7 +115,7 @@ struct Board {
 }
 
 /// The core's GPUs and the boards they are on.
-fn units(declared: &[Declared]) -> (Vec<SimGpu>, Vec<Board>) {
+fn units(declared: &[Declared]) -> (Vec<VirtualGpu>, Vec<Board>) {
     let mut units = Vec::new();
     let mut boards = Vec::new();
     for (board, d) in declared.iter().enumerate() {
@@ -130,11 +130,11 @@ fn units(declared: &[Declared]) -> (Vec<SimGpu>, Vec<Board>) {
             units: (units.len()..units.len() + parts.len()).collect(),
             ..Board::default()
         });
-        units.extend(parts.into_iter().map(|(total_mib, share)| SimGpu {
+        units.extend(parts.into_iter().map(|(total_mib, share)| VirtualGpu {
             total_mib,
             board,
             share,
-            ..SimGpu::default()
+            ..VirtualGpu::default()
         }));
     }
     (units, boards)
@@ -145,10 +145,10 @@ struct Sim<'a> {
     setup: &'a Setup,
     estimates: &'a mut dyn Estimates,
     core: Scheduler,
-    gpus: Vec<SimGpu>,
+    gpus: Vec<VirtualGpu>,
     boards: Vec<Board>,
     runs: Vec<Option<Run>>,
-    records: Vec<TaskRecord>,
+    records: Vec<TaskTimes>,
     /// (time in µs, insertion order, happening): a min-heap on time, FIFO
     /// among equal times so runs are reproducible.
     agenda: BinaryHeap<Reverse<(u64, u64, Happening)>>,
@@ -213,7 +213,7 @@ fn simulate(
         runs: vec![None; trace.len()],
         records: trace
             .iter()
-            .map(|t| TaskRecord::submitted(t.submit_s))
+            .map(|t| TaskTimes::submitted(t.submit_s))
             .collect(),
         agenda: BinaryHeap::new(),
         order: 0,

@@ -7,7 +7,7 @@ use super::trace::TraceTask;
 
 /// What happened to one task, in seconds of trace time.
 #[derive(Debug, Clone, Default)]
-pub struct TaskRecord {
+pub struct TaskTimes {
     submit: f64,
     /// Start of the run now under way.
     started: f64,
@@ -20,11 +20,11 @@ pub struct TaskRecord {
     crashes: u32,
 }
 
-impl TaskRecord {
-    pub fn submitted(at: f64) -> TaskRecord {
-        TaskRecord {
+impl TaskTimes {
+    pub fn submitted(at: f64) -> TaskTimes {
+        TaskTimes {
             submit: at,
-            ..TaskRecord::default()
+            ..TaskTimes::default()
         }
     }
 
@@ -87,7 +87,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// Sums up task records and per-GPU (joules, SMACT-seconds) integrals.
-    pub fn new(records: &[TaskRecord], gpus: &[(f64, f64)], lower_bound_s: Option<f64>) -> Metrics {
+    pub fn new(records: &[TaskTimes], gpus: &[(f64, f64)], lower_bound_s: Option<f64>) -> Metrics {
         let start = records
             .iter()
             .map(|r| r.submit)
@@ -97,15 +97,15 @@ impl Metrics {
             .filter_map(|r| r.end)
             .fold(f64::NEG_INFINITY, f64::max);
         let total = if end >= start { end - start } else { 0.0 };
-        let done: Vec<&TaskRecord> = records.iter().filter(|r| r.succeeded).collect();
-        let mean = |f: &dyn Fn(&TaskRecord) -> f64| {
+        let done: Vec<&TaskTimes> = records.iter().filter(|r| r.succeeded).collect();
+        let mean = |f: &dyn Fn(&TaskTimes) -> f64| {
             if done.is_empty() {
                 0.0
             } else {
                 done.iter().map(|r| f(r)).sum::<f64>() / done.len() as f64
             }
         };
-        let jct = |r: &TaskRecord| r.end.unwrap_or(r.submit) - r.submit;
+        let jct = |r: &TaskTimes| r.end.unwrap_or(r.submit) - r.submit;
         let smact_seconds: f64 = gpus.iter().map(|g| g.1).sum();
         Metrics {
             tasks: records.len(),

@@ -11,7 +11,7 @@ pub mod trace;
 
 pub use engine::{Setup, run, run_pictured, run_with};
 pub use estimates::{Carma, Columns, Estimates, Quality};
-pub use metrics::{Metrics, TaskRecord, lower_bound};
+pub use metrics::{Metrics, TaskTimes, lower_bound};
 pub use model::{Model, Sharing};
 
 #[cfg(test)]

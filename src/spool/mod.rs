@@ -45,6 +45,7 @@ pub mod json;
 mod name;
 pub mod record;
 pub mod request;
+pub mod status;
 mod submission;
 mod trash;
 

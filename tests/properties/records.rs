@@ -14,13 +14,13 @@ use std::fmt::Debug;
 use std::fs;
 use std::path::PathBuf;
 
-use carma::daemon::status::{GpuStatus, RunningTask, Status, Verdict, WaitingTask};
 use carma::gpu::MetricSource;
 use carma::procfs::ProcessId;
 use carma::sched::Need;
 use carma::spool::record::{
     ArrayMember, EstimateNote, Launch, Outcome, RunAs, RunExit, TaskRecord, read_state,
 };
+use carma::spool::status::{GpuStatus, RunningTask, Status, Verdict, WaitingTask};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;

@@ -1,5 +1,7 @@
 //! `status.json`: the daemon's view of queues and GPUs, refreshed every
-//! second for `carma status` and anyone else who wants to look.
+//! second for `carma status` and anyone else who wants to look. Part of
+//! the spool's protocol (commands read it to learn receipts and verdicts),
+//! so it lives with the spool.
 //!
 //! It is a cache, not state: the spool directories are the truth, and a
 //! reader checks `updated_at` and the daemon lock to tell a live view from
@@ -113,7 +115,7 @@ pub struct WaitingTask {
     /// The memory it will be placed by (the head's reason says it
     /// anyway), and which estimator gave it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub estimate: Option<crate::spool::record::EstimateNote>,
+    pub estimate: Option<super::record::EstimateNote>,
 }
 
 /// A task whose job runs now.

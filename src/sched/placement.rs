@@ -1,0 +1,276 @@
+//! Placing waiting tasks: the passes over the queue in dispatch order,
+//! what each task wants of a GPU (free memory, or an idle GPU and why),
+//! whether a GPU passes (health, the interference gate, memory after
+//! reservations, one user per GPU under MPS), and the policy's choice.
+
+use super::*;
+
+impl Scheduler {
+    /// Places head tasks until one does not fit.
+    pub(super) fn dispatch(&mut self, actions: &mut Vec<Action>) {
+        self.ledger.expire(self.now);
+        if self.waiting.is_empty() {
+            return;
+        }
+        match self.hold_until {
+            Some(hold) if hold > self.now => return,
+            Some(_) => self.hold_until = None,
+            None => {}
+        }
+        for (load, gpu) in self.load.iter_mut().zip(&self.gpus) {
+            *load = gpu.activity.load(self.now, &self.rules.placement);
+        }
+        // Placing a task changes no other task's rank: one order serves a
+        // pass. A launch may free a task that waits `after:` it, further
+        // back, so passes repeat while they launch.
+        loop {
+            let waiting = std::mem::take(&mut self.waiting);
+            let (launched, go_on) = self.pass(&waiting, actions);
+            self.waiting = waiting;
+            for &task in &launched {
+                self.waiting.remove(task);
+            }
+            if launched.is_empty() || !go_on {
+                return;
+            }
+        }
+    }
+
+    /// One dispatch pass over `waiting` (taken out of the core while it
+    /// runs): the tasks it launched, and whether another pass might
+    /// launch more (false: the head is stuck).
+    pub(super) fn pass(
+        &mut self,
+        waiting: &Queue,
+        actions: &mut Vec<Action>,
+    ) -> (Vec<TaskId>, bool) {
+        let cut = QueueCut::of(waiting, &self.rules.queue);
+        let usage = self.usage();
+        let mut launched = Vec::new();
+        // Once the head cannot be placed: its reservation, which tasks
+        // further back must respect (see [`backfill`]).
+        let mut reserved = None;
+        for task in waiting.ordered(&usage) {
+            let Some(t) = self.tasks.get(&task) else {
+                continue;
+            };
+            if self.blocked(task, t, &cut).is_some() {
+                continue;
+            }
+            let action = match &reserved {
+                None => match self.place(task, &[]) {
+                    Some(action) => action,
+                    None if self.rules.queue.backfill => match self.reservation(task) {
+                        Some(r) => {
+                            reserved = Some(r);
+                            continue;
+                        }
+                        None => return (launched, false),
+                    },
+                    None => return (launched, false),
+                },
+                Some(r) => {
+                    let off_limits = self.off_limits(task, r);
+                    let Some(action) = self.place(task, &off_limits) else {
+                        continue;
+                    };
+                    self.backfilled.insert(task);
+                    action
+                }
+            };
+            launched.push(task);
+            self.note_started(task);
+            actions.push(action);
+        }
+        (launched, true)
+    }
+
+    /// Tries to place one task on GPUs not in `off_limits`; returns its
+    /// launch if it fits now.
+    pub(super) fn place(&mut self, task: TaskId, off_limits: &[usize]) -> Option<Action> {
+        let t = self.tasks.get(&task)?;
+        let n = t.demand.gpus as usize;
+        let want = self.want(&t.demand, t.crashes);
+        let mut candidates: Vec<Candidate> = (0..self.gpus.len())
+            .filter(|g| !off_limits.contains(g))
+            .filter_map(|g| self.passes(g, &t.demand, self.on_gpu(want, g)))
+            .collect();
+        if candidates.len() < n {
+            return None;
+        }
+        let user = t.demand.user;
+        let time_limit = self.rules.queue.time_limit(t.demand.time_limit);
+        let policy = if want.is_sole() {
+            Policy::Exclusive
+        } else {
+            self.rules.placement.policy
+        };
+        policy.rank(&mut candidates, self.cursor, self.gpus.len());
+        let idle_first = self.rules.placement.idle_first && !want.is_sole();
+        if idle_first {
+            // Stable: idle GPUs first, each group still in policy order.
+            candidates.sort_by_key(|c| !c.idle);
+        }
+        candidates.truncate(n);
+        if policy == Policy::RoundRobin {
+            self.cursor = candidates.last().map_or(0, |c| c.gpu + 1) % self.gpus.len();
+        }
+        let placed: Vec<(usize, bool)> = candidates
+            .iter()
+            .map(|c| (c.gpu, c.alone.is_some()))
+            .collect();
+        self.occupy(task, user, &placed, want);
+        let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
+        let settle = Duration::from_secs_f64(self.rules.placement.settle_s);
+        for &g in &gpus {
+            self.gpus[g].settles_at = self.now + settle;
+        }
+        if let Some(t) = self.tasks.get_mut(&task) {
+            t.running = true;
+            t.gpus = gpus.clone();
+            t.started = self.now;
+            self.loads.launched(t);
+        }
+        Some(Action::Launch {
+            task,
+            time_limit,
+            why: explain(policy, idle_first, want, &candidates),
+            limit_mib: match want {
+                Want::Free { free_mib, .. } if candidates.iter().all(|c| c.alone.is_none()) => {
+                    Some(free_mib)
+                }
+                _ => None,
+            },
+            gpus,
+        })
+    }
+
+    /// Marks the GPUs (index, held alone) as running `task` and books its
+    /// memory.
+    pub(super) fn occupy(
+        &mut self,
+        task: TaskId,
+        user: Option<u32>,
+        placed: &[(usize, bool)],
+        want: Want,
+    ) {
+        for &(g, sole) in placed {
+            self.gpus[g].occupants.push(Occupant { task, user, sole });
+        }
+        if let Want::Free { book_mib, .. } = want {
+            let ramp = Duration::from_secs_f64(self.rules.placement.reservation_ramp_s);
+            let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
+            self.ledger.book(task, &gpus, book_mib, self.now + ramp);
+        }
+    }
+
+    /// What `demand` asks of any GPU after `crashes` OOMs.
+    pub(super) fn want(&self, demand: &Demand, crashes: u32) -> Want {
+        let p = &self.rules.placement;
+        if demand.exclusive {
+            return Want::Idle("the task asked for exclusive GPUs");
+        }
+        if p.policy == Policy::Exclusive {
+            return Want::Idle("exclusive policy");
+        }
+        if crashes > 0 {
+            if self.rules.recovery.mode == RecoveryMode::Exclusive {
+                return Want::Idle("recovery after an OOM crash");
+            }
+            if demand.need == Need::WholeGpu {
+                return Want::Idle("the task needs a whole GPU");
+            }
+            let need = looser_need(&self.rules, demand, crashes);
+            return Want::Free {
+                free_mib: need,
+                book_mib: need,
+            };
+        }
+        match demand.need {
+            Need::WholeGpu => Want::Idle("the task needs a whole GPU"),
+            Need::Mib(mib) => Want::Free {
+                free_mib: mib.saturating_add(p.margin_mib),
+                book_mib: mib,
+            },
+            Need::Unknown => Want::Free {
+                free_mib: p.unknown_margin_mib,
+                book_mib: p.unknown_margin_mib,
+            },
+        }
+    }
+
+    /// What `want` asks of GPU `g` in particular: a need that fills the
+    /// whole GPU asks for it idle, so no task waits forever for memory no
+    /// GPU has.
+    pub(super) fn on_gpu(&self, want: Want, g: usize) -> Want {
+        let largest = self.largest_mib;
+        match want {
+            // Only where no GPU is larger: a need that fits a larger GPU
+            // (or MIG instance) waits for one.
+            Want::Free { free_mib, .. }
+                if free_mib >= self.gpus[g].total_mib && self.gpus[g].total_mib == largest =>
+            {
+                Want::Idle("its need fills a whole GPU")
+            }
+            w => w,
+        }
+    }
+
+    /// Whether GPU `index` holds nothing: no carma task and almost no
+    /// memory in use.
+    pub(super) fn is_idle(&self, index: usize) -> bool {
+        let gpu = &self.gpus[index];
+        gpu.occupants.is_empty() && gpu.used_mib <= self.rules.placement.idle_used_mib
+    }
+
+    /// Whether GPU `index` can take the task now; the ranking data if so.
+    pub(super) fn passes(&self, index: usize, demand: &Demand, want: Want) -> Option<Candidate> {
+        let p = &self.rules.placement;
+        let gpu = &self.gpus[index];
+        if !gpu.healthy || gpu.settles_at > self.now || (gpu.mig_instance && demand.gpus > 1) {
+            return None;
+        }
+        let free_mib = gpu
+            .total_mib
+            .saturating_sub(gpu.used_mib)
+            .saturating_sub(self.ledger.outstanding(index, self.now));
+        let load = &self.load[index];
+        let ok = match want {
+            Want::Idle(_) => self.is_idle(index),
+            Want::Free { free_mib: need, .. } => {
+                free_mib >= need
+                    && !p.refuses(load)
+                    && gpu
+                        .occupants
+                        .iter()
+                        .all(|o| !o.sole && (!p.one_user_per_gpu || o.user == demand.user))
+            }
+        };
+        ok.then_some(Candidate {
+            gpu: index,
+            free_mib,
+            smact: load.smact,
+            idle: self.is_idle(index),
+            alone: match want {
+                Want::Idle(why) => Some(why),
+                Want::Free { .. } => None,
+            },
+        })
+    }
+}
+
+impl Want {
+    /// The task will hold the GPU alone.
+    pub(super) fn is_sole(self) -> bool {
+        matches!(self, Want::Idle(_))
+    }
+}
+
+/// Looser recovery: the last need plus a step per crash.
+pub(super) fn looser_need(rules: &Rules, demand: &Demand, crashes: u32) -> u64 {
+    let base = match demand.need {
+        Need::Mib(mib) => mib,
+        Need::Unknown | Need::WholeGpu => rules.placement.unknown_margin_mib,
+    };
+    base.saturating_add(rules.recovery.looser_step_mib * u64::from(crashes))
+}
