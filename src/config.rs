@@ -98,9 +98,17 @@ impl Config {
             .map_err(|e| invalid(format!("built-in defaults: {e}")))?;
         let overrides: toml::Table = text.parse().map_err(|e| invalid(format!("{e}")))?;
         merge(&mut table, overrides);
-        let mut config: Config = toml::Value::Table(table.clone())
-            .try_into()
-            .map_err(|e: toml::de::Error| invalid(e.message().to_owned()))?;
+        // The error names the key (`placement.settle_s: expected seconds
+        // from 0 to a year, found -1`), wherever in the tree it sits.
+        let mut config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+                let path = e.path().to_string();
+                let message = e.into_inner().message().to_owned();
+                invalid(match path.as_str() {
+                    "." | "" => message,
+                    path => format!("{path}: {message}"),
+                })
+            })?;
         config.validate().map_err(invalid)?;
         config.values = table;
         Ok(config)
@@ -197,5 +205,26 @@ mod tests {
         assert!(Config::from_override("t", "[estimate]\nquantile = 0\n").is_err());
         assert!(Config::from_override("t", "[estimate]\norder = []\n").is_err());
         assert!(Config::from_override("t", "[estimate]\norder = [\"oracle\"]\n").is_err());
+    }
+
+    #[test]
+    fn a_bad_duration_is_said_with_its_key_wherever_it_sits() {
+        for (text, said) in [
+            (
+                "[placement]\nsettle_s = -1\n",
+                "placement.settle_s: expected seconds from 0 to a year (31536000), found -1",
+            ),
+            (
+                "[daemon]\ncancel_grace_s = nan\n",
+                "daemon.cancel_grace_s: expected seconds from 0 to a year",
+            ),
+            (
+                "[queue]\nfair_share_half_life_s = 0\n",
+                "queue.fair_share_half_life_s = 0: expected seconds > 0",
+            ),
+        ] {
+            let error = Config::from_override("t", text).unwrap_err().to_string();
+            assert!(error.contains(said), "{text}: {error}");
+        }
     }
 }

@@ -26,6 +26,58 @@ pub const HINT: &str = "a time such as 2h, 90m, 45s, 1h30m or 1:30:00";
 /// the daemon.
 pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
+/// A duration a setting gives in seconds (`settle_s = 5`), checked once,
+/// where the configuration is read: a finite number from 0 to a year.
+/// What uses it never converts an unchecked `f64` (which could panic in
+/// [`Duration::from_secs_f64`]), and no setting repeats the check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, PartialOrd, serde::Deserialize)]
+#[serde(try_from = "f64")]
+pub struct Seconds(f64);
+
+impl TryFrom<f64> for Seconds {
+    type Error = String;
+
+    fn try_from(seconds: f64) -> Result<Seconds, String> {
+        match (0.0..=MAX_SECONDS).contains(&seconds) {
+            true => Ok(Seconds(seconds)),
+            false => Err(format!(
+                "expected seconds from 0 to a year ({MAX_SECONDS}), found {seconds}"
+            )),
+        }
+    }
+}
+
+impl Seconds {
+    pub const ZERO: Seconds = Seconds(0.0);
+
+    /// Seconds known to be valid (a literal in code or a test).
+    pub fn of(seconds: f64) -> Seconds {
+        Seconds::try_from(seconds).expect("valid seconds")
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    pub fn duration(self) -> Duration {
+        Duration::from_secs_f64(self.0)
+    }
+
+    /// The duration, `None` for 0 (a setting where 0 means "none").
+    pub fn nonzero(self) -> Option<Duration> {
+        (self.0 > 0.0).then(|| self.duration())
+    }
+
+    /// Refuses 0 for a setting that must be positive (a window, an
+    /// interval): the error names the key.
+    pub fn positive(self, key: &str) -> Result<Seconds, String> {
+        match self.0 > 0.0 {
+            true => Ok(self),
+            false => Err(format!("{key} = 0: expected seconds > 0")),
+        }
+    }
+}
+
 /// Reads a limit; zero is refused (a job that may not run at all is a
 /// mistake, not a limit).
 pub fn parse(text: &str) -> Result<Duration, WallTimeError> {

@@ -59,7 +59,9 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     if args.array {
         return Ok(ExitCode::SUCCESS);
     }
-    let wait = args.wait.unwrap_or(config.daemon.cancel_grace_s + 10.0);
+    let wait = args
+        .wait
+        .unwrap_or(config.daemon.cancel_grace_s.get() + 10.0);
     let deadline = Instant::now() + Duration::from_secs_f64(wait.max(0.0));
     while Instant::now() < deadline {
         if spool.task_dir(State::Failed, &name).exists()

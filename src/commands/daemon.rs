@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -66,7 +65,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
         None => {
             let library = config.gpu.nvml_library(args.nvml_lib);
-            let interval = Duration::from_secs_f64(config.daemon.sample_interval_s);
+            let interval = config.daemon.sample_interval_s.duration();
             Box::new(NvmlGpus::open(library.as_deref(), &config.gpu, interval).map_err(NoNvml)?)
         }
     };

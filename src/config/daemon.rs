@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::sched::MAX_SECONDS;
+use crate::wall_time::Seconds;
 
 /// The largest GPU log file and the most old ones: a typo must not let
 /// the log fill the spool's disk.
@@ -16,12 +16,12 @@ const GPU_LOG_MAX_KEEP: usize = 1000;
 #[serde(deny_unknown_fields)]
 pub struct DaemonConfig {
     pub spool: PathBuf,
-    pub sample_interval_s: f64,
-    pub metrics_interval_s: f64,
+    pub sample_interval_s: Seconds,
+    pub metrics_interval_s: Seconds,
     pub gpu_log_max_mib: u64,
     pub gpu_log_keep: usize,
-    pub cancel_grace_s: f64,
-    pub time_limit_grace_s: f64,
+    pub cancel_grace_s: Seconds,
+    pub time_limit_grace_s: Seconds,
     pub allow_root_jobs: bool,
     pub job_path: String,
     pub conda: String,
@@ -31,16 +31,10 @@ pub struct DaemonConfig {
 
 impl DaemonConfig {
     pub fn validate(&self) -> Result<(), String> {
-        for (key, value) in [
-            ("sample_interval_s", self.sample_interval_s),
-            ("metrics_interval_s", self.metrics_interval_s),
-        ] {
-            if !(value > 0.0 && value <= MAX_SECONDS) {
-                return Err(format!(
-                    "daemon.{key} = {value}: expected seconds > 0 (at most a year)"
-                ));
-            }
-        }
+        self.sample_interval_s
+            .positive("daemon.sample_interval_s")?;
+        self.metrics_interval_s
+            .positive("daemon.metrics_interval_s")?;
         if !(1..=GPU_LOG_MAX_MIB).contains(&self.gpu_log_max_mib) {
             return Err(format!(
                 "daemon.gpu_log_max_mib = {}: expected 1 to {GPU_LOG_MAX_MIB} MiB",
@@ -52,16 +46,6 @@ impl DaemonConfig {
                 "daemon.gpu_log_keep = {}: expected at most {GPU_LOG_MAX_KEEP} files",
                 self.gpu_log_keep
             ));
-        }
-        for (key, value) in [
-            ("cancel_grace_s", self.cancel_grace_s),
-            ("time_limit_grace_s", self.time_limit_grace_s),
-        ] {
-            if !(0.0..=MAX_SECONDS).contains(&value) {
-                return Err(format!(
-                    "daemon.{key} = {value}: expected seconds >= 0 (at most a year)"
-                ));
-            }
         }
         if !(0.0..=36500.0).contains(&self.retention_days) {
             return Err(format!(

@@ -405,7 +405,9 @@ const PRUNE_PER_TURN: usize = 32;
 const TRASH_INTERVAL: Duration = Duration::from_secs(1);
 
 fn interval_ms(config: &Config) -> u64 {
-    (config.daemon.sample_interval_s * 1000.0).round().max(1.0) as u64
+    (config.daemon.sample_interval_s.get() * 1000.0)
+        .round()
+        .max(1.0) as u64
 }
 
 /// Forwards SIGTERM, SIGINT, SIGHUP and SIGUSR1 to the loop.
@@ -876,7 +878,7 @@ impl Daemon {
             self.write_status();
             self.prune_ended();
         }
-        let every = Duration::from_secs_f64(self.config.daemon.metrics_interval_s);
+        let every = self.config.daemon.metrics_interval_s.duration();
         if self.metrics_written.elapsed() >= every && self.readings_at > self.gpu_logged_at {
             self.metrics_written = Instant::now();
             self.gpu_logged_at = self.readings_at;

@@ -121,8 +121,8 @@ impl Daemon {
             limit_mib,
             time_limit,
         } = limits;
-        let grace_s = self.config.daemon.cancel_grace_s;
-        let time_limit_grace_s = self.config.daemon.time_limit_grace_s;
+        let grace_s = self.config.daemon.cancel_grace_s.get();
+        let time_limit_grace_s = self.config.daemon.time_limit_grace_s.get();
         let job_path = self.config.daemon.job_path.clone();
         let mut carma_env = self.backend_env.clone();
         // carma's one MPS control daemon serves whole GPUs; MPS on a MIG

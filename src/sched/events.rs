@@ -136,7 +136,8 @@ impl Scheduler {
             Exit::Oom if t.crashes < max_retries => {
                 t.crashes += 1;
                 if let Some(user) = t.demand.user {
-                    self.shares.charge(user, self.rules.recovery.oom_charge_s);
+                    self.shares
+                        .charge(user, self.rules.recovery.oom_charge_s.get());
                 }
                 self.waiting.insert(task, t);
                 let crashes = t.crashes;

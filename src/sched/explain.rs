@@ -49,7 +49,7 @@ impl Scheduler {
                 }
                 _ if gpu.settles_at > self.now => format!(
                     "took a task {:.0} s ago; takes none for {:.0} s more (placement.settle_s)",
-                    p.settle_s - (gpu.settles_at - self.now).as_secs_f64(),
+                    p.settle_s.get() - (gpu.settles_at - self.now).as_secs_f64(),
                     (gpu.settles_at - self.now).as_secs_f64()
                 ),
                 Want::Idle(_) if !gpu.occupants.is_empty() => {

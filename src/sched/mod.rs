@@ -282,7 +282,7 @@ impl Scheduler {
                 total_mib,
                 used_mib: 0,
                 healthy: true,
-                activity: Activity::new(rules.placement.smact_window_s),
+                activity: Activity::new(rules.placement.smact_window_s.get()),
                 occupants: Vec::new(),
                 mig_instance: false,
                 seen: Vec::new(),
@@ -449,7 +449,7 @@ impl Scheduler {
     /// Adds the GPU-seconds held since the last step to each user's
     /// usage: the running set has not changed in between.
     fn account(&mut self, now: Time) {
-        let half_life = Duration::from_secs_f64(self.rules.queue.fair_share_half_life_s);
+        let half_life = self.rules.queue.fair_share_half_life_s.duration();
         self.shares
             .advance(now.max(self.now), half_life, self.loads.gpus_held());
     }
@@ -537,7 +537,7 @@ impl Scheduler {
     /// where they are; the next dispatch uses the new rules.
     pub fn set_rules(&mut self, rules: Rules) {
         for gpu in &mut self.gpus {
-            gpu.activity.set_width(rules.placement.smact_window_s);
+            gpu.activity.set_width(rules.placement.smact_window_s.get());
         }
         self.rules = rules;
     }

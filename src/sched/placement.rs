@@ -121,7 +121,7 @@ impl Scheduler {
             .collect();
         self.occupy(task, user, &placed, want);
         let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
-        let settle = Duration::from_secs_f64(self.rules.placement.settle_s);
+        let settle = self.rules.placement.settle_s.duration();
         for &g in &gpus {
             self.gpus[g].settles_at = self.now + settle;
         }
@@ -158,7 +158,7 @@ impl Scheduler {
             self.gpus[g].occupants.push(Occupant { task, user, sole });
         }
         if let Want::Free { book_mib, .. } = want {
-            let ramp = Duration::from_secs_f64(self.rules.placement.reservation_ramp_s);
+            let ramp = self.rules.placement.reservation_ramp_s.duration();
             let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
             self.ledger.book(task, &gpus, book_mib, self.now + ramp);
         }

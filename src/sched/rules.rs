@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{Gate, Policy};
-use crate::wall_time::{self, MAX_SECONDS};
+use crate::wall_time::{self, Seconds};
 
 /// Placement, recovery and queue rules together: all the core is
 /// configured with.
@@ -22,9 +22,9 @@ pub struct Rules {
 #[serde(deny_unknown_fields)]
 pub struct QueueRules {
     /// Wall-time limit of a job whose file gives none; 0: none.
-    pub default_time_s: f64,
+    pub default_time_s: Seconds,
     /// Longest wall-time limit a job may ask for; 0: no maximum.
-    pub max_time_s: f64,
+    pub max_time_s: Seconds,
     /// The priorities users other than root may give their own jobs.
     pub user_priority_min: i32,
     pub user_priority_max: i32,
@@ -42,12 +42,12 @@ pub struct QueueRules {
     /// Order equal priorities by each user's recent GPU use.
     pub fair_share: bool,
     /// How fast that use is forgotten: it halves every this many seconds.
-    pub fair_share_half_life_s: f64,
+    pub fair_share_half_life_s: Seconds,
     /// Start tasks from behind a blocked head when they cannot delay it.
     pub backfill: bool,
     /// Run time assumed of a task with neither a time limit nor history,
     /// seconds; 0: such a task is not backfilled onto reserved GPUs.
-    pub backfill_default_s: f64,
+    pub backfill_default_s: Seconds,
 }
 
 impl QueueRules {
@@ -56,8 +56,8 @@ impl QueueRules {
     /// nothing).
     pub fn time_limit(&self, asked: Option<Duration>) -> Option<Duration> {
         asked
-            .or_else(|| seconds(self.default_time_s))
-            .or_else(|| seconds(self.max_time_s))
+            .or_else(|| self.default_time_s.nonzero())
+            .or_else(|| self.max_time_s.nonzero())
     }
 
     /// How long a task is expected to run, for backfill: its time limit
@@ -66,7 +66,7 @@ impl QueueRules {
     pub fn expected_run(&self, demand: &super::Demand) -> Option<Duration> {
         self.time_limit(demand.time_limit)
             .or(demand.history)
-            .or_else(|| seconds(self.backfill_default_s))
+            .or_else(|| self.backfill_default_s.nonzero())
     }
 
     /// Why a user other than root may not give a job `priority`, if they
@@ -115,7 +115,7 @@ impl QueueRules {
 
     /// Why a job asking for `asked` may not run here at all, if it may not.
     pub fn refuses(&self, asked: Option<Duration>) -> Option<String> {
-        let max = seconds(self.max_time_s)?;
+        let max = self.max_time_s.nonzero()?;
         let asked = asked.filter(|&a| a > max)?;
         Some(format!(
             "time: {} is more than the maximum of {} (queue.max_time_s)",
@@ -123,11 +123,6 @@ impl QueueRules {
             wall_time::format(max)
         ))
     }
-}
-
-/// A configured number of seconds, 0 meaning "none".
-fn seconds(s: f64) -> Option<Duration> {
-    (s > 0.0).then(|| Duration::from_secs_f64(s))
 }
 
 /// `[placement]`: see the commented default configuration for meanings.
@@ -140,11 +135,11 @@ pub struct PlacementRules {
     pub smact_cap: f64,
     pub occupancy_cap: f64,
     pub dram_cap: f64,
-    pub smact_window_s: f64,
+    pub smact_window_s: Seconds,
     pub margin_mib: u64,
     pub unknown_margin_mib: u64,
-    pub reservation_ramp_s: f64,
-    pub settle_s: f64,
+    pub reservation_ramp_s: Seconds,
+    pub settle_s: Seconds,
     pub idle_used_mib: u64,
     /// Jobs of different users never share a GPU. Not a setting of its
     /// own: an MPS server serves one user at a time, so this is on exactly
@@ -171,7 +166,7 @@ pub struct RecoveryRules {
     pub looser_step_mib: u64,
     pub max_retries: u32,
     pub user_max_retries: u32,
-    pub oom_charge_s: f64,
+    pub oom_charge_s: Seconds,
 }
 
 impl RecoveryRules {
@@ -204,54 +199,10 @@ impl Rules {
                 ));
             }
         }
-        if !(p.smact_window_s > 0.0 && p.smact_window_s <= MAX_SECONDS) {
-            return Err(format!(
-                "placement.smact_window_s = {}: expected seconds > 0 (at most a year)",
-                p.smact_window_s
-            ));
-        }
-        if !(p.reservation_ramp_s >= 0.0 && p.reservation_ramp_s <= MAX_SECONDS) {
-            return Err(format!(
-                "placement.reservation_ramp_s = {}: expected seconds >= 0 (at most a year)",
-                p.reservation_ramp_s
-            ));
-        }
-        if !(p.settle_s >= 0.0 && p.settle_s <= MAX_SECONDS) {
-            return Err(format!(
-                "placement.settle_s = {}: expected seconds >= 0 (at most a year)",
-                p.settle_s
-            ));
-        }
-        let r = &self.recovery;
-        if !(0.0..=MAX_SECONDS).contains(&r.oom_charge_s) {
-            return Err(format!(
-                "recovery.oom_charge_s = {}: expected GPU-seconds >= 0 (at most a year)",
-                r.oom_charge_s
-            ));
-        }
+        p.smact_window_s.positive("placement.smact_window_s")?;
         let q = &self.queue;
-        if !(q.fair_share_half_life_s > 0.0 && q.fair_share_half_life_s <= MAX_SECONDS) {
-            return Err(format!(
-                "queue.fair_share_half_life_s = {}: expected seconds > 0 (at most a year)",
-                q.fair_share_half_life_s
-            ));
-        }
-        for (key, value) in [
-            ("default_time_s", q.default_time_s),
-            ("max_time_s", q.max_time_s),
-        ] {
-            if !(0.0..=MAX_SECONDS).contains(&value) {
-                return Err(format!(
-                    "queue.{key} = {value}: expected seconds >= 0 (0: none; at most a year)"
-                ));
-            }
-        }
-        if !(0.0..=MAX_SECONDS).contains(&q.backfill_default_s) {
-            return Err(format!(
-                "queue.backfill_default_s = {}: expected seconds >= 0 (0: none; at most a year)",
-                q.backfill_default_s
-            ));
-        }
+        q.fair_share_half_life_s
+            .positive("queue.fair_share_half_life_s")?;
         if !(0.0..=4096.0).contains(&q.default_cpus) || !(0.0..=4096.0).contains(&q.max_cpus) {
             return Err(format!(
                 "queue.default_cpus = {}, queue.max_cpus = {}: expected CPUs from 0 (none) to 4096",
@@ -264,10 +215,11 @@ impl Rules {
                 q.user_priority_min, q.user_priority_max
             ));
         }
-        if q.max_time_s > 0.0 && q.default_time_s > q.max_time_s {
+        if q.max_time_s > Seconds::ZERO && q.default_time_s > q.max_time_s {
             return Err(format!(
                 "queue.default_time_s = {}: more than queue.max_time_s = {}",
-                q.default_time_s, q.max_time_s
+                q.default_time_s.get(),
+                q.max_time_s.get()
             ));
         }
         Ok(())

@@ -2,6 +2,7 @@
 //! expectation worked out by hand in the comment.
 
 use super::*;
+use crate::wall_time::Seconds;
 
 const GIB: u64 = 1024;
 
@@ -17,7 +18,7 @@ fn rules(policy: Policy) -> Rules {
     r.placement.policy = policy;
     r.placement.idle_first = false;
     r.placement.gate = Gate::Smact;
-    r.placement.smact_window_s = 60.0;
+    r.placement.smact_window_s = Seconds::of(60.0);
     r
 }
 
@@ -395,7 +396,7 @@ fn a_gpu_that_just_took_a_task_settles_first() {
     // room for both; the second waits until 30 s after the first's
     // launch, and the deadline and the head's reason say so.
     let mut r = rules(Policy::FirstFit);
-    r.placement.settle_s = 30.0;
+    r.placement.settle_s = Seconds::of(30.0);
     let mut core = Scheduler::new(r, &[40 * GIB]);
     core.step(s(0.0), Event::Sample(vec![sample(0, 0, 0.0)]));
     assert_eq!(launched(&queue(&mut core, 1.0, 1, Need::Mib(GIB))).len(), 1);
@@ -1129,7 +1130,7 @@ fn a_launch_that_could_not_start_goes_back_to_the_head_and_pauses_launches() {
 #[test]
 fn a_launch_carries_the_tasks_own_limit_or_the_default() {
     let mut r = rules(Policy::FirstFit);
-    r.queue.default_time_s = 3600.0;
+    r.queue.default_time_s = Seconds::of(3600.0);
     let mut core = Scheduler::new(r, &[40 * GIB; 2]);
     let own = Demand {
         time_limit: Some(Duration::from_secs(60)),
@@ -1156,7 +1157,7 @@ fn a_launch_carries_the_tasks_own_limit_or_the_default() {
 #[test]
 fn a_limit_over_the_maximum_is_refused_and_a_stopped_task_fails_with_time_limit() {
     let mut r = rules(Policy::FirstFit);
-    r.queue.max_time_s = 7200.0;
+    r.queue.max_time_s = Seconds::of(7200.0);
     let mut core = Scheduler::new(r, &[40 * GIB]);
     let greedy = Demand {
         time_limit: Some(Duration::from_secs(3 * 3600)),

@@ -17,6 +17,7 @@ use super::{Metrics, Model, Setup, Sharing, run};
 use crate::gpu::sim::spec::Declared;
 use crate::rad::MemoryLine;
 use crate::sched::{Gate, Policy, Rules};
+use crate::wall_time::Seconds;
 
 const GIB: u64 = 1024;
 
@@ -102,8 +103,8 @@ pub fn compare(dir: &Path, rules: &Rules, model: &Model) -> Result<Vec<Row>, Str
         p.smact_cap = how.smact_cap;
         p.margin_mib = how.free_gib * GIB;
         p.unknown_margin_mib = how.free_gib * GIB;
-        p.reservation_ramp_s = 0.0;
-        p.settle_s = 35.0;
+        p.reservation_ramp_s = Seconds::ZERO;
+        p.settle_s = Seconds::of(35.0);
         let mut model = model.clone();
         model.sharing = how.sharing;
         run(

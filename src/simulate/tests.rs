@@ -366,7 +366,7 @@ fn a_task_at_its_time_limit_is_stopped_and_the_next_one_starts() {
         task(0.0, 1, 10.0, 1000.0, 0.3),
     ];
     let mut setup = setup(1, Policy::Exclusive, MemoryLine::Oracle, Sharing::Mps);
-    setup.rules.queue.default_time_s = 30.0;
+    setup.rules.queue.default_time_s = crate::wall_time::Seconds::of(30.0);
     let m = run(&trace, &setup);
     assert_eq!(m.failed, 1, "{m:?}");
     assert!(close(m.total_time_s, 40.0), "{m:?}");
