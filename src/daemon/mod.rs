@@ -29,10 +29,12 @@ mod intake;
 mod loose;
 mod monitor;
 mod notify;
+mod readings;
 mod requests;
 mod restore;
 mod runs;
 pub mod script;
+mod snapshot;
 mod tasks;
 mod watch;
 
@@ -548,80 +550,6 @@ impl Daemon {
         }
     }
 
-    /// Turns GPU readings into a core sample, attributing per-process
-    /// memory to tasks through the process's session (each supervisor
-    /// leads a session that its job's processes belong to).
-    fn on_readings(&mut self, readings: Vec<GpuReading>) {
-        let sessions: HashMap<u32, u64> = self
-            .tasks
-            .values()
-            .filter_map(|t| Some((t.supervisor?.pid, t.name.seq())))
-            .collect();
-        let mut samples = Vec::with_capacity(readings.len());
-        self.process_tasks.clear();
-        for reading in &readings {
-            match (&reading.error, self.gpu_errors.get(&reading.index)) {
-                (Some(e), last) if last != Some(e) => {
-                    log::warn!("GPU {}: {e}; skipped until it reads again", reading.index);
-                    self.gpu_errors.insert(reading.index, e.clone());
-                }
-                (None, Some(_)) => {
-                    log::info!("GPU {}: reads again", reading.index);
-                    self.gpu_errors.remove(&reading.index);
-                }
-                _ => {}
-            }
-            let mut per_task: BTreeMap<u64, u64> = BTreeMap::new();
-            for p in &reading.processes {
-                let owner = crate::procfs::session_id(p.pid).and_then(|sid| sessions.get(&sid));
-                if let Some(&seq) = owner {
-                    *per_task.entry(seq).or_default() += p.used_mib;
-                    if let Some(task) = self.tasks.get(&seq) {
-                        self.process_tasks.insert(p.pid, task.name.to_string());
-                    }
-                }
-            }
-            for (&seq, &mib) in &per_task {
-                self.note_peak(seq, mib);
-            }
-            samples.push(GpuSample {
-                gpu: reading.index,
-                used_mib: reading.used_mib,
-                smact: reading.smact,
-                occupancy: reading.occupancy,
-                dram: reading.dram,
-                healthy: reading.error.is_none(),
-                tasks: per_task
-                    .into_iter()
-                    .map(|(seq, mib)| (TaskId(seq), mib))
-                    .collect(),
-            });
-        }
-        self.readings = readings;
-        self.readings_at = unix_now();
-        self.events.push(Event::Sample(samples));
-    }
-
-    /// Records a task's peak memory in its run directory when it grows,
-    /// where the supervisor picks it up for `exit.json`.
-    fn note_peak(&mut self, seq: u64, mib: u64) {
-        let Some(task) = self.tasks.get_mut(&seq) else {
-            return;
-        };
-        if mib <= task.peak_mib {
-            return;
-        }
-        task.peak_mib = mib;
-        let path = self
-            .spool
-            .task_dir(State::Running, &task.name)
-            .join(format!("run-{}", task.run))
-            .join(crate::supervisor::PEAK);
-        if let Err(e) = write_replace(&path, format!("{mib}\n").as_bytes(), PRIVATE) {
-            log::warn!("{}: cannot record peak memory: {e}", task.name);
-        }
-    }
-
     /// SIGHUP: re-reads the configuration file and applies what changed.
     fn reload(&mut self) {
         let config = match Config::load(self.config_path.as_deref()) {
@@ -660,213 +588,6 @@ impl Daemon {
             log::info!("configuration reloaded: nothing changed");
         } else {
             log::info!("configuration reloaded: {}", changed.join("; "));
-        }
-    }
-
-    /// SIGUSR1: the queue and GPUs, in the log.
-    fn log_state(&self) {
-        let status = self.status();
-        log::info!(
-            "state: {} running, {} in recovery, {} pending",
-            status.running.len(),
-            status.recovery.len(),
-            status.pending.len()
-        );
-        for t in &status.running {
-            log::info!(
-                "{}: running run {} on GPU {:?} as {}, peak {} MiB",
-                t.name,
-                t.run,
-                t.gpus,
-                t.user,
-                t.peak_mib
-            );
-        }
-        if let Some(why) = &status.head_waits_for {
-            log::info!("waiting: {why}");
-        }
-        for g in &status.gpus {
-            log::info!(
-                "GPU {}: {} of {} MiB used, SMACT {:.2}, tasks [{}]{}",
-                g.index,
-                g.used_mib,
-                g.total_mib,
-                g.smact,
-                g.tasks.join(", "),
-                g.error
-                    .as_ref()
-                    .map_or(String::new(), |e| format!(", error: {e}"))
-            );
-        }
-    }
-
-    fn status(&self) -> Status {
-        let mut by_state: BTreeMap<(State, u64), &Task> = BTreeMap::new();
-        for t in self.tasks.values() {
-            by_state.insert((t.state, t.name.seq()), t);
-        }
-        let waiting = self.waiting();
-        let names = |state: State| -> Vec<String> {
-            waiting
-                .iter()
-                .filter(|(s, _)| *s == state)
-                .map(|(_, w)| w.name.clone())
-                .collect()
-        };
-        let running: Vec<&Task> = by_state
-            .range((State::Running, 0)..=(State::Running, u64::MAX))
-            .map(|(_, t)| *t)
-            .collect();
-        Status {
-            updated_at: unix_now(),
-            daemon_pid: std::process::id(),
-            lock: self.lock_id,
-            backend: self.backend_name.clone(),
-            gpus: self
-                .gpus
-                .iter()
-                .map(|g| {
-                    let reading = self.readings.iter().find(|r| r.index == g.index);
-                    GpuStatus {
-                        index: g.index,
-                        uuid: g.uuid.clone(),
-                        name: g.name.clone(),
-                        total_mib: g.total_mib,
-                        mig: g.mig.is_some(),
-                        used_mib: reading.map_or(0, |r| r.used_mib),
-                        reserved_mib: self.core.reserved_mib(g.index),
-                        smact: reading.map_or(0.0, |r| r.smact),
-                        occupancy: reading.and_then(|r| r.occupancy),
-                        dram: reading.and_then(|r| r.dram),
-                        source: reading.and_then(|r| r.source),
-                        power_w: reading.and_then(|r| r.power_w),
-                        error: reading.and_then(|r| r.error.clone()),
-                        tasks: running
-                            .iter()
-                            .filter(|t| t.gpus.contains(&g.index))
-                            .map(|t| t.name.to_string())
-                            .collect(),
-                    }
-                })
-                .collect(),
-            running: running
-                .iter()
-                .map(|t| RunningTask {
-                    name: t.name.to_string(),
-                    run: t.run,
-                    gpus: t.gpus.clone(),
-                    since: t.since,
-                    time_limit_s: t.time_limit_s,
-                    array: t.array_label(),
-                    peak_mib: t.peak_mib,
-                    user: t.user.clone(),
-                })
-                .collect(),
-            recovery: names(State::Recovery),
-            pending: names(State::Pending),
-            waiting: waiting.into_iter().map(|(_, w)| w).collect(),
-            head_waits_for: self.core.head_waits_for().map(|w| {
-                let name = self
-                    .tasks
-                    .get(&w.task.0)
-                    .map_or_else(|| format!("task {}", w.task.0), |t| t.name.to_string());
-                format!("{name} {}", w.why)
-            }),
-            adopted: self.adopted.iter().cloned().collect(),
-            ending: self.closing.values().map(|c| c.name.to_string()).collect(),
-            verdicts: self.verdicts.recent(),
-        }
-    }
-
-    /// Waiting tasks in dispatch order, each with the state directory it
-    /// waits in and why it waits.
-    fn waiting(&self) -> Vec<(State, WaitingTask)> {
-        let name = |id: TaskId| {
-            self.tasks
-                .get(&id.0)
-                .map_or_else(|| format!("task {}", id.0), |t| t.name.to_string())
-        };
-        let head_why = self.core.head_waits_for().map(|w| w.why);
-        self.core
-            .places()
-            .into_iter()
-            .filter_map(|(id, place)| {
-                let t = self.tasks.get(&id.0)?;
-                let why = match place {
-                    Place::Held => format!("held (carma release {} lets it run)", t.name),
-                    Place::Waiting(d) => {
-                        let until = match d.kind {
-                            DependencyKind::After => "start",
-                            DependencyKind::AfterOk => "succeed",
-                            DependencyKind::AfterAny => "end",
-                            DependencyKind::AfterNotOk => "fail",
-                        };
-                        format!("waits for {} to {until} ({})", name(d.task), d.kind.key())
-                    }
-                    Place::Head => head_why.clone().unwrap_or_default(),
-                    Place::OverLimit(why) => format!("waits: {why}"),
-                    Place::Behind { head, by } => {
-                        let ahead = self.tasks.get(&head.0);
-                        let why = match by {
-                            Precedence::Recovery => "recovering from an OOM crash".to_string(),
-                            Precedence::Priority => format!(
-                                "priority {} > {}",
-                                ahead.map_or(0, |h| h.demand.priority),
-                                t.demand.priority
-                            ),
-                            Precedence::FairShare => format!(
-                                "fair share: {} used the GPUs less lately than {}",
-                                ahead.map_or("its user", |h| h.user.as_str()),
-                                t.user
-                            ),
-                            Precedence::Arrival => "submitted earlier".to_string(),
-                        };
-                        format!("behind {} ({why})", name(head))
-                    }
-                };
-                let task = WaitingTask {
-                    name: t.name.to_string(),
-                    user: t.user.clone(),
-                    priority: t.demand.priority,
-                    held: t.record.held,
-                    array: t.array_label(),
-                    why,
-                    estimate: t.record.estimate.clone(),
-                };
-                // A recovering task whose move failed waits in running/.
-                let state = match t.state {
-                    State::Running => State::Recovery,
-                    state => state,
-                };
-                Some((state, task))
-            })
-            .collect()
-    }
-
-    /// Has the status file written at the next turn of the loop, not up
-    /// to a second later: someone waits for what it will say (a receipt,
-    /// a verdict).
-    fn status_due(&mut self) {
-        if let Some(past) = Instant::now().checked_sub(Duration::from_secs(1)) {
-            self.status_written = past;
-        }
-    }
-
-    fn write_status(&mut self) {
-        self.status_written = Instant::now();
-        let status = self.status();
-        let written = serde_json::to_vec_pretty(&status)
-            .map_err(std::io::Error::other)
-            .and_then(|json| write_replace(&self.spool.status_file(), &json, PUBLIC));
-        match written {
-            // Once per run of failures: a full disk would repeat it every
-            // second.
-            Err(e) if !self.status_failing => {
-                log::warn!("cannot write {}: {e}", self.spool.status_file().display());
-                self.status_failing = true;
-            }
-            Err(_) => {}
-            Ok(()) => self.status_failing = false,
         }
     }
 
@@ -924,24 +645,6 @@ impl Daemon {
                     self.ended.remove(name.seq());
                 }
                 Err(e) => log::warn!("{name}: cannot archive it: {e}"),
-            }
-        }
-    }
-
-    /// Appends the latest readings to the GPU log; a failure is logged
-    /// once per run of failures (a full disk would repeat it every second).
-    fn log_gpus(&mut self) {
-        let rows = crate::gpu::log::rows(self.readings_at, &self.readings, &self.process_tasks);
-        match self.gpu_log.append(&rows) {
-            Err(e) if !self.gpu_log_failing => {
-                log::warn!("cannot write the GPU log: {e}; retried every interval, said once");
-                self.gpu_log_failing = true;
-            }
-            Err(_) => {}
-            Ok(()) => {
-                if std::mem::take(&mut self.gpu_log_failing) {
-                    log::info!("the GPU log is written again");
-                }
             }
         }
     }

@@ -1,0 +1,178 @@
+//! What the daemon publishes in `status.json` ([`crate::spool::status`]):
+//! GPUs, running tasks, the queue in dispatch order with why each task
+//! waits, receipts and verdicts. Written every second, and at once when a
+//! submitter or a requester waits for it.
+
+use super::*;
+
+impl Daemon {
+    pub(super) fn status(&self) -> Status {
+        let mut by_state: BTreeMap<(State, u64), &Task> = BTreeMap::new();
+        for t in self.tasks.values() {
+            by_state.insert((t.state, t.name.seq()), t);
+        }
+        let waiting = self.waiting();
+        let names = |state: State| -> Vec<String> {
+            waiting
+                .iter()
+                .filter(|(s, _)| *s == state)
+                .map(|(_, w)| w.name.clone())
+                .collect()
+        };
+        let running: Vec<&Task> = by_state
+            .range((State::Running, 0)..=(State::Running, u64::MAX))
+            .map(|(_, t)| *t)
+            .collect();
+        Status {
+            updated_at: unix_now(),
+            daemon_pid: std::process::id(),
+            lock: self.lock_id,
+            backend: self.backend_name.clone(),
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| {
+                    let reading = self.readings.iter().find(|r| r.index == g.index);
+                    GpuStatus {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                        name: g.name.clone(),
+                        total_mib: g.total_mib,
+                        mig: g.mig.is_some(),
+                        used_mib: reading.map_or(0, |r| r.used_mib),
+                        reserved_mib: self.core.reserved_mib(g.index),
+                        smact: reading.map_or(0.0, |r| r.smact),
+                        occupancy: reading.and_then(|r| r.occupancy),
+                        dram: reading.and_then(|r| r.dram),
+                        source: reading.and_then(|r| r.source),
+                        power_w: reading.and_then(|r| r.power_w),
+                        error: reading.and_then(|r| r.error.clone()),
+                        tasks: running
+                            .iter()
+                            .filter(|t| t.gpus.contains(&g.index))
+                            .map(|t| t.name.to_string())
+                            .collect(),
+                    }
+                })
+                .collect(),
+            running: running
+                .iter()
+                .map(|t| RunningTask {
+                    name: t.name.to_string(),
+                    run: t.run,
+                    gpus: t.gpus.clone(),
+                    since: t.since,
+                    time_limit_s: t.time_limit_s,
+                    array: t.array_label(),
+                    peak_mib: t.peak_mib,
+                    user: t.user.clone(),
+                })
+                .collect(),
+            recovery: names(State::Recovery),
+            pending: names(State::Pending),
+            waiting: waiting.into_iter().map(|(_, w)| w).collect(),
+            head_waits_for: self.core.head_waits_for().map(|w| {
+                let name = self
+                    .tasks
+                    .get(&w.task.0)
+                    .map_or_else(|| format!("task {}", w.task.0), |t| t.name.to_string());
+                format!("{name} {}", w.why)
+            }),
+            adopted: self.adopted.iter().cloned().collect(),
+            ending: self.closing.values().map(|c| c.name.to_string()).collect(),
+            verdicts: self.verdicts.recent(),
+        }
+    }
+
+    /// Waiting tasks in dispatch order, each with the state directory it
+    /// waits in and why it waits.
+    pub(super) fn waiting(&self) -> Vec<(State, WaitingTask)> {
+        let name = |id: TaskId| {
+            self.tasks
+                .get(&id.0)
+                .map_or_else(|| format!("task {}", id.0), |t| t.name.to_string())
+        };
+        let head_why = self.core.head_waits_for().map(|w| w.why);
+        self.core
+            .places()
+            .into_iter()
+            .filter_map(|(id, place)| {
+                let t = self.tasks.get(&id.0)?;
+                let why = match place {
+                    Place::Held => format!("held (carma release {} lets it run)", t.name),
+                    Place::Waiting(d) => {
+                        let until = match d.kind {
+                            DependencyKind::After => "start",
+                            DependencyKind::AfterOk => "succeed",
+                            DependencyKind::AfterAny => "end",
+                            DependencyKind::AfterNotOk => "fail",
+                        };
+                        format!("waits for {} to {until} ({})", name(d.task), d.kind.key())
+                    }
+                    Place::Head => head_why.clone().unwrap_or_default(),
+                    Place::OverLimit(why) => format!("waits: {why}"),
+                    Place::Behind { head, by } => {
+                        let ahead = self.tasks.get(&head.0);
+                        let why = match by {
+                            Precedence::Recovery => "recovering from an OOM crash".to_string(),
+                            Precedence::Priority => format!(
+                                "priority {} > {}",
+                                ahead.map_or(0, |h| h.demand.priority),
+                                t.demand.priority
+                            ),
+                            Precedence::FairShare => format!(
+                                "fair share: {} used the GPUs less lately than {}",
+                                ahead.map_or("its user", |h| h.user.as_str()),
+                                t.user
+                            ),
+                            Precedence::Arrival => "submitted earlier".to_string(),
+                        };
+                        format!("behind {} ({why})", name(head))
+                    }
+                };
+                let task = WaitingTask {
+                    name: t.name.to_string(),
+                    user: t.user.clone(),
+                    priority: t.demand.priority,
+                    held: t.record.held,
+                    array: t.array_label(),
+                    why,
+                    estimate: t.record.estimate.clone(),
+                };
+                // A recovering task whose move failed waits in running/.
+                let state = match t.state {
+                    State::Running => State::Recovery,
+                    state => state,
+                };
+                Some((state, task))
+            })
+            .collect()
+    }
+
+    /// Has the status file written at the next turn of the loop, not up
+    /// to a second later: someone waits for what it will say (a receipt,
+    /// a verdict).
+    pub(super) fn status_due(&mut self) {
+        if let Some(past) = Instant::now().checked_sub(Duration::from_secs(1)) {
+            self.status_written = past;
+        }
+    }
+
+    pub(super) fn write_status(&mut self) {
+        self.status_written = Instant::now();
+        let status = self.status();
+        let written = serde_json::to_vec_pretty(&status)
+            .map_err(std::io::Error::other)
+            .and_then(|json| write_replace(&self.spool.status_file(), &json, PUBLIC));
+        match written {
+            // Once per run of failures: a full disk would repeat it every
+            // second.
+            Err(e) if !self.status_failing => {
+                log::warn!("cannot write {}: {e}", self.spool.status_file().display());
+                self.status_failing = true;
+            }
+            Err(_) => {}
+            Ok(()) => self.status_failing = false,
+        }
+    }
+}
