@@ -748,23 +748,15 @@ fn keyed_text(
         text.push_str(end);
     }
     let spec = TaskSpec {
-        syntax: Syntax::Keyed,
         name: v.name,
-        script,
         model: v.model,
         dataset: v.dataset,
         batch_size: v.batch_size,
         gpus: v.gpus.unwrap_or(rad::DEFAULT_GPUS),
         policy: v.policy.map(|(_, p)| p),
         memory: v.memory.map(|(_, m)| m),
-        published: PublishedEstimates::default(),
         retries: v.retries,
-        time: None,
-        priority: None,
-        after: Vec::new(),
-        notify: None,
-        array: None,
-        host: Default::default(),
+        ..TaskSpec::new(Syntax::Keyed, script)
     };
     KeyedFile {
         text,

@@ -49,9 +49,7 @@ fn legacy(
     [horus, faketensor, gpumemnet]: [Need; 3],
 ) -> TaskSpec {
     TaskSpec {
-        syntax: Syntax::Legacy,
         name: Some(name.into()),
-        script: vec!["conda activate tf".into(), command.into()],
         model: Some(model.into()),
         dataset: Some(dataset.into()),
         batch_size: Some(batch_size),
@@ -63,13 +61,10 @@ fn legacy(
             faketensor: Some(faketensor),
             gpumemnet: Some(gpumemnet),
         },
-        retries: None,
-        time: None,
-        priority: None,
-        after: Vec::new(),
-        notify: None,
-        array: None,
-        host: Default::default(),
+        ..TaskSpec::new(
+            Syntax::Legacy,
+            vec!["conda activate tf".into(), command.into()],
+        )
     }
 }
 

@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 use super::{Daemon, Task};
 use crate::estimate::EstimateInput;
 use crate::estimate::Fingerprint;
-use crate::rad::{PublishedEstimates, Syntax, TaskSpec};
+use crate::rad::{Syntax, TaskSpec};
 use crate::sched::{Demand, Event, Need};
 use crate::spool::record::{Launch, TaskRecord, read_state};
 use crate::spool::{State, TaskName};
@@ -176,23 +176,12 @@ impl Daemon {
             .unwrap_or_else(|_| TaskRecord::new(name, "", launch.map_or(0.0, |l| l.launched_at)));
         let gpus = launch.map_or_else(|| record.gpus.clone(), |l| l.gpus.clone());
         let spec = TaskSpec {
-            syntax: Syntax::Keyed,
             name: Some(name.to_string()),
-            script: launch.map(|l| l.script.clone()).unwrap_or_default(),
-            model: None,
-            dataset: None,
-            batch_size: None,
             gpus: gpus.len().max(1) as u32,
-            policy: None,
-            memory: None,
-            published: PublishedEstimates::default(),
-            retries: None,
-            time: None,
-            priority: None,
-            after: Vec::new(),
-            notify: None,
-            array: None,
-            host: Default::default(),
+            ..TaskSpec::new(
+                Syntax::Keyed,
+                launch.map(|l| l.script.clone()).unwrap_or_default(),
+            )
         };
         let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
             EstimateInput {

@@ -26,7 +26,7 @@ use nom::{
 
 use super::Parsed;
 use super::error::{RadError, clip, found};
-use super::spec::{DEFAULT_GPUS, DependencyRef, PublishedEstimates, Syntax, TaskSpec};
+use super::spec::{DependencyRef, Syntax, TaskSpec};
 use super::suggest::closest;
 use super::text::{self, Line};
 use super::value::{self, Value};
@@ -257,25 +257,7 @@ fn strip_comment(text: &str) -> &str {
 
 /// Reads a keyed file.
 pub(super) fn parse(lines: &[Line<'_>]) -> Result<Parsed, RadError> {
-    let mut spec = TaskSpec {
-        syntax: Syntax::Keyed,
-        name: None,
-        script: Vec::new(),
-        model: None,
-        dataset: None,
-        batch_size: None,
-        gpus: DEFAULT_GPUS,
-        policy: None,
-        memory: None,
-        published: PublishedEstimates::default(),
-        retries: None,
-        time: None,
-        priority: None,
-        after: Vec::new(),
-        notify: None,
-        array: None,
-        host: Default::default(),
-    };
+    let mut spec = TaskSpec::new(Syntax::Keyed, Vec::new());
     let mut model_at = None;
     let mut seen: Vec<(Key, usize)> = Vec::new();
     for line in lines {

@@ -95,9 +95,6 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
         None => None,
     };
     let spec = TaskSpec {
-        syntax: Syntax::Legacy,
-        name: None,
-        script: vec![activation, command],
         model: Some(model_path),
         dataset: Some(dataset),
         batch_size: Some(batch_size),
@@ -109,13 +106,7 @@ fn read(all: &[Line<'_>]) -> Result<Parsed, RadError> {
             faketensor: memory(11),
             gpumemnet: memory(12),
         },
-        retries: None,
-        time: None,
-        priority: None,
-        after: Vec::new(),
-        notify: None,
-        array: None,
-        host: Default::default(),
+        ..TaskSpec::new(Syntax::Legacy, vec![activation, command])
     };
     Ok(Parsed {
         spec,

@@ -173,6 +173,34 @@ fn need_text(need: &Option<Need>) -> String {
 
 /// A multi-line summary, one field per line, indented two spaces: what
 /// `carma check` prints under each file name.
+impl TaskSpec {
+    /// A job of `syntax` that runs `script` and says nothing else: what a
+    /// file with no key but its commands means (one GPU, every other
+    /// setting the server's). The one constructor: readers and restores
+    /// change what they know from here.
+    pub fn new(syntax: Syntax, script: Vec<String>) -> TaskSpec {
+        TaskSpec {
+            syntax,
+            name: None,
+            script,
+            model: None,
+            dataset: None,
+            batch_size: None,
+            gpus: DEFAULT_GPUS,
+            policy: None,
+            memory: None,
+            published: PublishedEstimates::default(),
+            retries: None,
+            time: None,
+            priority: None,
+            after: Vec::new(),
+            notify: None,
+            array: None,
+            host: HostLimits::default(),
+        }
+    }
+}
+
 impl fmt::Display for TaskSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fn or_dash<T: fmt::Display>(value: &Option<T>) -> String {
