@@ -16,6 +16,7 @@ pub mod config;
 pub mod daemon;
 pub mod estimate;
 pub mod gpu;
+pub mod job_script;
 pub mod journal;
 pub mod mps;
 pub mod oom;

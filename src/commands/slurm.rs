@@ -10,8 +10,8 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{Context, Result, bail};
 
 use carma::config::Config;
-use carma::daemon::conda::Search;
 use carma::estimate::{Chain, EstimateInput};
+use carma::job_script::conda::Search;
 use carma::rad;
 use carma::shell::quote;
 use carma::slurm::request::Request;
@@ -156,8 +156,7 @@ fn prepare(
         }
     };
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from);
-    let lines =
-        carma::daemon::script::build(&spec.script, &Search::new(&config.daemon.conda, &home));
+    let lines = carma::job_script::build(&spec.script, &Search::new(&config.daemon.conda, &home));
     let carma = if config.slurm.carma.as_os_str().is_empty() {
         std::env::current_exe().context("cannot find this carma's own path")?
     } else {

@@ -21,7 +21,6 @@
 
 mod array;
 mod backoff;
-pub mod conda;
 mod depends;
 mod ended;
 mod environment;
@@ -33,7 +32,6 @@ mod readings;
 mod requests;
 mod restore;
 mod runs;
-pub mod script;
 mod snapshot;
 mod tasks;
 mod watch;

@@ -184,9 +184,9 @@ impl Daemon {
             limit_mib,
             why: why.to_string(),
             launched_at: unix_now(),
-            script: super::script::build(
+            script: crate::job_script::build(
                 &task.spec.script,
-                &super::conda::Search::new(&self.config.daemon.conda, &user.home),
+                &crate::job_script::conda::Search::new(&self.config.daemon.conda, &user.home),
             ),
             workdir: task
                 .record
@@ -365,7 +365,7 @@ impl Daemon {
             return Exit::Cancelled;
         }
         if exit.error.is_none() {
-            match super::script::setup_failure(exit.code, run_dir) {
+            match crate::job_script::setup_failure(exit.code, run_dir) {
                 Ok(Some(why)) => return Exit::Failed(why),
                 Ok(None) => {}
                 Err(e) => log::warn!("{name}: cannot read its stderr: {e}"),

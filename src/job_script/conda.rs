@@ -20,7 +20,7 @@
 //! environment (a file copied into `pending/` has none), so "the owner's
 //! `CONDA_EXE`" is the job's own, as its lines before the first `conda`
 //! line set it (`export CONDA_EXE=...`, `module load anaconda`): the job
-//! starts from a login environment ([`super::environment`]), never the
+//! starts from a login environment (built by the daemon), never the
 //! daemon's.
 
 use std::path::{Path, PathBuf};
@@ -67,7 +67,7 @@ impl Search {
     /// initialised conda itself), finds conda as described in the module
     /// documentation and evaluates its `shell.bash hook`; a job that finds
     /// none, or whose hook defines no `conda`, stops there through
-    /// `__carma_stop` ([`super::script`]). It runs as the job's user.
+    /// `__carma_stop` ([`super`]). It runs as the job's user.
     pub fn hook(&self) -> String {
         let mut tries = Vec::new();
         if let Some(configured) = &self.configured {

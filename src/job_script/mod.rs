@@ -1,10 +1,11 @@
 //! The job's script as bash runs it: the lines of the `.rad`, made
-//! dependable where they set up the job's environment.
+//! dependable where they set up the job's environment. One place for the
+//! daemon's runs and for `carma slurm submit`'s batch scripts.
 //!
 //! Two additions, each only where it is needed (a script that neither
 //! calls conda nor activates anything runs exactly as written):
 //!
-//! - conda's shell hook ([`super::conda`]) just before the first line that
+//! - conda's shell hook ([`conda`]) just before the first line that
 //!   calls `conda`, so that lines before it may set `CONDA_EXE` or load a
 //!   module that provides conda;
 //! - an activation line (`conda activate ENV`, `mamba activate ENV`,
@@ -20,12 +21,14 @@
 //! substitution or a continuation onwards, nothing is touched (and a hook
 //! still needed goes before the first line instead).
 
+pub mod conda;
+
 use std::io;
 use std::path::Path;
 
-use super::conda::{Search, uses_conda};
 use crate::shell::quote;
 use crate::supervisor;
+use conda::{Search, uses_conda};
 
 /// The exit status of a job stopped at a failing activation line:
 /// sysexits' `EX_CONFIG` ("configuration error"), which no shell, conda
