@@ -759,6 +759,43 @@ fn a_users_submissions_are_made_durable_without_a_false_warning() {
 }
 
 #[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
+fn the_name_submit_prints_before_the_daemon_numbers_a_job_names_its_task() {
+    // With no daemon, a user's submission waits unnumbered and `carma
+    // submit` prints its `submit-…` name; every command takes that name,
+    // and once a daemon numbers the job it names the task.
+    let (alice, _) = common::two_users();
+    let mut spool = Spool::shared("1x40GiB", "");
+    spool.start_daemon();
+    spool.stop_daemon("TERM");
+    let entry = spool.submit_as(&alice, "j", &[("j.rad", "memory: 1G\nsleep 60\n")]);
+    assert!(entry.starts_with("submit-"), "{entry}");
+    let out = alice.carma(&spool, &format!("show {entry}"));
+    assert!(!out.status.success(), "{}", common::stdout(&out));
+    assert!(
+        common::stderr(&out).contains("has not been taken in yet"),
+        "{}",
+        common::stderr(&out)
+    );
+    spool.start_daemon();
+    spool.wait_count("running", 1, 10.0);
+    let out = alice.carma(&spool, &format!("show {entry}"));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        common::stdout(&out).contains("-j: running"),
+        "{}",
+        common::stdout(&out)
+    );
+    let out = alice.carma(&spool, &format!("cancel {entry}"));
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        common::stdout(&out).contains("cancelled"),
+        "{}",
+        common::stdout(&out)
+    );
+}
+
+#[test]
 fn submit_chains_jobs_by_number_or_by_name_from_the_command_line() {
     // Two GPUs. `prep` ran once already; a second `prep` runs until a
     // gate opens. `train`, chained on the command line by name, waits for

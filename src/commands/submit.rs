@@ -3,7 +3,6 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
@@ -11,11 +10,9 @@ use carma::config::Config;
 use carma::rad;
 use carma::rad::DependencyRef;
 use carma::sched::DependencyKind;
-use carma::spool::record::read_json;
-use carma::spool::status::Status;
-use carma::spool::{Spool, TaskName};
 
 use super::spool_arg::SpoolArg;
+use super::task_arg;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -127,7 +124,9 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         if let Some(warning) = &submitted.warning {
             eprintln!("carma: {}: {warning}", submitted.entry);
         }
-        let name = submitted.name.or_else(|| receipt(&spool, &submitted.entry));
+        let name = submitted
+            .name
+            .or_else(|| task_arg::receipt(&spool, &submitted.entry));
         match (name, args.parsable) {
             (Some(name), true) => println!("{}", name.seq()),
             (Some(name), false) => println!("{name}"),
@@ -160,27 +159,4 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// How long a submitter waits to learn its task's name from the daemon.
-const RECEIPT_PATIENCE: Duration = Duration::from_secs(5);
-
-/// The task a submission by someone other than the spool's owner became:
-/// the daemon numbers it when it takes it in, and says so in its status
-/// file. `None` without a daemon (or a quick one).
-fn receipt(spool: &Spool, entry: &str) -> Option<TaskName> {
-    let deadline = Instant::now() + RECEIPT_PATIENCE;
-    while spool.daemon_running() && Instant::now() < deadline {
-        let status: Option<Status> = read_json(&spool.status_file()).ok();
-        let found = status.and_then(|s| {
-            s.adopted
-                .into_iter()
-                .find_map(|(submitted, name)| (submitted == entry).then_some(name))
-        });
-        if let Some(name) = found.as_deref().and_then(TaskName::parse) {
-            return Some(name);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
 }
