@@ -18,6 +18,7 @@ pub mod estimate;
 pub mod gpu;
 pub mod job_script;
 pub mod journal;
+pub mod lifecycle;
 pub mod mps;
 pub mod oom;
 pub mod plot;

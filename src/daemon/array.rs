@@ -10,14 +10,14 @@
 use std::collections::HashSet;
 
 use super::Daemon;
-use crate::spool::State;
 use crate::spool::record::{ArrayMember, RECORD, write_json};
+use crate::spool::{Spool, State, TaskName};
 
 impl Daemon {
     /// Makes the missing elements of the array whose first element is
     /// task `seq`.
     pub(super) fn expand_array(&mut self, seq: u64) {
-        let Some(task) = self.tasks.get(&seq) else {
+        let Some(task) = self.life.tasks.get(&seq) else {
             return;
         };
         let (Some(spec), Some(member)) = (task.spec.array, task.record.array) else {
@@ -32,8 +32,7 @@ impl Daemon {
             log::error!("{name}: cannot record its array, elements not made: {e}");
             return;
         }
-        let made: HashSet<u32> = self
-            .array_elements(seq)
+        let made: HashSet<u32> = elements(&self.spool, seq)
             .into_iter()
             .map(|(_, i)| i)
             .collect();
@@ -52,7 +51,7 @@ impl Daemon {
                 return;
             }
         }
-        if let Some(task) = self.tasks.get_mut(&seq) {
+        if let Some(task) = self.life.tasks.get_mut(&seq) {
             if let Some(a) = task.record.array.as_mut() {
                 a.expanded = true;
             }
@@ -67,24 +66,22 @@ impl Daemon {
             spec.last
         );
     }
+}
 
-    /// The tasks of array `job` that exist, with their indices.
-    pub(super) fn array_elements(&self, job: u64) -> Vec<(crate::spool::TaskName, u32)> {
-        let mut found = Vec::new();
-        for state in State::ALL {
-            let Ok(listing) = self.spool.list(state) else {
-                continue;
-            };
-            for name in listing.tasks.into_iter().filter(|n| n.seq() >= job) {
-                let record = match self.tasks.get(&name.seq()) {
-                    Some(t) => Some(t.record.clone()),
-                    None => self.spool.load_record(state, &name).ok(),
-                };
-                if let Some(a) = record.and_then(|r| r.array).filter(|a| a.job == job) {
-                    found.push((name, a.index));
-                }
+/// The tasks of array `job` that exist anywhere in the spool, with their
+/// indices, as their records say.
+pub(super) fn elements(spool: &Spool, job: u64) -> Vec<(TaskName, u32)> {
+    let mut found = Vec::new();
+    for state in State::ALL {
+        let Ok(listing) = spool.list(state) else {
+            continue;
+        };
+        for name in listing.tasks.into_iter().filter(|n| n.seq() >= job) {
+            let record = spool.load_record(state, &name).ok();
+            if let Some(a) = record.and_then(|r| r.array).filter(|a| a.job == job) {
+                found.push((name, a.index));
             }
         }
-        found
     }
+    found
 }

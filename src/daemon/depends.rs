@@ -89,11 +89,17 @@ impl Daemon {
     /// is listed, however long the spool's history).
     fn known_tasks(&self) -> Vec<(State, TaskName)> {
         let mut tasks: Vec<(State, TaskName)> = self
+            .life
             .tasks
             .values()
             .map(|t| (t.state, t.name.clone()))
-            .chain(self.closing.values().map(|c| (c.from, c.name.clone())))
-            .chain(self.ended.iter().map(|(state, name)| (state, name.clone())))
+            .chain(self.life.closing.values().map(|c| (c.from, c.name.clone())))
+            .chain(
+                self.life
+                    .ended
+                    .iter()
+                    .map(|(state, name)| (state, name.clone())),
+            )
             .collect();
         tasks.sort_by_key(|(_, n)| n.seq());
         tasks.dedup_by_key(|(_, n)| n.seq());
@@ -101,24 +107,24 @@ impl Daemon {
     }
 
     fn owner_of(&self, state: State, name: &TaskName) -> Option<u32> {
-        if let Some(t) = self.tasks.get(&name.seq()) {
+        if let Some(t) = self.life.tasks.get(&name.seq()) {
             return t.demand.user;
         }
-        if let Some(c) = self.closing.get(&name.seq()) {
-            return c.owner;
+        if let Some(c) = self.life.closing.get(&name.seq()) {
+            return c.record.owner;
         }
         self.spool.load_record(state, name).ok()?.owner
     }
 
     /// Whether task `seq` has started, and how it ended if it has.
     fn progress(&self, seq: u64) -> (bool, Option<bool>) {
-        if let Some(t) = self.tasks.get(&seq) {
+        if let Some(t) = self.life.tasks.get(&seq) {
             return (t.run > 0 || t.state == State::Running, None);
         }
-        if let Some(c) = self.closing.get(&seq) {
+        if let Some(c) = self.life.closing.get(&seq) {
             return (true, Some(c.to == State::Done));
         }
-        match self.ended.get(seq) {
+        match self.life.ended.get(seq) {
             Some(State::Done) => (true, Some(true)),
             // Failed, or gone from the spool (removed by hand, pruned): it
             // can no longer end in any way a dependency waits for.

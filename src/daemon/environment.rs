@@ -10,7 +10,7 @@
 //! task id, MPS), which the caller appends.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::spool::record::RunAs;
 
@@ -66,6 +66,23 @@ fn parse_locale(text: &str) -> Vec<(String, String)> {
                 .then(|| (key.to_string(), value.to_string()))
         })
         .collect()
+}
+
+/// The user this process runs as, for jobs of a daemon that is not root.
+pub(super) fn current_user() -> RunAs {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid).ok().flatten();
+    RunAs {
+        uid: uid.as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+        name: user
+            .as_ref()
+            .map_or_else(|| uid.to_string(), |u| u.name.clone()),
+        home: user
+            .as_ref()
+            .map_or_else(|| PathBuf::from("/"), |u| u.dir.clone()),
+        shell: user.map(|u| u.shell),
+    }
 }
 
 #[cfg(test)]

@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 use nix::unistd::{Uid, User};
 
 use super::watch::Change;
-use super::{Closing, Daemon, Task};
+use super::{Daemon, Task};
 use crate::estimate::EstimateInput;
 use crate::rad::{self, JobFile};
-use crate::sched::{ArrayOf, Demand, Event, Need};
+use crate::sched::{ArrayOf, Demand, Need};
 use crate::spool::record::{
-    ArrayMember, EstimateNote, JOB, Outcome, RECORD, RunAs, TaskRecord, unix_now, write_json,
+    ArrayMember, EstimateNote, JOB, RECORD, RunAs, TaskRecord, unix_now, write_json,
 };
 use crate::spool::{SpoolError, State, TaskName};
 
@@ -92,8 +92,9 @@ impl Daemon {
     fn take_entries(&mut self, mut entries: Vec<String>, mut odd: Vec<OsString>) {
         entries.sort();
         entries.dedup();
-        entries.retain(|e| !self.entry_retry.waiting(OsStr::new(e)));
-        odd.retain(|e| !self.entry_retry.waiting(e));
+        let now = self.now();
+        entries.retain(|e| !self.entry_retry.waiting(OsStr::new(e), now));
+        odd.retain(|e| !self.entry_retry.waiting(e, now));
         let pending = self.spool.dir(State::Pending);
         let euid = Uid::effective().as_raw();
         let mut drops = Vec::new();
@@ -107,8 +108,8 @@ impl Daemon {
             }
             match TaskName::parse(&entry) {
                 Some(name) if meta.uid() == euid => {
-                    if !self.tasks.contains_key(&name.seq())
-                        && !self.closing.contains_key(&name.seq())
+                    if !self.life.tasks.contains_key(&name.seq())
+                        && !self.life.closing.contains_key(&name.seq())
                     {
                         self.take(name, State::Pending);
                     }
@@ -141,14 +142,14 @@ impl Daemon {
                 log::error!("{name}: refused: {reason}");
                 self.adopted
                     .push_back((entry.to_string(), name.to_string()));
-                self.ended.insert(State::Failed, name);
+                self.life.ended.insert(State::Failed, name);
             }
             Err(e) => self.entry_failed(
                 entry.into(),
                 &format!("pending/{entry}: cannot take it in: {e}"),
             ),
         }
-        if !self.entry_retry.waiting(OsStr::new(entry)) {
+        if !self.entry_retry.waiting(OsStr::new(entry), self.now()) {
             self.entry_retry.succeeded(OsStr::new(entry));
         }
     }
@@ -156,7 +157,7 @@ impl Daemon {
     /// Looking at `pending/` failed for a reason that may pass (too many
     /// open files): all of it is looked at again after a backoff.
     fn intake_failed(&mut self, what: &str) {
-        let (delay, first) = self.intake_retry.failed();
+        let (delay, first) = self.intake_retry.failed(self.now());
         if first {
             log::warn!("{what}; it stays in pending/, tried again in {delay:.1?} and later");
         } else {
@@ -167,7 +168,7 @@ impl Daemon {
     /// Taking in one entry of `pending/` failed (it is back where it was):
     /// it is tried again after its own backoff.
     fn entry_failed(&mut self, entry: OsString, what: &str) {
-        let (delay, first) = self.entry_retry.failed(entry);
+        let (delay, first) = self.entry_retry.failed(entry, self.now());
         if first {
             log::warn!("{what}; it stays in pending/, tried again in {delay:.1?} and later");
         } else {
@@ -248,7 +249,7 @@ impl Daemon {
             match c.refused {
                 Some(reason) => {
                     log::error!("{}: refused pending/{}: {reason}", c.name, c.file);
-                    self.ended.insert(State::Failed, c.name);
+                    self.life.ended.insert(State::Failed, c.name);
                 }
                 None => {
                     log::info!("{}: claimed pending/{}", c.name, c.file);
@@ -269,42 +270,8 @@ impl Daemon {
     fn take_with(&mut self, name: TaskName, state: State, record: Option<TaskRecord>) {
         match self.load(&name, state, record) {
             Ok(task) => {
-                // A task that crashed before waits in the recovery queue,
-                // wherever a crash left its directory.
-                let event = if state == State::Recovery || task.record.crashes > 0 {
-                    Event::Recovering {
-                        task: name.id(),
-                        demand: task.demand.clone(),
-                        crashes: task.record.crashes.max(1),
-                    }
-                } else {
-                    Event::Queued {
-                        task: name.id(),
-                        demand: task.demand.clone(),
-                    }
-                };
-                let held = task.record.held;
-                log::info!(
-                    "{name}: queued in {state} ({} GPU(s), {} each, priority {}{})",
-                    task.demand.gpus,
-                    task.demand.need,
-                    task.demand.priority,
-                    if held { ", held" } else { "" }
-                );
-                let first_of_array = task
-                    .record
-                    .array
-                    .is_some_and(|a| a.job == name.seq() && !a.expanded);
-                self.tasks.insert(name.seq(), task);
-                self.events.push(event);
-                if first_of_array {
+                if self.life.admit(task) {
                     self.expand_array(name.seq());
-                }
-                if held {
-                    self.events.push(Event::Hold {
-                        task: name.id(),
-                        held,
-                    });
                 }
             }
             Err(reason) => self.reject(&name, state, &reason),
@@ -361,7 +328,7 @@ impl Daemon {
         let JobFile { spec, warnings } =
             rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &job))?;
         let (run_as, user) = self.run_as(owner)?;
-        let unprivileged = !super::requests::privileged(owner);
+        let unprivileged = !self.life.privileged(owner);
         let refused = spec
             .priority
             .filter(|_| unprivileged)
@@ -456,6 +423,7 @@ impl Daemon {
             since: 0.0,
             time_limit_s: None,
             peak_mib: 0,
+            run_s: None,
             fingerprint: input.fingerprint(),
             bytes,
         })
@@ -467,7 +435,7 @@ impl Daemon {
     /// array is made: what one user hands in is root's disk.
     fn over_limits(&self, owner: u32, elements: u64, bytes: u64) -> Option<String> {
         let q = &self.config.queue;
-        let held = self.tasks.holding(owner);
+        let held = self.life.tasks.holding(owner);
         if q.user_max_array > 0 && elements > q.user_max_array {
             return Some(format!(
                 "its array has {elements} tasks; a user's array may have at most {} \
@@ -526,41 +494,21 @@ impl Daemon {
 
     /// Moves a task that never reached the core to `failed/`.
     pub(super) fn reject(&mut self, name: &TaskName, state: State, reason: &str) {
-        log::error!("{name}: refused: {reason}");
-        let mut record = self
+        let record = self
             .spool
             .load_record(state, name)
             .unwrap_or_else(|_| TaskRecord::new(name, "", unix_now()));
-        record.outcome = Some(Outcome::failed(reason));
-        self.tasks.remove(&name.seq());
-        self.events.push(Event::Ended {
-            task: name.id(),
-            succeeded: false,
-        });
-        let owner = record.owner;
-        self.close(Closing {
-            name: name.clone(),
-            record,
-            from: state,
-            to: State::Failed,
-            owner,
-            run: last_run(&self.spool.task_dir(state, name)),
-            retry: super::Backoff::default(),
-            notify: None,
+        let run = last_run(&self.spool.task_dir(state, name));
+        self.with_world(|life, now, world| {
+            life.refuse(now, (name, state, run), record, reason, world)
         });
     }
 
     /// A task directory left `pending/` without the daemon moving it: a
     /// user took it back. The core forgets it.
     fn vanished(&mut self, name: &TaskName) {
-        let ours = self
-            .tasks
-            .get(&name.seq())
-            .is_some_and(|t| t.state == State::Pending);
-        if ours && !self.spool.task_dir(State::Pending, name).exists() {
-            log::warn!("{name}: removed from pending/ by someone else; forgotten");
-            self.tasks.remove(&name.seq());
-            self.events.push(Event::Cancel { task: name.id() });
+        if !self.spool.task_dir(State::Pending, name).exists() {
+            self.life.forget(name);
         }
     }
 
@@ -577,6 +525,7 @@ impl Daemon {
         let present: std::collections::HashSet<u64> =
             listing.tasks.iter().map(TaskName::seq).collect();
         let gone: Vec<TaskName> = self
+            .life
             .tasks
             .values()
             .filter(|t| t.state == State::Pending && !present.contains(&t.name.seq()))
@@ -590,7 +539,7 @@ impl Daemon {
         let mut entries: Vec<String> = listing
             .tasks
             .iter()
-            .filter(|name| !self.tasks.contains_key(&name.seq()))
+            .filter(|name| !self.life.tasks.contains_key(&name.seq()))
             .map(ToString::to_string)
             .collect();
         for entry in listing.drops {

@@ -2,15 +2,25 @@
 //!
 //! # Theory of operation
 //!
+//! The daemon is a shell around two pure machines: the scheduling core
+//! ([`crate::sched`]) decides where and when tasks run, and the task
+//! lifecycle ([`crate::lifecycle`]) around it decides everything else a
+//! task goes through (launch failures, OOM recovery, requeues, users'
+//! requests, closings retried until they land). Neither reads a clock or
+//! touches a file. This module reads the world for them (the spool, the
+//! GPUs, the runs' ends), tells them the time, and carries out what they
+//! ask through the lifecycle's `World` ([`hands`]).
+//!
 //! One thread owns all state and runs the loop; other threads only send it
 //! messages ([`Msg`]): the spool watcher (`notify`), the GPU monitor, the
 //! signal handler (`signal-hook`), and one reaper per supervisor this
 //! daemon started. Each turn of the loop drains every waiting message,
-//! turns them into core events, steps the scheduling core once, and
-//! carries out its actions (launch, complete, recover, fail) as renames in
-//! the spool. It sleeps only until the next message, the core's next
-//! deadline, or the next status write: placement happens as soon as
-//! capacity exists.
+//! turns them into lifecycle inputs (a task taken in, a run ended, a
+//! request, a reading), steps the lifecycle once, and carries out its
+//! effects as renames in the spool and processes started or signalled.
+//! It sleeps only until the next message, the core's next deadline, a
+//! retry, or the next status write: placement happens as soon as capacity
+//! exists.
 //!
 //! Jobs do not belong to the daemon: each runs under its own supervisor in
 //! its own session, which records the run's end in the spool. So the daemon
@@ -20,10 +30,9 @@
 //! finishes the runs that ended while it was away.
 
 mod array;
-mod backoff;
 mod depends;
-mod ended;
 mod environment;
+mod hands;
 mod intake;
 mod loose;
 mod monitor;
@@ -33,7 +42,6 @@ mod requests;
 mod restore;
 mod runs;
 mod snapshot;
-mod tasks;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -47,19 +55,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::config::Config;
-use crate::estimate::{Chain, Fingerprint};
+use crate::estimate::Chain;
 use crate::gpu::log::RotatingLog;
 use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
+use crate::lifecycle::{Backoff, Backoffs, Lifecycle, Moment, Task};
 use crate::mps::Mps;
-use crate::procfs::ProcessId;
-use crate::rad::TaskSpec;
-use crate::sched::{
-    Action, Demand, DependencyKind, Event, GpuSample, Place, Precedence, Scheduler, TaskId, Time,
-};
-use crate::spool::record::{RunAs, TaskRecord, unix_now};
-use crate::spool::status::{GpuStatus, RunningTask, Status, WaitingTask};
-use crate::spool::{PRIVATE, PUBLIC, Spool, State, TaskName, write_replace};
-use backoff::{Backoff, Backoffs};
+use crate::sched::{Scheduler, Time};
+use crate::spool::record::unix_now;
+use crate::spool::{Spool, State};
+use hands::Hands;
 use watch::Change;
 
 /// What the loop's helper threads tell it.
@@ -84,69 +88,6 @@ pub struct Options {
     pub backend: Box<dyn GpuBackend>,
 }
 
-/// A task the daemon is responsible for: waiting or running.
-#[derive(Debug)]
-struct Task {
-    name: TaskName,
-    /// Where its directory is now: pending, recovery or running.
-    state: State,
-    spec: TaskSpec,
-    record: TaskRecord,
-    demand: Demand,
-    /// Who the job runs as, when the daemon is root.
-    run_as: Option<RunAs>,
-    /// Owner's name, for logs and status.
-    user: String,
-    /// The current (or last) run's number; 0 before the first.
-    run: u32,
-    /// GPUs of the current run.
-    gpus: Vec<usize>,
-    /// The current run's supervisor, once known.
-    supervisor: Option<ProcessId>,
-    /// Started by an earlier daemon: nobody reaps it for us, so its run
-    /// directory is polled for the end.
-    adopted: bool,
-    /// When the current run was launched (Unix seconds).
-    since: f64,
-    /// The current run's wall-time limit, seconds, as launched.
-    time_limit_s: Option<f64>,
-    /// Most memory seen on one GPU during the current run, MiB.
-    peak_mib: u64,
-    /// The job's identity in the estimators' history.
-    fingerprint: Fingerprint,
-    /// Bytes of its job files in the spool.
-    bytes: u64,
-}
-
-impl Task {
-    /// `JOB_INDEX` (Slurm's spelling) for an element of an array job.
-    fn array_label(&self) -> Option<String> {
-        self.record.array.map(|a| format!("{}_{}", a.job, a.index))
-    }
-}
-
-/// A task that ended (the core is done with it, or never knew it) whose
-/// directory has not reached `done/` or `failed/` yet. A move that fails
-/// (a full disk, an I/O error) is retried on `retry`'s schedule: the task
-/// is never dropped from the daemon's hands.
-#[derive(Debug)]
-struct Closing {
-    name: TaskName,
-    /// Its record, outcome included, to write before the move.
-    record: TaskRecord,
-    /// Where its directory is: known, never looked up by name (a user may
-    /// put anything under a task's name in `pending/`).
-    from: State,
-    to: State,
-    /// The user, for the `reason` file.
-    owner: Option<u32>,
-    /// The latest run, whose peak goes to history on success.
-    run: u32,
-    retry: Backoff,
-    /// What to run once the task is there.
-    notify: Option<notify::Notify>,
-}
-
 /// The loop's state. Fields are documented where they are not obvious.
 struct Daemon {
     spool: Spool,
@@ -154,20 +95,12 @@ struct Daemon {
     lock_id: Option<(u64, u64)>,
     config: Config,
     config_path: Option<PathBuf>,
-    core: Scheduler,
+    /// The tasks, the scheduling core, and every decision about them.
+    life: Lifecycle,
     /// The memory estimators, with the models loaded once.
     chain: Chain,
     /// The core's time zero.
     origin: Instant,
-    tasks: tasks::Tasks,
-    /// Ended tasks on their way to `done/` or `failed/`.
-    closing: BTreeMap<u64, Closing>,
-    /// Tasks in `done/` and `failed/`.
-    ended: ended::Ended,
-    /// Requests that named no task, per user.
-    junk: requests::Junk,
-    /// What became of users' recent requests, for the status file.
-    verdicts: requests::Verdicts,
     /// The last ended task looked at for pruning.
     prune_cursor: u64,
     /// The cgroup each run's own cgroup is made under; none where no
@@ -206,9 +139,7 @@ struct Daemon {
     status_failing: bool,
     metrics_written: Instant,
     /// Last look at adopted runs.
-    polled: Instant,
-    /// Core events produced while handling messages, fed at the next step.
-    events: Vec<Event>,
+    polled: Time,
     /// The per-GPU errors last reported, so each is logged once.
     gpu_errors: BTreeMap<usize, String>,
     /// The MPS control daemon, when jobs run under MPS.
@@ -220,9 +151,6 @@ struct Daemon {
     /// again on its own schedule, never at once (putting a drop back is
     /// itself a file event, which must not start the claim over).
     entry_retry: Backoffs<OsString>,
-    /// Launches that could not start: the core pauses dispatch for the
-    /// delay this gives.
-    launch_retry: Backoff,
     /// Recent adoptions of other users' submissions, for `status.json`.
     adopted: VecDeque<(String, String)>,
 }
@@ -285,17 +213,12 @@ pub fn run(options: Options) -> Result<()> {
     let spool_root = spool.root().to_owned();
     let mut daemon = Daemon {
         lock_id: lock.id(),
-        core,
+        life: Lifecycle::new(core, nix::unistd::geteuid().as_raw()),
         chain,
         spool,
         config,
         config_path: options.config_path,
         origin: Instant::now(),
-        tasks: tasks::Tasks::default(),
-        closing: BTreeMap::new(),
-        ended: ended::Ended::default(),
-        junk: requests::Junk::default(),
-        verdicts: requests::Verdicts::default(),
         prune_cursor: 0,
         job_cgroup: match crate::cgroup::jobs_parent(spool_root.as_path()) {
             Ok(dir) => {
@@ -338,13 +261,11 @@ pub fn run(options: Options) -> Result<()> {
         status_written: Instant::now(),
         status_failing: false,
         metrics_written: Instant::now(),
-        polled: Instant::now(),
-        events: Vec::new(),
+        polled: Duration::ZERO,
         gpu_errors: BTreeMap::new(),
         mps,
         intake_retry: Backoff::default(),
         entry_retry: Backoffs::default(),
-        launch_retry: Backoff::default(),
         adopted: VecDeque::new(),
     };
     daemon.on_readings(readings);
@@ -359,8 +280,9 @@ pub fn run(options: Options) -> Result<()> {
         "serving {} with {} ({} tasks waiting, {} running)",
         daemon.spool.root().display(),
         daemon.backend_name,
-        daemon.core.queued().0 + daemon.core.queued().1,
+        daemon.life.core.queued().0 + daemon.life.core.queued().1,
         daemon
+            .life
             .tasks
             .values()
             .filter(|t| t.state == State::Running)
@@ -431,6 +353,37 @@ impl Daemon {
         self.origin.elapsed()
     }
 
+    /// Now, as the lifecycle is told it.
+    fn moment(&self) -> Moment {
+        Moment {
+            at: self.now(),
+            unix: unix_now(),
+        }
+    }
+
+    /// Lends the lifecycle the daemon's hands for `f`, then takes in the
+    /// tasks it put back in the queue.
+    fn with_world<R>(&mut self, f: impl FnOnce(&mut Lifecycle, Moment, &mut Hands) -> R) -> R {
+        let now = self.moment();
+        let mut hands = Hands {
+            spool: &self.spool,
+            config: &self.config,
+            gpus: &self.gpus,
+            backend_env: &self.backend_env,
+            mps: self.mps.is_some(),
+            job_cgroup: self.job_cgroup.as_deref(),
+            exe: &self.exe,
+            tx: &self.tx,
+            chain: &self.chain,
+            take_in: Vec::new(),
+        };
+        let result = f(&mut self.life, now, &mut hands);
+        for (name, state) in hands.take_in {
+            self.take(name, state);
+        }
+        result
+    }
+
     /// The loop. Returns when asked to stop.
     fn serve(&mut self, rx: Receiver<Msg>) {
         loop {
@@ -446,6 +399,7 @@ impl Daemon {
             if stop {
                 self.write_status();
                 let running = self
+                    .life
                     .tasks
                     .values()
                     .filter(|t| t.state == State::Running)
@@ -477,17 +431,16 @@ impl Daemon {
     /// status refresh, or a poll of adopted runs, whichever is first.
     fn sleep_for(&self) -> Duration {
         let mut sleep = Duration::from_secs(1).saturating_sub(self.status_written.elapsed());
-        if let Some(deadline) = self.core.next_deadline() {
-            sleep = sleep.min(deadline.saturating_sub(self.now()));
-        }
-        let retries = self
-            .closing
-            .values()
-            .filter_map(|c| c.retry.next())
+        let deadlines = self
+            .life
+            .core
+            .next_deadline()
+            .into_iter()
+            .chain(self.life.next_retry())
             .chain(self.intake_retry.next())
             .chain(self.entry_retry.next());
-        if let Some(next) = retries.min() {
-            sleep = sleep.min(next.saturating_duration_since(Instant::now()));
+        if let Some(next) = deadlines.min() {
+            sleep = sleep.min(next.saturating_sub(self.now()));
         }
         sleep.max(Duration::from_millis(1))
     }
@@ -508,42 +461,25 @@ impl Daemon {
         false
     }
 
-    /// Feeds the gathered events to the core and carries out its actions,
-    /// until no action produces further events.
+    /// Steps the lifecycle: the core hears what happened and its actions
+    /// are carried out.
     fn step(&mut self) {
-        loop {
-            let events = std::mem::take(&mut self.events);
-            let actions = self.core.step_all(self.now(), events);
-            for action in actions {
-                self.act(action);
-            }
-            if self.events.is_empty() {
-                return;
-            }
-        }
+        self.with_world(|life, now, world| life.step(now, Vec::new(), world));
     }
 
-    fn act(&mut self, action: Action) {
-        match action {
-            Action::Launch {
-                task,
-                gpus,
-                limit_mib,
-                time_limit,
-                why,
-            } => self.launch(
-                task,
-                gpus,
-                runs::Limits {
-                    limit_mib,
-                    time_limit,
-                },
-                why,
-            ),
-            Action::Complete { task } => self.finish(task, State::Done, None),
-            Action::Recover { task, crashes, why } => self.recover(task, crashes, &why),
-            Action::Fail { task, reason } => {
-                self.finish(task, State::Failed, Some(reason.to_string()))
+    /// Closings and intake whose retry is due.
+    fn retry_due(&mut self) {
+        self.with_world(|life, now, world| life.retry_due(now, world));
+        let now = self.now();
+        if self.entry_retry.due(now) && !self.intake_retry.due(now) {
+            self.rescan();
+        }
+        if self.intake_retry.due(now) {
+            self.rescan();
+            // A failure during the rescan has set a new, later retry; a
+            // retry still due means nothing failed this time.
+            if self.intake_retry.due(now) && self.intake_retry.succeeded() {
+                log::info!("pending/ is taken in again");
             }
         }
     }
@@ -574,7 +510,7 @@ impl Daemon {
         if config.daemon.spool != self.config.daemon.spool {
             log::warn!("reload: daemon.spool changed; a running daemon keeps its spool");
         }
-        self.core.set_rules(config.rules());
+        self.life.core.set_rules(config.rules());
         self.sample_interval_ms
             .store(interval_ms(&config), Ordering::Relaxed);
         self.gpu_log.set_limits(
@@ -615,7 +551,7 @@ impl Daemon {
             return;
         }
         let cutoff = unix_now() - days * 86_400.0;
-        let batch = self.ended.after(self.prune_cursor, PRUNE_PER_TURN);
+        let batch = self.life.ended.after(self.prune_cursor, PRUNE_PER_TURN);
         if batch.len() < PRUNE_PER_TURN {
             self.prune_cursor = 0;
         }
@@ -640,7 +576,7 @@ impl Daemon {
             match self.spool.archive(state, &name, runs) {
                 Ok(()) => {
                     log::info!("{name}: archived from {state}/ after {days} days");
-                    self.ended.remove(name.seq());
+                    self.life.ended.remove(name.seq());
                 }
                 Err(e) => log::warn!("{name}: cannot archive it: {e}"),
             }

@@ -9,110 +9,91 @@
 //! `done/` or `failed/`; a daemon that dies in between does not run it
 //! later (at most once, never twice).
 
-use std::path::PathBuf;
+use std::path::Path;
 
-use super::Daemon;
-use super::runs::current_user;
-use crate::spool::record::{Launch, RunAs, WORK, unix_now, write_json};
-use crate::spool::{State, TASK_DIR_MODE, TaskName, make_dir};
+use super::environment::current_user;
+use crate::config::Config;
+use crate::lifecycle::Closing;
+use crate::spool::record::{Launch, WORK, unix_now, write_json};
+use crate::spool::{Spool, TASK_DIR_MODE, make_dir};
 use crate::supervisor;
 
 /// Longest a notification may run before it is stopped, seconds.
 const NOTIFY_TIME_LIMIT_S: f64 = 60.0;
 
-/// What a notification needs, gathered while the task is still in hand.
-#[derive(Debug, Clone)]
-pub(super) struct Notify {
-    pub command: String,
-    pub run_as: Option<RunAs>,
-    /// The job's own working directory, when it was not the task's.
-    pub workdir: Option<PathBuf>,
-}
-
-impl Daemon {
-    /// The notification for a job file's `notify:`, else the hook.
-    pub(super) fn notification(
-        &self,
-        own: Option<&String>,
-        run_as: Option<&RunAs>,
-        workdir: Option<&PathBuf>,
-    ) -> Option<Notify> {
-        let command = own
-            .cloned()
-            .or_else(|| Some(self.config.daemon.notify.clone()).filter(|c| !c.is_empty()))?;
-        Some(Notify {
-            command,
-            run_as: run_as.cloned(),
-            workdir: workdir.cloned(),
-        })
-    }
-
-    /// Runs `notify` for task `name`, which ended in `state` (`done` or
-    /// `failed`) for `reason`. Failures are logged, never fatal.
-    pub(super) fn notify(
-        &self,
-        name: &TaskName,
-        state: State,
-        reason: Option<&str>,
-        notify: &Notify,
-    ) {
-        let dir = self.spool.task_dir(state, name);
-        let user = notify.run_as.clone().unwrap_or_else(current_user);
-        let mut env = super::environment::login_env(&user, &self.config.daemon.job_path);
-        env.extend([
-            ("CARMA_TASK_ID".to_string(), name.to_string()),
-            ("CARMA_JOB_NAME".to_string(), name.stem().to_string()),
-            ("CARMA_STATE".to_string(), state.to_string()),
-            (
-                "CARMA_REASON".to_string(),
-                reason.unwrap_or_default().to_string(),
-            ),
-        ]);
-        let launch = Launch {
-            task: name.to_string(),
-            run: 0,
-            gpus: Vec::new(),
-            limit_mib: None,
-            why: "notification".into(),
-            launched_at: unix_now(),
-            script: vec![notify.command.clone()],
-            workdir: notify.workdir.clone().unwrap_or_else(|| {
-                // A task that never ran has no work/: the user's home.
-                let work = dir.join(WORK);
-                match work.is_dir() {
-                    true => work,
-                    false => user.home.clone(),
-                }
-            }),
-            run_as: notify.run_as.clone(),
-            env,
-            grace_s: 1.0,
-            time_limit_s: Some(NOTIFY_TIME_LIMIT_S),
-            time_limit_grace_s: 1.0,
-            cgroup: None,
-            cpus: None,
-            host_memory_mib: None,
-        };
-        let started = notify_dir(&dir)
-            .and_then(|notify_dir| {
-                write_json(&notify_dir.join(supervisor::LAUNCH), &launch).map(|()| notify_dir)
-            })
-            .and_then(|notify_dir| supervisor::start(&self.exe, &notify_dir));
-        match started {
-            Ok(mut child) => {
-                log::info!("{name}: notifying: {}", notify.command);
-                // Reaped, so it leaves no zombie; its end is in notify/.
-                let reaper = std::thread::Builder::new()
-                    .name(format!("notify-{}", name.seq()))
-                    .spawn(move || {
-                        let _ = child.wait();
-                    });
-                if let Err(e) = reaper {
-                    log::warn!("{name}: no thread to reap the notification: {e}");
-                }
+/// Runs the notification of a task that landed in `closing.to` (`done`
+/// or `failed`): the job file's `notify:`, else the configured hook, if
+/// either. Failures are logged, never fatal.
+pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing) {
+    let Some(command) = closing
+        .notify
+        .clone()
+        .or_else(|| Some(config.daemon.notify.clone()).filter(|c| !c.is_empty()))
+    else {
+        return;
+    };
+    let (name, state) = (&closing.name, closing.to);
+    let reason = closing
+        .record
+        .outcome
+        .as_ref()
+        .and_then(|o| o.reason.as_deref());
+    let dir = spool.task_dir(state, name);
+    let user = closing.run_as.clone().unwrap_or_else(current_user);
+    let mut env = super::environment::login_env(&user, &config.daemon.job_path);
+    env.extend([
+        ("CARMA_TASK_ID".to_string(), name.to_string()),
+        ("CARMA_JOB_NAME".to_string(), name.stem().to_string()),
+        ("CARMA_STATE".to_string(), state.to_string()),
+        (
+            "CARMA_REASON".to_string(),
+            reason.unwrap_or_default().to_string(),
+        ),
+    ]);
+    let launch = Launch {
+        task: name.to_string(),
+        run: 0,
+        gpus: Vec::new(),
+        limit_mib: None,
+        why: "notification".into(),
+        launched_at: unix_now(),
+        script: vec![command.clone()],
+        workdir: closing.record.workdir.clone().unwrap_or_else(|| {
+            // A task that never ran has no work/: the user's home.
+            let work = dir.join(WORK);
+            match work.is_dir() {
+                true => work,
+                false => user.home.clone(),
             }
-            Err(e) => log::warn!("{name}: cannot run its notification: {e}"),
+        }),
+        run_as: closing.run_as.clone(),
+        env,
+        grace_s: 1.0,
+        time_limit_s: Some(NOTIFY_TIME_LIMIT_S),
+        time_limit_grace_s: 1.0,
+        cgroup: None,
+        cpus: None,
+        host_memory_mib: None,
+    };
+    let started = notify_dir(&dir)
+        .and_then(|notify_dir| {
+            write_json(&notify_dir.join(supervisor::LAUNCH), &launch).map(|()| notify_dir)
+        })
+        .and_then(|notify_dir| supervisor::start(exe, &notify_dir));
+    match started {
+        Ok(mut child) => {
+            log::info!("{name}: notifying: {command}");
+            // Reaped, so it leaves no zombie; its end is in notify/.
+            let reaper = std::thread::Builder::new()
+                .name(format!("notify-{}", name.seq()))
+                .spawn(move || {
+                    let _ = child.wait();
+                });
+            if let Err(e) = reaper {
+                log::warn!("{name}: no thread to reap the notification: {e}");
+            }
         }
+        Err(e) => log::warn!("{name}: cannot run its notification: {e}"),
     }
 }
 

@@ -2,7 +2,13 @@
 //! each task's peak memory, the GPU log's rows, and the state SIGUSR1
 //! writes to the journal.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap};
+
+use super::Daemon;
+use crate::gpu::GpuReading;
+use crate::sched::{Event, GpuSample, TaskId};
+use crate::spool::record::unix_now;
+use crate::spool::{PRIVATE, State, write_replace};
 
 impl Daemon {
     /// Turns GPU readings into a core sample, attributing per-process
@@ -10,6 +16,7 @@ impl Daemon {
     /// leads a session that its job's processes belong to).
     pub(super) fn on_readings(&mut self, readings: Vec<GpuReading>) {
         let sessions: HashMap<u32, u64> = self
+            .life
             .tasks
             .values()
             .filter_map(|t| Some((t.supervisor?.pid, t.name.seq())))
@@ -33,7 +40,7 @@ impl Daemon {
                 let owner = crate::procfs::session_id(p.pid).and_then(|sid| sessions.get(&sid));
                 if let Some(&seq) = owner {
                     *per_task.entry(seq).or_default() += p.used_mib;
-                    if let Some(task) = self.tasks.get(&seq) {
+                    if let Some(task) = self.life.tasks.get(&seq) {
                         self.process_tasks.insert(p.pid, task.name.to_string());
                     }
                 }
@@ -56,13 +63,13 @@ impl Daemon {
         }
         self.readings = readings;
         self.readings_at = unix_now();
-        self.events.push(Event::Sample(samples));
+        self.life.push(Event::Sample(samples));
     }
 
     /// Records a task's peak memory in its run directory when it grows,
     /// where the supervisor picks it up for `exit.json`.
     pub(super) fn note_peak(&mut self, seq: u64, mib: u64) {
-        let Some(task) = self.tasks.get_mut(&seq) else {
+        let Some(task) = self.life.tasks.get_mut(&seq) else {
             return;
         };
         if mib <= task.peak_mib {

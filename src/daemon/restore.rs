@@ -25,7 +25,7 @@ use super::{Daemon, Task};
 use crate::estimate::EstimateInput;
 use crate::estimate::Fingerprint;
 use crate::rad::{Syntax, TaskSpec};
-use crate::sched::{Demand, Event, Need};
+use crate::sched::{Demand, Need};
 use crate::spool::record::{Launch, TaskRecord, read_state};
 use crate::spool::{State, TaskName};
 use crate::supervisor;
@@ -35,7 +35,11 @@ impl Daemon {
         for name in self.spool.finish_claims()? {
             log::info!("{name}: finished a claim interrupted by a crash");
         }
-        self.ended = super::ended::Ended::load(&self.spool)?;
+        for state in [State::Done, State::Failed] {
+            for name in self.spool.list(state)?.tasks {
+                self.life.ended.insert(state, name);
+            }
+        }
         for name in self.spool.list(State::Running)?.tasks {
             self.restore_running(name);
         }
@@ -144,13 +148,7 @@ impl Daemon {
                 self.gpus.len()
             );
         }
-        self.events.push(Event::Running {
-            task: name.id(),
-            demand: task.demand.clone(),
-            gpus,
-            crashes: task.record.crashes,
-        });
-        self.tasks.insert(name.seq(), task);
+        self.life.adopt_running(task);
         if alive {
             log::info!("{name}: re-attached to run {run}, still running");
         } else if has_exit {
@@ -230,6 +228,7 @@ impl Daemon {
             since: launch.map_or(0.0, |l| l.launched_at),
             time_limit_s: None,
             peak_mib: 0,
+            run_s: None,
             fingerprint,
             bytes: 0,
         }

@@ -3,12 +3,19 @@
 //! waits, receipts and verdicts. Written every second, and at once when a
 //! submitter or a requester waits for it.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::{Daemon, Task};
+use crate::sched::{DependencyKind, Place, Precedence, TaskId};
+use crate::spool::record::unix_now;
+use crate::spool::status::{GpuStatus, RunningTask, Status, WaitingTask};
+use crate::spool::{PUBLIC, State, write_replace};
 
 impl Daemon {
     pub(super) fn status(&self) -> Status {
         let mut by_state: BTreeMap<(State, u64), &Task> = BTreeMap::new();
-        for t in self.tasks.values() {
+        for t in self.life.tasks.values() {
             by_state.insert((t.state, t.name.seq()), t);
         }
         let waiting = self.waiting();
@@ -40,7 +47,7 @@ impl Daemon {
                         total_mib: g.total_mib,
                         mig: g.mig.is_some(),
                         used_mib: reading.map_or(0, |r| r.used_mib),
-                        reserved_mib: self.core.reserved_mib(g.index),
+                        reserved_mib: self.life.core.reserved_mib(g.index),
                         smact: reading.map_or(0.0, |r| r.smact),
                         occupancy: reading.and_then(|r| r.occupancy),
                         dram: reading.and_then(|r| r.dram),
@@ -71,16 +78,22 @@ impl Daemon {
             recovery: names(State::Recovery),
             pending: names(State::Pending),
             waiting: waiting.into_iter().map(|(_, w)| w).collect(),
-            head_waits_for: self.core.head_waits_for().map(|w| {
+            head_waits_for: self.life.core.head_waits_for().map(|w| {
                 let name = self
+                    .life
                     .tasks
                     .get(&w.task.0)
                     .map_or_else(|| format!("task {}", w.task.0), |t| t.name.to_string());
                 format!("{name} {}", w.why)
             }),
             adopted: self.adopted.iter().cloned().collect(),
-            ending: self.closing.values().map(|c| c.name.to_string()).collect(),
-            verdicts: self.verdicts.recent(),
+            ending: self
+                .life
+                .closing
+                .values()
+                .map(|c| c.name.to_string())
+                .collect(),
+            verdicts: self.life.verdicts.recent(),
         }
     }
 
@@ -88,16 +101,18 @@ impl Daemon {
     /// waits in and why it waits.
     pub(super) fn waiting(&self) -> Vec<(State, WaitingTask)> {
         let name = |id: TaskId| {
-            self.tasks
+            self.life
+                .tasks
                 .get(&id.0)
                 .map_or_else(|| format!("task {}", id.0), |t| t.name.to_string())
         };
-        let head_why = self.core.head_waits_for().map(|w| w.why);
-        self.core
+        let head_why = self.life.core.head_waits_for().map(|w| w.why);
+        self.life
+            .core
             .places()
             .into_iter()
             .filter_map(|(id, place)| {
-                let t = self.tasks.get(&id.0)?;
+                let t = self.life.tasks.get(&id.0)?;
                 let why = match place {
                     Place::Held => format!("held (carma release {} lets it run)", t.name),
                     Place::Waiting(d) => {
@@ -112,7 +127,7 @@ impl Daemon {
                     Place::Head => head_why.clone().unwrap_or_default(),
                     Place::OverLimit(why) => format!("waits: {why}"),
                     Place::Behind { head, by } => {
-                        let ahead = self.tasks.get(&head.0);
+                        let ahead = self.life.tasks.get(&head.0);
                         let why = match by {
                             Precedence::Recovery => "recovering from an OOM crash".to_string(),
                             Precedence::Priority => format!(

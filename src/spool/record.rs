@@ -218,10 +218,15 @@ pub struct Outcome {
 impl Outcome {
     /// A failure now, for `reason`.
     pub fn failed(reason: &str) -> Outcome {
+        Outcome::failed_at(reason, unix_now())
+    }
+
+    /// A failure at Unix time `at`, for `reason`.
+    pub fn failed_at(reason: &str, at: f64) -> Outcome {
         Outcome {
             state: "failed".into(),
             reason: Some(reason.to_string()),
-            at: unix_now(),
+            at,
         }
     }
 }

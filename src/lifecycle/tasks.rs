@@ -10,7 +10,7 @@ use super::Task;
 
 /// What one user's waiting and running tasks hold.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Holding {
+pub struct Holding {
     pub tasks: u64,
     /// Bytes of the job files carma copied into the spool for them.
     pub bytes: u64,
@@ -18,7 +18,7 @@ pub(super) struct Holding {
 
 /// Tasks by number, with each user's [`Holding`].
 #[derive(Default)]
-pub(super) struct Tasks {
+pub struct Tasks {
     by_seq: HashMap<u64, Task>,
     users: HashMap<u32, Holding>,
 }

@@ -2,8 +2,13 @@
 //! open files): soon at first, then less and less often, never giving up.
 //! A task whose move failed stays in the daemon's hands and in its
 //! directory; it is retried until the disk has room again.
+//!
+//! Schedules are kept on the core's clock ([`Time`]), given by the caller:
+//! nothing here reads a clock, so a test steps time as it likes.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::sched::Time;
 
 const FIRST: Duration = Duration::from_millis(250);
 const LONGEST: Duration = Duration::from_secs(10);
@@ -14,19 +19,19 @@ pub struct Backoff {
     /// The delay after the latest failure; zero while nothing fails.
     delay: Duration,
     /// When to try again; `None` while nothing fails.
-    next: Option<Instant>,
+    next: Option<Time>,
 }
 
 impl Backoff {
     /// Notes a failure; returns the delay until the next try, and whether
     /// this is the first failure of a run of them (worth a log line; the
     /// rest are not).
-    pub fn failed(&mut self) -> (Duration, bool) {
+    pub fn failed(&mut self, now: Time) -> (Duration, bool) {
         // Failures while a retry is already waiting (several launches of
         // one dispatch failing alike) are one failure, not a run of them.
         if let Some(wait) = self
             .next
-            .and_then(|t| t.checked_duration_since(Instant::now()))
+            .and_then(|t| t.checked_sub(now))
             .filter(|w| !w.is_zero())
         {
             return (wait, false);
@@ -37,7 +42,7 @@ impl Backoff {
         } else {
             (self.delay * 2).min(LONGEST)
         };
-        self.next = Some(Instant::now() + self.delay);
+        self.next = Some(now + self.delay);
         (self.delay, first)
     }
 
@@ -48,12 +53,12 @@ impl Backoff {
     }
 
     /// A retry is waiting and its time has come.
-    pub fn due(&self) -> bool {
-        self.next.is_some_and(|t| t <= Instant::now())
+    pub fn due(&self, now: Time) -> bool {
+        self.next.is_some_and(|t| t <= now)
     }
 
     /// When the waiting retry is due.
-    pub fn next(&self) -> Option<Instant> {
+    pub fn next(&self) -> Option<Time> {
         self.next
     }
 }
@@ -68,8 +73,8 @@ pub struct Backoffs<K> {
 
 impl<K: std::hash::Hash + Eq> Backoffs<K> {
     /// Notes a failure of `key`; as [`Backoff::failed`].
-    pub fn failed(&mut self, key: K) -> (Duration, bool) {
-        self.each.entry(key).or_default().failed()
+    pub fn failed(&mut self, key: K, now: Time) -> (Duration, bool) {
+        self.each.entry(key).or_default().failed(now)
     }
 
     /// Notes a success of `key`: it is no longer retried.
@@ -82,21 +87,21 @@ impl<K: std::hash::Hash + Eq> Backoffs<K> {
     }
 
     /// Whether `key` waits for its retry (and must not be tried before).
-    pub fn waiting<Q>(&self, key: &Q) -> bool
+    pub fn waiting<Q>(&self, key: &Q, now: Time) -> bool
     where
         K: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ?Sized,
     {
-        self.each.get(key).is_some_and(|b| !b.due())
+        self.each.get(key).is_some_and(|b| !b.due(now))
     }
 
     /// Some retry's time has come.
-    pub fn due(&self) -> bool {
-        self.each.values().any(Backoff::due)
+    pub fn due(&self, now: Time) -> bool {
+        self.each.values().any(|b| b.due(now))
     }
 
     /// When the next retry is due.
-    pub fn next(&self) -> Option<Instant> {
+    pub fn next(&self) -> Option<Time> {
         self.each.values().filter_map(Backoff::next).min()
     }
 }
@@ -105,31 +110,36 @@ impl<K: std::hash::Hash + Eq> Backoffs<K> {
 mod tests {
     use super::*;
 
+    const T0: Time = Duration::from_secs(100);
+
     #[test]
     fn delays_double_up_to_a_ceiling_and_reset_on_success() {
         let mut b = Backoff::default();
-        assert!(!b.due() && b.next().is_none());
-        assert_eq!(b.failed(), (FIRST, true));
+        assert!(!b.due(T0) && b.next().is_none());
+        assert_eq!(b.failed(T0), (FIRST, true));
         // A second failure while the first one's retry waits: not counted.
-        let (wait, first) = b.failed();
-        assert!(wait <= FIRST && !first);
-        std::thread::sleep(FIRST);
-        assert!(b.due());
-        assert_eq!(b.failed(), (FIRST * 2, false));
+        assert_eq!(b.failed(T0 + FIRST / 2), (FIRST / 2, false));
+        assert!(!b.due(T0 + FIRST / 2));
+        assert!(b.due(T0 + FIRST));
+        assert_eq!(b.failed(T0 + FIRST), (FIRST * 2, false));
+        let mut now = T0 + FIRST * 3;
+        for _ in 0..10 {
+            now += b.failed(now).0;
+        }
+        assert_eq!(b.failed(now).0, LONGEST);
         assert!(b.succeeded());
         assert!(!b.succeeded());
-        assert_eq!(b.failed(), (FIRST, true));
+        assert_eq!(b.failed(now), (FIRST, true));
     }
 
     #[test]
     fn each_key_backs_off_alone() {
         let mut b = Backoffs::default();
-        assert_eq!(b.failed("a"), (FIRST, true));
-        assert!(b.waiting("a") && !b.waiting("b") && !b.due());
-        std::thread::sleep(FIRST);
-        assert!(b.due() && !b.waiting("a"));
-        assert_eq!(b.failed("a"), (FIRST * 2, false));
+        assert_eq!(b.failed("a", T0), (FIRST, true));
+        assert!(b.waiting("a", T0) && !b.waiting("b", T0) && !b.due(T0));
+        assert!(b.due(T0 + FIRST) && !b.waiting("a", T0 + FIRST));
+        assert_eq!(b.failed("a", T0 + FIRST), (FIRST * 2, false));
         b.succeeded("a");
-        assert!(!b.waiting("a") && b.next().is_none());
+        assert!(!b.waiting("a", T0) && b.next().is_none());
     }
 }

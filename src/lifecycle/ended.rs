@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::spool::{Spool, SpoolError, State, TaskName};
+use crate::spool::{State, TaskName};
 
 /// Ended tasks by number.
 #[derive(Debug, Default)]
@@ -15,17 +15,6 @@ pub struct Ended {
 }
 
 impl Ended {
-    /// What `done/` and `failed/` hold now (names only: nothing is read).
-    pub fn load(spool: &Spool) -> Result<Ended, SpoolError> {
-        let mut ended = Ended::default();
-        for state in [State::Done, State::Failed] {
-            for name in spool.list(state)?.tasks {
-                ended.insert(state, name);
-            }
-        }
-        Ok(ended)
-    }
-
     /// A task landed in `state`.
     pub fn insert(&mut self, state: State, name: TaskName) {
         self.tasks.insert(name.seq(), (state, name));

@@ -1,0 +1,278 @@
+//! The lifecycle's [`World`] on the real spool and real processes: each
+//! effect the state machine asks for ([`crate::lifecycle`]), carried out.
+//!
+//! Every record is written durably (temp file, fsync, rename, directory
+//! fsync) before the rename that makes it count, so a crash never leaves a
+//! torn record behind a step that was taken.
+
+use std::io;
+use std::path::Path;
+use std::sync::mpsc::Sender;
+
+use super::Msg;
+use super::environment::current_user;
+use super::intake::last_run;
+use crate::config::Config;
+use crate::estimate::Chain;
+use crate::gpu::GpuInfo;
+use crate::lifecycle::{Closing, Limits, NotStarted, Started, Stop, Task, World};
+use crate::procfs::ProcessId;
+use crate::spool::record::{
+    Launch, REASON, RECORD, TaskRecord, WORK, give_dir_to_owner, unix_now, write_json,
+    write_owner_copy, write_reason,
+};
+use crate::spool::{Spool, State, TASK_DIR_MODE, TaskName, make_dir, sync_dir};
+use crate::supervisor;
+
+/// What the daemon lends the lifecycle for one step: its spool, its
+/// configuration and what starting a job needs.
+pub(super) struct Hands<'a> {
+    pub spool: &'a Spool,
+    pub config: &'a Config,
+    pub gpus: &'a [GpuInfo],
+    /// Environment every job needs from the GPU backend.
+    pub backend_env: &'a [(String, String)],
+    /// Jobs run under MPS (where not on a MIG instance).
+    pub mps: bool,
+    pub job_cgroup: Option<&'a Path>,
+    /// The carma binary, started again as `carma supervise`.
+    pub exe: &'a Path,
+    pub tx: &'a Sender<Msg>,
+    pub chain: &'a Chain,
+    /// Tasks to take in again once the step is over.
+    pub take_in: Vec<(TaskName, State)>,
+}
+
+impl World for Hands<'_> {
+    fn write_record(&mut self, at: State, name: &TaskName, record: &TaskRecord) -> io::Result<()> {
+        write_json(&self.spool.task_dir(at, name).join(RECORD), record)
+    }
+
+    fn move_task(&mut self, name: &TaskName, from: State, to: State) -> io::Result<()> {
+        self.spool.move_task(name, from, to)
+    }
+
+    fn holds(&self, state: State, name: &TaskName) -> bool {
+        self.spool.is_task_dir(state, name)
+    }
+
+    fn write_ending(&mut self, at: State, name: &TaskName, record: &TaskRecord) -> io::Result<()> {
+        let dir = self.spool.task_dir(at, name);
+        if let Some(reason) = record.outcome.as_ref().and_then(|o| o.reason.as_ref()) {
+            write_reason(&dir, record.owner, reason)?;
+        }
+        write_owner_copy(&dir, record.owner, record)
+    }
+
+    fn load_record(&self, state: State, name: &TaskName) -> Result<TaskRecord, String> {
+        self.spool
+            .load_record(state, name)
+            .map_err(|e| e.to_string())
+    }
+
+    fn remove_reason(&mut self, state: State, name: &TaskName) -> io::Result<()> {
+        match std::fs::remove_file(self.spool.task_dir(state, name).join(REASON)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn array_elements(&self, job: u64) -> Vec<TaskName> {
+        super::array::elements(self.spool, job)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// The run directory and its `launch.json` are written, the task
+    /// directory is renamed into `running/` (the commit point), and the
+    /// supervisor is started.
+    fn start(
+        &mut self,
+        task: &Task,
+        gpus: &[usize],
+        limits: &Limits,
+        why: &str,
+    ) -> Result<Started, NotStarted> {
+        let from = task.state;
+        let moved = std::cell::Cell::new(false);
+        let failed = |what: &str, e: io::Error| NotStarted {
+            at: if moved.get() { State::Running } else { from },
+            reason: format!("{what}: {e}"),
+        };
+        let name = &task.name;
+        let from_dir = self.spool.task_dir(from, name);
+        // A run directory left by a launch that failed keeps its number.
+        let run = task.run.max(last_run(&from_dir)) + 1;
+        let run_name = format!("run-{run}");
+        let launch = self.launch(task, run, gpus, limits, why);
+        if task.record.workdir.is_none() {
+            make_work_dir(&from_dir.join(WORK), task.record.owner)
+                .map_err(|e| failed("cannot create the work directory", e))?;
+        }
+        let staged = from_dir.join(&run_name);
+        make_dir(&staged, TASK_DIR_MODE)
+            .map_err(|e| failed("cannot create the run directory", e))?;
+        write_json(&staged.join(supervisor::LAUNCH), &launch)
+            .map_err(|e| failed("cannot write launch.json", e))?;
+        write_json(&from_dir.join(RECORD), &task.record)
+            .map_err(|e| failed("cannot write task.json", e))?;
+        if from != State::Running {
+            self.spool
+                .move_task_unsynced(name, from, State::Running)
+                .map_err(|e| failed("cannot move to running/", e))?;
+            moved.set(true);
+        }
+        let run_dir = self.spool.task_dir(State::Running, name).join(&run_name);
+        let child = supervisor::start(self.exe, &run_dir)
+            .map_err(|e| failed("cannot start the supervisor", e))?;
+        let supervisor = ProcessId::of(child.id());
+        let tx = self.tx.clone();
+        let seq = name.seq();
+        let reaper = std::thread::Builder::new()
+            .name(format!("reap-{seq}"))
+            .spawn(move || {
+                let mut child = child;
+                let _ = child.wait();
+                let _ = tx.send(Msg::Reaped(seq, run));
+            });
+        if let Err(e) = &reaper {
+            // The run is polled like an adopted one instead.
+            log::warn!("{name}: no reaper thread ({e}); polling its run");
+        }
+        let synced = sync_dir(&self.spool.dir(State::Running))
+            .and_then(|()| sync_dir(&self.spool.dir(from)));
+        if let Err(e) = synced {
+            log::warn!("{name}: cannot sync the launch to disk: {e}");
+        }
+        Ok(Started {
+            run,
+            supervisor,
+            launched_at: launch.launched_at,
+            reported: reaper.is_ok(),
+        })
+    }
+
+    fn stop(&mut self, name: &TaskName, run: u32) -> Stop {
+        let run_dir = self
+            .spool
+            .task_dir(State::Running, name)
+            .join(format!("run-{run}"));
+        match supervisor::cancel(&run_dir) {
+            Ok(true) => Stop::Asked,
+            Ok(false) if supervisor::is_running(&run_dir) => Stop::NotYet,
+            Ok(false) => Stop::Over,
+            Err(e) => Stop::Failed(e.to_string()),
+        }
+    }
+
+    fn remember_peak(&mut self, name: &TaskName, record: &TaskRecord) {
+        let (Some(fingerprint), Some(peak)) = (&record.fingerprint, record.peak_mib) else {
+            return;
+        };
+        match self.chain.history().record(fingerprint, peak, record.run_s) {
+            Ok(r) => log::info!(
+                "{name}: history: peak {peak} MiB (largest of {} runs: {} MiB)",
+                r.runs,
+                r.max_peak_mib
+            ),
+            Err(e) => log::warn!("{name}: cannot record its peak in the history: {e}"),
+        }
+    }
+
+    fn notify(&mut self, closing: &Closing) {
+        super::notify::send(self.spool, self.config, self.exe, closing);
+    }
+
+    fn take_in(&mut self, name: &TaskName, state: State) {
+        self.take_in.push((name.clone(), state));
+    }
+}
+
+impl Hands<'_> {
+    /// What the supervisor of run `run` needs: the script as bash runs it,
+    /// the login environment of the job's user with carma's variables,
+    /// its limits.
+    fn launch(&self, task: &Task, run: u32, gpus: &[usize], limits: &Limits, why: &str) -> Launch {
+        let daemon = &self.config.daemon;
+        let mut carma_env = self.backend_env.to_vec();
+        // carma's one MPS control daemon serves whole GPUs; MPS on a MIG
+        // instance needs a control daemon of its own (NVIDIA's MIG guide),
+        // which carma does not run: a job on an instance runs without MPS.
+        let on_instance = gpus
+            .iter()
+            .any(|&g| self.gpus.get(g).is_some_and(|info| info.mig.is_some()));
+        if self.mps && !on_instance {
+            carma_env.extend(self.config.mps.job_env(gpus.len(), limits.limit_mib));
+        }
+        // Whole GPUs by NVML index, MIG instances by UUID (GpuInfo::device).
+        let devices: Vec<String> = gpus
+            .iter()
+            .map(|&g| {
+                self.gpus
+                    .get(g)
+                    .map_or_else(|| g.to_string(), |info| info.device.clone())
+            })
+            .collect();
+        let name = &task.name;
+        let indices: Vec<String> = gpus.iter().map(ToString::to_string).collect();
+        let user = task.run_as.clone().unwrap_or_else(current_user);
+        let mut env = super::environment::login_env(&user, &daemon.job_path);
+        env.extend(carma_env);
+        env.extend([
+            ("CUDA_VISIBLE_DEVICES".to_string(), devices.join(",")),
+            ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
+            ("CARMA_TASK_ID".to_string(), name.to_string()),
+            ("CARMA_RUN".to_string(), run.to_string()),
+            ("CARMA_GPUS".to_string(), indices.join(",")),
+        ]);
+        if let Some(a) = task.record.array {
+            env.extend([
+                ("CARMA_ARRAY_JOB_ID".to_string(), a.job.to_string()),
+                ("CARMA_ARRAY_INDEX".to_string(), a.index.to_string()),
+            ]);
+        }
+        // Refused at intake when over the maximum; a maximum lowered since
+        // does not stop a job that was accepted.
+        let host = self
+            .config
+            .queue
+            .host_limits(task.spec.host)
+            .unwrap_or(task.spec.host);
+        let running_dir = self.spool.task_dir(State::Running, name);
+        Launch {
+            task: name.to_string(),
+            run,
+            gpus: gpus.to_vec(),
+            limit_mib: limits.limit_mib,
+            why: why.to_string(),
+            launched_at: unix_now(),
+            script: crate::job_script::build(
+                &task.spec.script,
+                &crate::job_script::conda::Search::new(&daemon.conda, &user.home),
+            ),
+            workdir: task
+                .record
+                .workdir
+                .clone()
+                .unwrap_or_else(|| running_dir.join(WORK)),
+            run_as: task.run_as.clone(),
+            env,
+            grace_s: daemon.cancel_grace_s.get(),
+            time_limit_s: limits.time_limit.map(|t| t.as_secs_f64()),
+            time_limit_grace_s: daemon.time_limit_grace_s.get(),
+            cgroup: self.job_cgroup.map(Path::to_path_buf),
+            cpus: host.cpus,
+            host_memory_mib: host.memory_mib,
+        }
+    }
+}
+
+/// The work directory of a job dropped as a bare file: its user's, private.
+fn make_work_dir(path: &Path, owner: Option<u32>) -> io::Result<()> {
+    match make_dir(path, 0o700) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    give_dir_to_owner(path, owner)
+}

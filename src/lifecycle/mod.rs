@@ -1,0 +1,560 @@
+//! The life of a task in the daemon's hands, from the moment it is taken
+//! in until its directory lands in `done/` or `failed/`: admission,
+//! launches and their failures, how each run ended, OOM recovery,
+//! requeues, users' requests, and closings retried until the disk lets
+//! them through.
+//!
+//! # Theory of operation
+//!
+//! This is the daemon's state machine, apart from its shell. It holds the
+//! scheduling core ([`Scheduler`]), the tasks it is responsible for, and
+//! the ended tasks on their way out; it decides, and the world carries out.
+//! Every input comes with the time ([`Moment`]): nothing here reads a clock.
+//! Everything it does to the world goes through [`World`], a handful of
+//! effects (write a record, move a directory, start or stop a run, record
+//! a peak, notify), each answering whether it worked. The daemon's
+//! executor ([`crate::daemon`]) implements the world on the spool and real
+//! processes; the tests here implement it in memory and tell stories: a
+//! task taken in, placed, launched, crashed of OOM, recovered, done; a
+//! cancel while starting; a full disk at each step; a restart.
+//!
+//! What failed for a reason that may pass is retried on a [`Backoff`]
+//! schedule and never costs a task: a launch that could not start puts the
+//! task back at the head of its queue; an ended task whose move failed
+//! stays here ([`Closing`]) until the move succeeds. What cannot be done
+//! is refused in words ([`Answer::Refused`]), and a task that cannot run
+//! goes to `failed/` with its reason.
+
+mod backoff;
+mod closing;
+mod ended;
+mod requests;
+mod tasks;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::Duration;
+
+pub use backoff::{Backoff, Backoffs};
+pub use ended::{Ended, seq_of};
+pub use requests::{Answer, Junk, Verdicts};
+pub use tasks::{Holding, Tasks};
+
+use crate::estimate::Fingerprint;
+use crate::procfs::ProcessId;
+use crate::rad::TaskSpec;
+use crate::sched::{Action, Demand, Event, Exit, Scheduler, TaskId, Time};
+use crate::spool::record::{Outcome, RunAs, TaskRecord};
+use crate::spool::{State, TaskName};
+
+/// A task the daemon is responsible for: waiting or running.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub name: TaskName,
+    /// Where its directory is now: pending, recovery or running.
+    pub state: State,
+    pub spec: TaskSpec,
+    pub record: TaskRecord,
+    pub demand: Demand,
+    /// Who the job runs as, when the daemon is root.
+    pub run_as: Option<RunAs>,
+    /// Owner's name, for logs and status.
+    pub user: String,
+    /// The current (or last) run's number; 0 before the first.
+    pub run: u32,
+    /// GPUs of the current run.
+    pub gpus: Vec<usize>,
+    /// The current run's supervisor, once known.
+    pub supervisor: Option<ProcessId>,
+    /// Started by an earlier daemon (or without a reaper): nobody reports
+    /// its end, so its run directory is polled for it.
+    pub adopted: bool,
+    /// When the current run was launched (Unix seconds).
+    pub since: f64,
+    /// The current run's wall-time limit, seconds, as launched.
+    pub time_limit_s: Option<f64>,
+    /// Most memory seen on one GPU during the current run, MiB.
+    pub peak_mib: u64,
+    /// How long the last run that ended ran, seconds, when it succeeded.
+    pub run_s: Option<f64>,
+    /// The job's identity in the estimators' history.
+    pub fingerprint: Fingerprint,
+    /// Bytes of its job files in the spool.
+    pub bytes: u64,
+}
+
+impl Task {
+    /// `JOB_INDEX` (Slurm's spelling) for an element of an array job.
+    pub fn array_label(&self) -> Option<String> {
+        self.record.array.map(|a| format!("{}_{}", a.job, a.index))
+    }
+}
+
+/// A task that ended (the core is done with it, or never knew it) whose
+/// directory has not reached `done/` or `failed/` yet. A move that fails
+/// (a full disk, an I/O error) is retried on `retry`'s schedule: the task
+/// is never dropped from the daemon's hands.
+#[derive(Debug, Clone)]
+pub struct Closing {
+    pub name: TaskName,
+    /// Its record, outcome included, to write before the move.
+    pub record: TaskRecord,
+    /// Where its directory is: known, never looked up by name (a user may
+    /// put anything under a task's name in `pending/`).
+    pub from: State,
+    pub to: State,
+    /// The latest run, whose peak goes to history on success.
+    pub run: u32,
+    pub retry: Backoff,
+    /// The job file's own `notify:` command, if any.
+    pub notify: Option<String>,
+    /// Who the notification runs as.
+    pub run_as: Option<RunAs>,
+}
+
+/// When an input happens: the core's clock, and the wall clock for what
+/// is written down for people.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Moment {
+    pub at: Time,
+    /// Unix seconds.
+    pub unix: f64,
+}
+
+/// What a placement grants a run besides its GPUs (see
+/// [`crate::sched::Action::Launch`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Memory per GPU, when the run got a share of its GPUs.
+    pub limit_mib: Option<u64>,
+    /// Wall time, when the run has a limit.
+    pub time_limit: Option<Duration>,
+}
+
+/// A run the world started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    pub run: u32,
+    pub supervisor: Option<ProcessId>,
+    /// Unix seconds, as written in its `launch.json`.
+    pub launched_at: f64,
+    /// Its end is reported ([`Lifecycle::run_ended`]) without being
+    /// looked for; false when it must be polled.
+    pub reported: bool,
+}
+
+/// A launch that did not start the job, for a reason that may pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotStarted {
+    /// Where the task's directory is now.
+    pub at: State,
+    pub reason: String,
+}
+
+/// What asking a run's supervisor to stop its job came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stop {
+    /// Asked; its end follows.
+    Asked,
+    /// Its supervisor has not said who it is yet: ask again soon.
+    NotYet,
+    /// The run already ended.
+    Over,
+    /// It cannot be asked; why.
+    Failed(String),
+}
+
+/// How a run ended, as the world read it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    /// The job ran and ended so.
+    Exited {
+        exit: Exit,
+        /// Its supervisor's measure of its peak, MiB.
+        peak_mib: Option<u64>,
+        /// How long it ran, seconds.
+        run_s: Option<f64>,
+    },
+    /// The job never started, for a reason that may pass.
+    NotStarted(String),
+}
+
+/// The effects the lifecycle asks of the world. Each is one step in the
+/// spool or among processes that either happened or did not.
+pub trait World {
+    /// Writes a task's record in its directory at `at`, atomically.
+    fn write_record(&mut self, at: State, name: &TaskName, record: &TaskRecord) -> io::Result<()>;
+    /// Moves a task's directory (one rename, made durable).
+    fn move_task(&mut self, name: &TaskName, from: State, to: State) -> io::Result<()>;
+    /// Whether carma's own directory of the task is in `state`.
+    fn holds(&self, state: State, name: &TaskName) -> bool;
+    /// Writes, beside the record of an ended task at `at`, what its owner
+    /// reads: the reason it failed and the owner's copy of the record.
+    fn write_ending(&mut self, at: State, name: &TaskName, record: &TaskRecord) -> io::Result<()>;
+    /// An ended task's record, read back from its directory.
+    fn load_record(&self, state: State, name: &TaskName) -> Result<TaskRecord, String>;
+    /// Removes an ended task's reason file (it is being requeued).
+    fn remove_reason(&mut self, state: State, name: &TaskName) -> io::Result<()>;
+    /// The tasks of array job `job` that exist anywhere in the spool.
+    fn array_elements(&self, job: u64) -> Vec<TaskName>;
+    /// Starts the next run of `task` on `gpus`; the task's directory is
+    /// in `running/` when it did.
+    fn start(
+        &mut self,
+        task: &Task,
+        gpus: &[usize],
+        limits: &Limits,
+        why: &str,
+    ) -> Result<Started, NotStarted>;
+    /// Asks the supervisor of `name`'s run `run` to stop its job.
+    fn stop(&mut self, name: &TaskName, run: u32) -> Stop;
+    /// Records a successful run's peak in the estimators' history.
+    fn remember_peak(&mut self, name: &TaskName, record: &TaskRecord);
+    /// Runs the notification of a task that landed in `closing.to`.
+    fn notify(&mut self, closing: &Closing);
+    /// Takes in (reads, estimates, queues) a task whose directory is back
+    /// in `state`, as if it had just been submitted.
+    fn take_in(&mut self, name: &TaskName, state: State);
+}
+
+/// The daemon's tasks and what it decided about them.
+pub struct Lifecycle {
+    /// The scheduling core: placement, queues, retries.
+    pub core: Scheduler,
+    /// Waiting and running tasks.
+    pub tasks: Tasks,
+    /// Ended tasks on their way to `done/` or `failed/`.
+    pub closing: BTreeMap<u64, Closing>,
+    /// Tasks in `done/` and `failed/`.
+    pub ended: Ended,
+    /// What became of users' recent requests, for the status file.
+    pub verdicts: Verdicts,
+    /// Requests that named no task, per user.
+    pub junk: Junk,
+    /// Core events produced while handling inputs, fed at the next step.
+    events: Vec<Event>,
+    /// Launches that could not start: the core pauses dispatch for the
+    /// delay this gives.
+    launch_retry: Backoff,
+    /// The daemon's own user, who (with root) may act on every task.
+    me: u32,
+}
+
+impl Lifecycle {
+    /// A lifecycle around `core`, for a daemon running as user `me`.
+    pub fn new(core: Scheduler, me: u32) -> Lifecycle {
+        Lifecycle {
+            core,
+            tasks: Tasks::default(),
+            closing: BTreeMap::new(),
+            ended: Ended::default(),
+            verdicts: Verdicts::default(),
+            junk: Junk::default(),
+            events: Vec::new(),
+            launch_retry: Backoff::default(),
+            me,
+        }
+    }
+
+    /// Whether `uid` may act on every task: root and the daemon's own user.
+    pub fn privileged(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.me
+    }
+
+    /// Hands the core an event at the next step.
+    pub fn push(&mut self, event: Event) {
+        self.events.push(event);
+    }
+
+    /// When the next closing is due for a retry.
+    pub fn next_retry(&self) -> Option<Time> {
+        self.closing.values().filter_map(|c| c.retry.next()).min()
+    }
+
+    /// A task read from its directory joins the queue it belongs to (a
+    /// task that crashed before waits in the recovery queue, wherever a
+    /// crash left its directory). True when it is an array's first element
+    /// whose others are still to be made.
+    pub fn admit(&mut self, task: Task) -> bool {
+        let name = task.name.clone();
+        let event = if task.state == State::Recovery || task.record.crashes > 0 {
+            Event::Recovering {
+                task: name.id(),
+                demand: task.demand.clone(),
+                crashes: task.record.crashes.max(1),
+            }
+        } else {
+            Event::Queued {
+                task: name.id(),
+                demand: task.demand.clone(),
+            }
+        };
+        let held = task.record.held;
+        log::info!(
+            "{name}: queued in {} ({} GPU(s), {} each, priority {}{})",
+            task.state,
+            task.demand.gpus,
+            task.demand.need,
+            task.demand.priority,
+            if held { ", held" } else { "" }
+        );
+        let first_of_array = task
+            .record
+            .array
+            .is_some_and(|a| a.job == name.seq() && !a.expanded);
+        self.tasks.insert(name.seq(), task);
+        self.events.push(event);
+        if held {
+            self.events.push(Event::Hold {
+                task: name.id(),
+                held,
+            });
+        }
+        first_of_array
+    }
+
+    /// A task found running by a starting daemon: the core learns where.
+    pub fn adopt_running(&mut self, task: Task) {
+        self.events.push(Event::Running {
+            task: task.name.id(),
+            demand: task.demand.clone(),
+            gpus: task.gpus.clone(),
+            crashes: task.record.crashes,
+        });
+        self.tasks.insert(task.name.seq(), task);
+    }
+
+    /// A task that never reached the core goes to `failed/` with `reason`;
+    /// tasks that depend on it learn it failed. Its directory is at `at`,
+    /// and its last run (if any) was `run`.
+    pub fn refuse(
+        &mut self,
+        now: Moment,
+        (name, at, run): (&TaskName, State, u32),
+        mut record: TaskRecord,
+        reason: &str,
+        world: &mut impl World,
+    ) {
+        log::error!("{name}: refused: {reason}");
+        record.outcome = Some(Outcome::failed_at(reason, now.unix));
+        self.tasks.remove(&name.seq());
+        self.events.push(Event::Ended {
+            task: name.id(),
+            succeeded: false,
+        });
+        self.close(
+            now,
+            Closing {
+                name: name.clone(),
+                record,
+                from: at,
+                to: State::Failed,
+                run,
+                retry: Backoff::default(),
+                notify: None,
+                run_as: None,
+            },
+            world,
+        );
+    }
+
+    /// A waiting task whose directory left `pending/` without the daemon
+    /// moving it (its owner took it back): the core forgets it.
+    pub fn forget(&mut self, name: &TaskName) {
+        let waiting = self
+            .tasks
+            .get(&name.seq())
+            .is_some_and(|t| t.state == State::Pending);
+        if waiting {
+            log::warn!("{name}: removed from pending/ by someone else; forgotten");
+            self.tasks.remove(&name.seq());
+            self.events.push(Event::Cancel { task: name.id() });
+        }
+    }
+
+    /// Feeds the gathered events (and `more`) to the core and carries out
+    /// its actions, until no action produces further events.
+    pub fn step(&mut self, now: Moment, more: Vec<Event>, world: &mut impl World) {
+        self.events.extend(more);
+        loop {
+            let events = std::mem::take(&mut self.events);
+            for action in self.core.step_all(now.at, events) {
+                self.act(now, action, world);
+            }
+            if self.events.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn act(&mut self, now: Moment, action: Action, world: &mut impl World) {
+        match action {
+            Action::Launch {
+                task,
+                gpus,
+                limit_mib,
+                time_limit,
+                why,
+            } => {
+                let limits = Limits {
+                    limit_mib,
+                    time_limit,
+                };
+                self.launch(now, task, &gpus, &limits, &why, world)
+            }
+            Action::Complete { task } => self.finish(now, task, State::Done, None, world),
+            Action::Recover { task, crashes, why } => {
+                self.recover(task, crashes, &why, world);
+            }
+            Action::Fail { task, reason } => {
+                self.finish(now, task, State::Failed, Some(reason.to_string()), world)
+            }
+        }
+    }
+
+    /// Starts a run. A launch that fails never started the job, so the
+    /// task waits and is launched again.
+    fn launch(
+        &mut self,
+        now: Moment,
+        id: TaskId,
+        gpus: &[usize],
+        limits: &Limits,
+        why: &str,
+        world: &mut impl World,
+    ) {
+        let Some(task) = self.tasks.get_mut(&id.0) else {
+            return;
+        };
+        task.record.gpus = gpus.to_vec();
+        match world.start(task, gpus, limits, why) {
+            Ok(started) => {
+                task.state = State::Running;
+                task.run = started.run;
+                task.gpus = gpus.to_vec();
+                task.since = started.launched_at;
+                task.time_limit_s = limits.time_limit.map(|t| t.as_secs_f64());
+                task.peak_mib = 0;
+                task.supervisor = started.supervisor;
+                task.adopted = !started.reported;
+                let estimate = task.record.estimate.as_ref().map_or_else(
+                    || "none".to_string(),
+                    |e| format!("{} from {}", e.need, e.source),
+                );
+                let time = limits.time_limit.map_or_else(String::new, |t| {
+                    format!("; time limit {}", crate::wall_time::format(t))
+                });
+                let indices: Vec<String> = gpus.iter().map(ToString::to_string).collect();
+                log::info!(
+                    "{}: run {} on GPU {} as {}: {why}; estimate {estimate}{time}",
+                    task.name,
+                    started.run,
+                    indices.join(","),
+                    task.user
+                );
+                if self.launch_retry.succeeded() {
+                    log::info!("launches work again");
+                }
+            }
+            Err(NotStarted { at, reason }) => {
+                task.state = at;
+                self.unlaunch(now, id.0, &reason, world);
+            }
+        }
+    }
+
+    /// A launched task whose job did not start, for a reason that may
+    /// pass: back to the head of its queue (its directory back where it
+    /// waited), and launches pause for a backoff.
+    fn unlaunch(&mut self, now: Moment, seq: u64, reason: &str, world: &mut impl World) {
+        let (delay, first) = self.launch_retry.failed(now.at);
+        let Some(task) = self.tasks.get_mut(&seq) else {
+            return;
+        };
+        let name = task.name.clone();
+        if first {
+            log::warn!(
+                "{name}: could not start: {reason}; it waits, launches retried in {delay:.1?}"
+            );
+        } else {
+            log::info!("{name}: could not start: {reason}; retried in {delay:.1?}");
+        }
+        task.supervisor = None;
+        task.adopted = false;
+        if task.state == State::Running {
+            let back = match task.record.crashes {
+                0 => State::Pending,
+                _ => State::Recovery,
+            };
+            // Best effort: a launch works from any directory of the task.
+            match world.move_task(&name, State::Running, back) {
+                Ok(()) => task.state = back,
+                Err(e) => log::debug!("{name}: stays in running/ until relaunched: {e}"),
+            }
+        }
+        self.events.push(Event::NotStarted {
+            task: TaskId(seq),
+            retry_at: now.at + delay,
+        });
+    }
+
+    /// Whether `run` is task `seq`'s current run, still running.
+    pub fn is_current(&self, seq: u64, run: u32) -> bool {
+        self.tasks
+            .get(&seq)
+            .is_some_and(|t| t.state == State::Running && t.run == run)
+    }
+
+    /// Task `seq`'s current run ended: the core hears how at the next step.
+    pub fn run_ended(&mut self, now: Moment, seq: u64, end: RunEnd, world: &mut impl World) {
+        let Some(task) = self.tasks.get_mut(&seq) else {
+            return;
+        };
+        task.adopted = false;
+        task.supervisor = None;
+        match end {
+            RunEnd::NotStarted(reason) => self.unlaunch(now, seq, &reason, world),
+            RunEnd::Exited {
+                exit,
+                peak_mib,
+                run_s,
+            } => {
+                task.peak_mib = task.peak_mib.max(peak_mib.unwrap_or(0));
+                task.run_s = run_s.filter(|s| *s >= 0.0);
+                self.events.push(Event::Exited {
+                    task: TaskId(seq),
+                    exit,
+                });
+            }
+        }
+    }
+
+    /// An OOM crash: the task waits in `recovery/` to run again. A move
+    /// that fails leaves the directory in `running/`, from where the next
+    /// launch starts it just as well.
+    fn recover(&mut self, id: TaskId, crashes: u32, why: &str, world: &mut impl World) {
+        let Some(task) = self.tasks.get_mut(&id.0) else {
+            return;
+        };
+        task.record.crashes = crashes;
+        let name = task.name.clone();
+        // Moved first, counted second: a crash in between leaves the task in
+        // recovery/ with one crash too few (one more re-run allowed), never
+        // one crash counted twice.
+        let moved = world
+            .move_task(&name, State::Running, State::Recovery)
+            .and_then(|()| {
+                task.state = State::Recovery;
+                world.write_record(State::Recovery, &name, &task.record)
+            });
+        match moved {
+            Ok(()) => log::warn!("{name}: to recovery/ after OOM crash {crashes}; {why}"),
+            Err(e) => log::warn!(
+                "{name}: OOM crash {crashes}; {why}; its directory stays in {}/ for now: {e}",
+                task.state
+            ),
+        }
+    }
+}

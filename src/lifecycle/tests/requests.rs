@@ -1,0 +1,309 @@
+//! Users' requests: who may do what, what each does, and what a request
+//! that cannot act yet or at all comes to.
+
+use super::*;
+use crate::spool::status::Verdict;
+
+/// A story with alice's task 1 held (waiting, never launched) and bob's
+/// task 2 running.
+fn alice_waits_bob_runs() -> (Story, TaskName, TaskName) {
+    let mut story = Story::new();
+    let mut t = task(1, "a", ALICE, 4);
+    t.record.held = true;
+    let a = story.submit(t);
+    let b = story.submit(task(2, "b", BOB, 4));
+    assert!(story.running(&b));
+    (story, a, b)
+}
+
+fn refused(answer: &Answer, says: &str) -> bool {
+    matches!(answer, Answer::Refused(why) if why.contains(says))
+}
+
+#[test]
+fn cancelling_a_running_task_asks_its_supervisor_and_its_end_fails_it_as_cancelled() {
+    let (mut story, _, b) = alice_waits_bob_runs();
+    let answer = story.asks(BOB, "000002-b");
+    assert_eq!(
+        answer,
+        Answer::Done("000002-b: cancelling: its job was asked to stop".into())
+    );
+    assert!(story.world.did().contains(&Did::Stopped(b.to_string(), 1)));
+    story.later(1.0).exits(&b, Exit::Cancelled, 1);
+    assert_eq!(story.state(&b), Some(State::Failed));
+    assert!(story.outcome(&b).unwrap().1.unwrap().contains("cancel"));
+}
+
+#[test]
+fn a_cancel_before_the_supervisor_said_who_it_is_waits_and_then_acts() {
+    let (mut story, _, _) = alice_waits_bob_runs();
+    story.world.stop = Some(Stop::NotYet);
+    assert_eq!(story.asks(BOB, "2"), Answer::Wait);
+    story.world.stop = None;
+    assert!(matches!(story.asks(BOB, "2"), Answer::Done(_)));
+}
+
+#[test]
+fn a_cancel_that_cannot_signal_is_refused_saying_why_and_one_too_late_says_so() {
+    let (mut story, _, _) = alice_waits_bob_runs();
+    story.world.stop = Some(Stop::Failed("Operation not permitted".into()));
+    assert!(refused(
+        &story.asks(BOB, "2"),
+        "cannot signal 000002-b's supervisor"
+    ));
+    story.world.stop = Some(Stop::Over);
+    assert_eq!(
+        story.asks(BOB, "2"),
+        Answer::Done("000002-b: its run already ended".into())
+    );
+}
+
+#[test]
+fn nobody_acts_on_another_users_task_but_root_and_the_daemons_user_may() {
+    let (mut story, _, b) = alice_waits_bob_runs();
+    let answer = story.asks(ALICE, "000002-b");
+    assert!(refused(
+        &answer,
+        "belongs to uid 1002; only its owner or root may cancel"
+    ));
+    assert!(!story.world.did().contains(&Did::Stopped(b.to_string(), 1)));
+    assert!(matches!(story.asks(0, "hold.000001-a"), Answer::Done(_)));
+    assert!(matches!(
+        story.asks(DAEMON, "release.000001-a"),
+        Answer::Done(_)
+    ));
+}
+
+#[test]
+fn a_hold_is_written_down_before_the_core_hears_of_it_and_a_release_launches() {
+    let (mut story, a, _) = alice_waits_bob_runs();
+    assert!(story.record(&a).held);
+    assert_eq!(
+        story.asks(ALICE, "hold.000001-a"),
+        Answer::Done("000001-a: held already".into())
+    );
+    assert_eq!(
+        story.asks(ALICE, "release.000001-a"),
+        Answer::Done("000001-a: released".into())
+    );
+    assert!(!story.record(&a).held);
+    assert!(story.running(&a));
+}
+
+#[test]
+fn a_hold_the_disk_refuses_is_refused_and_changes_nothing() {
+    let mut story = Story::new();
+    let blocker = story.submit(task(1, "a", ALICE, 30));
+    let b = story.submit(task(2, "b", ALICE, 30));
+    let c = story.submit(task(3, "c", ALICE, 30));
+    assert!(story.running(&blocker) && story.running(&b) && !story.running(&c));
+    story.world.disk_full = true;
+    assert!(refused(
+        &story.asks(ALICE, "hold.000003-c"),
+        "cannot write 000003-c's record"
+    ));
+    assert!(!story.life.tasks.get(&3).unwrap().record.held);
+    story.world.disk_full = false;
+    story.later(1.0).exits(&b, Exit::Success, 1);
+    assert!(story.running(&c), "not held: it runs once there is room");
+}
+
+#[test]
+fn a_running_task_is_not_held() {
+    let (mut story, _, _) = alice_waits_bob_runs();
+    assert!(refused(
+        &story.asks(BOB, "hold.000002-b"),
+        "runs already (carma cancel stops it)"
+    ));
+}
+
+#[test]
+fn users_lower_their_priority_root_raises_it_and_the_record_keeps_it() {
+    let (mut story, a, _) = alice_waits_bob_runs();
+    assert!(refused(
+        &story.asks(ALICE, "priority.5.000001-a"),
+        "from -1000 to 0"
+    ));
+    assert_eq!(
+        story.asks(ALICE, "priority.-3.000001-a"),
+        Answer::Done("000001-a: priority 0 -> -3".into())
+    );
+    assert_eq!(story.record(&a).priority, Some(-3));
+    assert_eq!(
+        story.asks(0, "priority.5.000001-a"),
+        Answer::Done("000001-a: priority -3 -> 5".into())
+    );
+    assert_eq!(story.life.tasks.get(&1).unwrap().demand.priority, 5);
+}
+
+#[test]
+fn a_requeued_running_task_is_stopped_then_waits_again_as_if_just_submitted() {
+    let (mut story, _, b) = alice_waits_bob_runs();
+    assert_eq!(
+        story.asks(BOB, "requeue.000002-b"),
+        Answer::Done("000002-b: its job is being stopped; then it waits again".into())
+    );
+    assert!(story.record(&b).requeue, "recorded before the stop");
+    story.later(1.0).exits(&b, Exit::Cancelled, 1);
+    assert_eq!(story.state(&b), Some(State::Pending));
+    let record = story.record(&b);
+    assert!(!record.requeue && record.outcome.is_none() && record.gpus.is_empty());
+    assert!(
+        story
+            .world
+            .did()
+            .contains(&Did::TookIn(b.to_string(), State::Pending))
+    );
+}
+
+#[test]
+fn a_waiting_task_is_not_requeued() {
+    let (mut story, _, _) = alice_waits_bob_runs();
+    assert!(refused(
+        &story.asks(ALICE, "requeue.000001-a"),
+        "waits in the queue already"
+    ));
+}
+
+#[test]
+fn an_ended_task_is_requeued_by_its_owner_only_its_reason_gone() {
+    let (mut story, _, b) = alice_waits_bob_runs();
+    story
+        .later(1.0)
+        .exits(&b, Exit::Failed("exit status 1".into()), 1);
+    assert!(story.world.reasons.contains_key(b.as_str()));
+    assert!(refused(&story.asks(ALICE, "requeue.2"), "is not yours"));
+    assert_eq!(
+        story.asks(BOB, "requeue.2"),
+        Answer::Done("000002-b: requeued from failed/; it waits in pending/".into())
+    );
+    assert_eq!(story.state(&b), Some(State::Pending));
+    assert!(!story.world.reasons.contains_key(b.as_str()));
+    assert_eq!(story.life.ended.get(2), None);
+    assert!(
+        story
+            .world
+            .did()
+            .contains(&Did::TookIn(b.to_string(), State::Pending))
+    );
+}
+
+#[test]
+fn a_request_for_a_task_on_its_way_out_is_refused_but_a_requeue_waits_for_it() {
+    let (mut story, _, b) = alice_waits_bob_runs();
+    story.world.disk_full = true;
+    story.later(1.0).exits(&b, Exit::Success, 1);
+    assert!(story.life.closing.contains_key(&2));
+    assert!(refused(&story.asks(BOB, "hold.2"), "already ended"));
+    assert_eq!(story.asks(BOB, "requeue.2"), Answer::Wait);
+}
+
+#[test]
+fn a_request_for_an_ended_task_says_where_it_ended() {
+    let (mut story, _, b) = alice_waits_bob_runs();
+    story.later(1.0).exits(&b, Exit::Success, 1);
+    assert!(refused(
+        &story.asks(BOB, "000002-b"),
+        "000002-b already ended (it is in done/)"
+    ));
+}
+
+#[test]
+fn a_request_for_a_task_submitted_in_the_same_instant_waits_for_it() {
+    let mut story = Story::new();
+    story.world.dirs.insert("000007-new".into(), State::Pending);
+    assert_eq!(story.asks(ALICE, "000007-new"), Answer::Wait);
+}
+
+#[test]
+fn requests_naming_no_task_are_counted_and_a_flood_is_refused_for_a_minute() {
+    let mut story = Story::new();
+    assert!(refused(
+        &story.asks(ALICE, "000099-nothing"),
+        "no task 000099-nothing"
+    ));
+    for _ in 1..crate::lifecycle::requests::JUNK_PER_MINUTE {
+        story.asks(ALICE, "junk");
+    }
+    assert!(story.life.junk.refuses(ALICE, story.now.at));
+    assert!(!story.life.junk.refuses(BOB, story.now.at));
+    story.later(61.0);
+    assert!(!story.life.junk.refuses(ALICE, story.now.at));
+}
+
+#[test]
+fn a_request_names_a_task_by_number_or_full_name_but_not_by_a_near_miss() {
+    let (mut story, _, _) = alice_waits_bob_runs();
+    assert!(matches!(story.asks(ALICE, "release.1"), Answer::Done(_)));
+    assert!(refused(&story.asks(ALICE, "hold.000001-x"), "no task"));
+}
+
+#[test]
+fn cancelling_an_array_cancels_the_requesters_elements_and_waits_while_it_is_made() {
+    let mut story = Story::new();
+    let member = |index| crate::spool::record::ArrayMember {
+        job: 1,
+        index,
+        at_once: None,
+        expanded: true,
+    };
+    let mut names = Vec::new();
+    for (seq, owner) in [(1, ALICE), (2, ALICE), (3, ALICE)] {
+        let mut t = task(seq, "arr", owner, 4);
+        t.record.array = Some(member(seq as u32));
+        t.record.held = true;
+        names.push(story.submit(t));
+    }
+    story.world.arrays.insert(1, names.clone());
+    // An element still being made: not yet.
+    story.world.dirs.insert("000004-arr".into(), State::Pending);
+    story
+        .world
+        .arrays
+        .get_mut(&1)
+        .unwrap()
+        .push(TaskName::new(4, "arr"));
+    assert_eq!(story.asks(ALICE, "cancel-array.000002-arr"), Answer::Wait);
+    story.world.arrays.get_mut(&1).unwrap().pop();
+    assert!(refused(
+        &story.asks(BOB, "cancel-array.000002-arr"),
+        "belongs to uid 1001"
+    ));
+    assert_eq!(
+        story.asks(ALICE, "cancel-array.000002-arr"),
+        Answer::Done("array 1: 3 unfinished tasks cancelled".into())
+    );
+    for name in &names {
+        assert_eq!(story.state(name), Some(State::Failed));
+    }
+}
+
+#[test]
+fn cancel_array_on_a_task_of_no_array_is_refused() {
+    let (mut story, _, _) = alice_waits_bob_runs();
+    assert!(refused(
+        &story.asks(ALICE, "cancel-array.1"),
+        "not an element of an array"
+    ));
+}
+
+#[test]
+fn verdicts_keep_the_last_minute_and_a_few_per_user() {
+    let mut verdicts = Verdicts::default();
+    let verdict = |uid, at| Verdict {
+        request: "hold.1".into(),
+        uid,
+        at,
+        refused: false,
+        said: "held".into(),
+    };
+    for i in 0..40 {
+        verdicts.add(verdict(ALICE, 100.0 + f64::from(i) * 0.1));
+    }
+    verdicts.add(verdict(BOB, 104.0));
+    let recent = verdicts.recent();
+    assert_eq!(recent.iter().filter(|v| v.uid == ALICE).count(), 32);
+    assert_eq!(recent.last().unwrap().uid, BOB);
+    verdicts.add(verdict(BOB, 170.0));
+    assert_eq!(verdicts.recent().len(), 1, "older than a minute: gone");
+}

@@ -1,0 +1,254 @@
+//! Runs: intake → place → launch → end, OOM recovery, failures, launches
+//! that could not start.
+
+use super::*;
+
+#[test]
+fn a_task_taken_in_runs_on_a_gpu_and_lands_in_done_with_its_peak_remembered() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    assert_eq!(story.world.started(), [("000001-a".into(), 1, vec![0])]);
+    assert_eq!(story.state(&a), Some(State::Running));
+    assert_eq!(story.record(&a).gpus, [0]);
+    story.later(60.0).exits(&a, Exit::Success, 3);
+    assert_eq!(story.state(&a), Some(State::Done));
+    assert_eq!(story.outcome(&a), Some(("done".into(), None)));
+    assert_eq!(story.record(&a).peak_mib, Some(3 * GIB));
+    assert_eq!(story.record(&a).run_s, Some(60.0));
+    assert!(
+        story
+            .world
+            .did()
+            .contains(&Did::Remembered(a.to_string(), 3 * GIB))
+    );
+    assert!(story.life.tasks.is_empty() && story.life.closing.is_empty());
+    assert_eq!(story.life.ended.get(1), Some(State::Done));
+}
+
+#[test]
+fn two_small_tasks_share_the_first_gpu_that_fits() {
+    let mut story = Story::new();
+    story.submit(task(1, "a", ALICE, 4));
+    story.submit(task(2, "b", BOB, 4));
+    let gpus: Vec<Vec<usize>> = story.world.started().into_iter().map(|s| s.2).collect();
+    assert_eq!(gpus, [vec![0], vec![0]]);
+}
+
+#[test]
+fn an_oom_crash_waits_in_recovery_and_runs_again_as_run_2() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    story.later(5.0).exits(&a, Exit::Oom, 4);
+    // Moved first, counted second; then re-run at once (GPU 0 is idle).
+    assert!(story.world.did().contains(&Did::Moved(
+        a.to_string(),
+        State::Running,
+        State::Recovery
+    )));
+    assert_eq!(story.record(&a).crashes, 1);
+    assert_eq!(
+        story.world.started().last(),
+        Some(&("000001-a".into(), 2, vec![0]))
+    );
+    story.later(60.0).exits(&a, Exit::Success, 5);
+    assert_eq!(story.state(&a), Some(State::Done));
+}
+
+#[test]
+fn oom_crashes_past_the_retry_limit_fail_the_task_with_its_count() {
+    let mut story = Story::new();
+    let mut t = task(1, "a", ALICE, 4);
+    t.demand.max_retries = Some(1);
+    let a = story.submit(t);
+    story.later(5.0).exits(&a, Exit::Oom, 4);
+    assert!(story.running(&a));
+    story.later(5.0).exits(&a, Exit::Oom, 4);
+    assert_eq!(story.state(&a), Some(State::Failed));
+    let (state, reason) = story.outcome(&a).unwrap();
+    assert_eq!(state, "failed");
+    assert!(reason.unwrap().contains("2"), "the crashes are counted");
+    assert!(story.world.reasons.contains_key(a.as_str()));
+}
+
+#[test]
+fn a_job_that_fails_goes_to_failed_with_its_reason_and_no_history() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    story
+        .later(5.0)
+        .exits(&a, Exit::Failed("exit status 1: ValueError".into()), 2);
+    assert_eq!(story.state(&a), Some(State::Failed));
+    assert!(story.world.reasons[a.as_str()].contains("ValueError"));
+    assert_eq!(story.record(&a).run_s, None, "only successes say how long");
+    assert!(
+        !story
+            .world
+            .did()
+            .iter()
+            .any(|d| matches!(d, Did::Remembered(..)))
+    );
+}
+
+#[test]
+fn a_job_stopped_at_its_time_limit_fails_saying_so() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    story.later(5.0).exits(&a, Exit::TimeLimit, 2);
+    let (_, reason) = story.outcome(&a).unwrap();
+    assert!(reason.unwrap().contains("time limit"));
+}
+
+#[test]
+fn a_launch_that_cannot_start_waits_at_the_head_and_launches_pause_for_a_backoff() {
+    let mut story = Story::new();
+    story.world.no_start = Some("Too many open files".into());
+    let a = story.submit(task(1, "a", ALICE, 4));
+    assert!(story.world.started().is_empty());
+    assert_eq!(story.state(&a), Some(State::Pending));
+    let (main, recovery) = story.life.core.queued();
+    assert_eq!(main + recovery, 1, "it waits");
+    story.world.no_start = None;
+    // Not before the backoff's first delay.
+    story.later(0.1).step_with(vec![Event::Tick]);
+    assert!(story.world.started().is_empty());
+    story.later(0.2).step_with(vec![Event::Tick]);
+    assert_eq!(story.world.started(), [("000001-a".into(), 1, vec![0])]);
+}
+
+#[test]
+fn a_launch_whose_move_into_running_fails_leaves_the_task_where_it_waited() {
+    let mut story = Story::new();
+    story.world.moves_fail = true;
+    let a = story.submit(task(1, "a", ALICE, 4));
+    assert_eq!(story.state(&a), Some(State::Pending));
+    assert_eq!(story.life.tasks.get(&1).unwrap().state, State::Pending);
+    story.world.moves_fail = false;
+    story.later(1.0).step_with(vec![Event::Tick]);
+    assert!(story.running(&a));
+}
+
+#[test]
+fn a_run_whose_supervisor_never_started_the_job_goes_back_and_runs_as_run_2() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    let end = RunEnd::NotStarted("its supervisor ended before it started the job".into());
+    story.life.run_ended(story.now, 1, end, &mut story.world);
+    assert_eq!(story.state(&a), Some(State::Pending));
+    story.later(1.0).step_with(vec![Event::Tick]);
+    assert_eq!(
+        story.world.started().last(),
+        Some(&("000001-a".into(), 2, vec![0]))
+    );
+}
+
+#[test]
+fn a_crashed_task_whose_relaunch_fails_goes_back_to_recovery_not_pending() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    story.later(5.0).exits(&a, Exit::Oom, 4);
+    assert!(story.running(&a));
+    let end = RunEnd::NotStarted("no memory".into());
+    story.life.run_ended(story.now, 1, end, &mut story.world);
+    assert_eq!(story.state(&a), Some(State::Recovery));
+}
+
+#[test]
+fn only_the_current_run_of_a_running_task_is_current() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    assert!(story.life.is_current(1, 1));
+    assert!(!story.life.is_current(1, 2) && !story.life.is_current(2, 1));
+    story.later(5.0).exits(&a, Exit::Oom, 4);
+    assert!(!story.life.is_current(1, 1) && story.life.is_current(1, 2));
+}
+
+#[test]
+fn the_end_of_a_run_the_daemon_does_not_know_changes_nothing() {
+    let mut story = Story::new();
+    let end = RunEnd::Exited {
+        exit: Exit::Success,
+        peak_mib: None,
+        run_s: None,
+    };
+    story.life.run_ended(story.now, 42, end, &mut story.world);
+    story.step();
+    assert!(story.world.did().is_empty());
+}
+
+#[test]
+fn a_job_with_notify_is_notified_once_it_has_landed_and_one_without_is_not() {
+    let mut story = Story::new();
+    let mut t = task(1, "a", ALICE, 4);
+    t.spec.notify = Some("mail -s done alice".into());
+    let a = story.submit(t);
+    let b = story.submit(task(2, "b", ALICE, 4));
+    story.later(5.0).exits(&a, Exit::Success, 1);
+    story.exits(&b, Exit::Success, 1);
+    let did = story.world.did();
+    let landed = did
+        .iter()
+        .position(|d| *d == Did::Moved(a.to_string(), State::Running, State::Done))
+        .unwrap();
+    let notified = did
+        .iter()
+        .position(|d| *d == Did::Notified(a.to_string(), State::Done))
+        .unwrap();
+    assert!(landed < notified);
+    assert!(!did.contains(&Did::Notified(b.to_string(), State::Done)));
+}
+
+#[test]
+fn a_task_refused_at_intake_goes_to_failed_with_its_reason_and_dependents_learn() {
+    let mut story = Story::new();
+    let name = TaskName::new(1, "bad");
+    let mut dependent = task(2, "next", ALICE, 4);
+    dependent.demand.after = vec![crate::sched::Dependency {
+        kind: crate::sched::DependencyKind::AfterOk,
+        task: name.id(),
+        started: false,
+        ended: None,
+    }];
+    let next = story.submit(dependent);
+    assert!(story.world.started().is_empty(), "it waits for task 1");
+    story.world.dirs.insert(name.to_string(), State::Pending);
+    let record = TaskRecord::new(&name, "job.rad", 0.0);
+    story.life.refuse(
+        story.now,
+        (&name, State::Pending, 0),
+        record,
+        "job.rad:3:1: expected a directive",
+        &mut story.world,
+    );
+    story.step();
+    assert_eq!(story.state(&name), Some(State::Failed));
+    assert!(story.world.reasons[name.as_str()].contains("job.rad:3:1"));
+    assert_eq!(
+        story.state(&next),
+        Some(State::Failed),
+        "it never can start"
+    );
+}
+
+#[test]
+fn a_held_task_is_not_launched_and_one_its_owner_took_back_is_forgotten() {
+    let mut story = Story::new();
+    let mut t = task(1, "a", ALICE, 4);
+    t.record.held = true;
+    let a = story.submit(t);
+    assert!(story.world.started().is_empty());
+    story.world.dirs.remove(a.as_str());
+    story.life.forget(&a);
+    story.step();
+    assert!(story.life.tasks.is_empty());
+    assert_eq!(story.life.core.queued(), (0, 0));
+}
+
+#[test]
+fn a_task_asking_for_more_gpus_than_the_server_has_fails_as_unplaceable() {
+    let mut story = Story::new();
+    let mut t = task(1, "huge", ALICE, 4);
+    t.demand.gpus = 3;
+    let a = story.submit(t);
+    assert_eq!(story.state(&a), Some(State::Failed));
+    assert!(story.world.started().is_empty());
+}
