@@ -1,0 +1,319 @@
+//! carma beside task-spooler (`tsp`), in one run, on the same machine:
+//! `cargo bench --bench dispatch`. task-spooler is the speed a queue
+//! without GPUs or durability reaches; carma keeps every submission, claim
+//! and state change on disk, so the ratios say what that costs.
+//!
+//! Both get 4 places to run (carma 4 simulated GPUs, tsp 4 slots), and the
+//! same work, one system after the other:
+//! - 30 jobs one at a time, each writing `date +%s.%N` as its first line:
+//!   from the start of the submitting process to that stamp, p50 and p99
+//!   (the next job is submitted once the previous one has ended);
+//! - 200 trivial jobs submitted one by one as fast as the submitting
+//!   command returns, until every one has run: jobs per second;
+//! - one submitting process, whole: its wall time, p50 of 30, as an
+//!   ordinary user (`nobody`, when the benchmark runs as root; otherwise
+//!   as the daemon's owner, which takes a shorter path).
+//!
+//! Without `tsp` on the PATH (Debian: `apt-get install task-spooler`)
+//! only carma's figures are printed.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{CARMA, percentile, stamped, unix_now};
+
+const LATENCY_JOBS: usize = 30;
+const BURST_JOBS: usize = 200;
+const SUBMITS: usize = 30;
+/// `nobody`'s uid and gid on Debian, the ordinary user a root run submits
+/// as.
+const NOBODY: u32 = 65534;
+
+/// One system under test: how a job is handed to it, and how to tell it
+/// has ended.
+trait Queue {
+    fn name(&self) -> &'static str;
+    /// Hands `body` (a shell script) to the queue as job `tag`; returns
+    /// when the submitting command does. Preparing a job file is not
+    /// counted: a user writes it before submitting.
+    fn submit(&self, tag: &str, body: &str);
+    /// Waits until job `n` (counted from 1) of this run has ended.
+    fn settle(&self, n: usize);
+}
+
+struct Carma {
+    /// The daemon's directory: its spool and configuration.
+    dir: PathBuf,
+    /// Where the submitting user writes job files.
+    jobs: PathBuf,
+    user: Option<u32>,
+}
+
+impl Carma {
+    fn command(&self) -> Command {
+        let mut command = Command::new(CARMA);
+        command
+            .env("CARMA_CONFIG", self.dir.join("carma.toml"))
+            .args(["submit", "--spool"])
+            .arg(self.dir.join("spool"))
+            .stdout(Stdio::null());
+        if let Some(uid) = self.user {
+            command.uid(uid).gid(uid);
+        }
+        command
+    }
+
+    fn job_file(&self, tag: &str, body: &str) -> PathBuf {
+        let rad = self.jobs.join(format!("{tag}.rad"));
+        fs::write(&rad, format!("memory: 1G\n{body}\n")).unwrap();
+        if let Some(uid) = self.user {
+            chown(&rad, Some(uid), Some(uid)).unwrap();
+        }
+        rad
+    }
+}
+
+impl Queue for Carma {
+    fn name(&self) -> &'static str {
+        "carma"
+    }
+
+    fn submit(&self, tag: &str, body: &str) {
+        let rad = self.job_file(tag, body);
+        let status = self.command().arg(&rad).status().unwrap();
+        assert!(status.success(), "carma submit {tag} failed");
+    }
+
+    fn settle(&self, n: usize) {
+        let done = self.dir.join("spool/done");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while fs::read_dir(&done).map_or(0, Iterator::count) < n {
+            assert!(Instant::now() < deadline, "carma: job {n} never ended");
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+struct Tsp {
+    dir: PathBuf,
+    user: Option<u32>,
+}
+
+impl Tsp {
+    fn command(&self) -> Command {
+        let mut command = Command::new("tsp");
+        command
+            .env("TS_SOCKET", self.dir.join("tsp.socket"))
+            .env("TMPDIR", &self.dir)
+            .env("TS_MAXFINISHED", "100000")
+            .stdout(Stdio::null());
+        if let Some(uid) = self.user {
+            command.uid(uid).gid(uid);
+        }
+        command
+    }
+
+    fn start(dir: &Path, user: Option<u32>) -> Tsp {
+        let tsp = Tsp {
+            dir: dir.to_owned(),
+            user,
+        };
+        let status = tsp.command().args(["-S", "4"]).status().unwrap();
+        assert!(status.success(), "tsp -S 4 failed");
+        tsp
+    }
+}
+
+impl Drop for Tsp {
+    fn drop(&mut self) {
+        let _ = self.command().arg("-K").status();
+    }
+}
+
+impl Queue for Tsp {
+    fn name(&self) -> &'static str {
+        "task-spooler"
+    }
+
+    fn submit(&self, tag: &str, body: &str) {
+        let status = self
+            .command()
+            .args(["-L", tag, "sh", "-c", body])
+            .status()
+            .unwrap();
+        assert!(status.success(), "tsp {tag} failed");
+    }
+
+    fn settle(&self, _n: usize) {
+        // -w waits for the job added last.
+        let status = self.command().arg("-w").status().unwrap();
+        assert!(status.success(), "tsp -w failed");
+    }
+}
+
+/// Whether task-spooler is installed.
+fn has_tsp() -> bool {
+    Command::new("tsp")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// A directory of the benchmark's, given to `user` where one is named.
+fn workdir(root: &Path, name: &str, user: Option<u32>) -> PathBuf {
+    let dir = root.join(name);
+    fs::create_dir_all(dir.join("jobs")).unwrap();
+    fs::create_dir_all(dir.join("marks")).unwrap();
+    if let Some(uid) = user {
+        for path in [dir.clone(), dir.join("jobs"), dir.join("marks")] {
+            chown(&path, Some(uid), Some(uid)).unwrap();
+        }
+    }
+    dir
+}
+
+/// Submit → first script line, `LATENCY_JOBS` times on an idle queue: the
+/// latencies in ms, sorted.
+fn latency(queue: &dyn Queue, marks: &Path) -> Vec<f64> {
+    let mut ms = Vec::new();
+    for i in 0..LATENCY_JOBS {
+        let marker = marks.join(format!("first-{i}"));
+        let body = format!("date +%s.%N > {}", marker.display());
+        let before = unix_now();
+        queue.submit(&format!("lat{i}"), &body);
+        let first = stamped(&marker, &format!("{} job {i}", queue.name()));
+        ms.push((first - before) * 1e3);
+        queue.settle(i + 1);
+    }
+    ms.sort_by(f64::total_cmp);
+    ms
+}
+
+/// `BURST_JOBS` trivial jobs submitted back to back: jobs per second from
+/// the first submit until all have run, and the seconds the submits took.
+fn burst(queue: &dyn Queue, marks: &Path) -> (f64, f64) {
+    let dir = marks.join("burst");
+    fs::create_dir(&dir).unwrap();
+    if let Ok(meta) = fs::metadata(marks) {
+        fs::set_permissions(&dir, meta.permissions()).unwrap();
+        let _ = chown(
+            &dir,
+            Some(std::os::unix::fs::MetadataExt::uid(&meta)),
+            Some(std::os::unix::fs::MetadataExt::gid(&meta)),
+        );
+    }
+    let start = Instant::now();
+    for i in 0..BURST_JOBS {
+        let body = format!(": > {}", dir.join(i.to_string()).display());
+        queue.submit(&format!("burst{i}"), &body);
+    }
+    let submitted = start.elapsed().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while fs::read_dir(&dir).unwrap().count() < BURST_JOBS {
+        assert!(Instant::now() < deadline, "{}: the burst never ran", queue.name());
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    (
+        BURST_JOBS as f64 / start.elapsed().as_secs_f64(),
+        submitted,
+    )
+}
+
+/// One submitting process, whole, `SUBMITS` times: wall ms, sorted.
+fn submit_process(queue: &dyn Queue) -> Vec<f64> {
+    let mut ms = Vec::new();
+    for i in 0..SUBMITS {
+        let start = Instant::now();
+        queue.submit(&format!("one{i}"), "true");
+        ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    ms
+}
+
+/// What one system measured.
+struct Figures {
+    latency_ms: Vec<f64>,
+    jobs_per_s: f64,
+    burst_submit_s: f64,
+    submit_ms: Vec<f64>,
+}
+
+fn measure(queue: &dyn Queue, submitter: &dyn Queue, marks: &Path) -> Figures {
+    let latency_ms = latency(queue, marks);
+    let (jobs_per_s, burst_submit_s) = burst(queue, marks);
+    Figures {
+        latency_ms,
+        jobs_per_s,
+        burst_submit_s,
+        submit_ms: submit_process(submitter),
+    }
+}
+
+fn print(name: &str, f: &Figures, user: &str) {
+    println!(
+        "{name:>13}: submit -> first line p50 {:.1} ms, p99 {:.1} ms; {BURST_JOBS} trivial jobs \
+         {:.0} jobs/s (submits took {:.2} s); one submit {user}, whole process, p50 {:.1} ms",
+        percentile(&f.latency_ms, 0.5),
+        percentile(&f.latency_ms, 0.99),
+        f.jobs_per_s,
+        f.burst_submit_s,
+        percentile(&f.submit_ms, 0.5),
+    );
+}
+
+fn main() {
+    let root = tempfile::tempdir().unwrap();
+    let is_root = nix::unistd::geteuid().is_root();
+    let ordinary = is_root.then_some(NOBODY);
+    let user = if is_root {
+        "as nobody"
+    } else {
+        "as the daemon's owner"
+    };
+    // An ordinary user must reach the spool and its own directories.
+    fs::set_permissions(root.path(), fs::Permissions::from_mode(0o755)).unwrap();
+
+    let carma_dir = workdir(root.path(), "carma", None);
+    let _daemon = common::start(&carma_dir, "4x40GiB");
+    let carma = Carma {
+        dir: carma_dir.clone(),
+        jobs: carma_dir.join("jobs"),
+        user: None,
+    };
+    // The ordinary user's jobs go to the same daemon, from their own
+    // directory.
+    let carma_user = Carma {
+        dir: carma_dir.clone(),
+        jobs: workdir(root.path(), "carma-user", ordinary).join("jobs"),
+        user: ordinary,
+    };
+    let figures = measure(&carma, &carma_user, &carma_dir.join("marks"));
+    print("carma", &figures, user);
+
+    if !has_tsp() {
+        println!("task-spooler: not installed (apt-get install task-spooler); no ratios");
+        return;
+    }
+    let tsp_dir = workdir(root.path(), "tsp", None);
+    let tsp = Tsp::start(&tsp_dir, None);
+    let tsp_user_dir = workdir(root.path(), "tsp-user", ordinary);
+    let tsp_user = Tsp::start(&tsp_user_dir, ordinary);
+    let theirs = measure(&tsp, &tsp_user, &tsp_dir.join("marks"));
+    print("task-spooler", &theirs, user);
+    println!(
+        "carma / task-spooler: first line p50 {:.2}x (goal <= 1.5x); jobs/s {:.2}x (goal >= \
+         0.8x); one submit {:.2}x (goal <= 2x)",
+        percentile(&figures.latency_ms, 0.5) / percentile(&theirs.latency_ms, 0.5),
+        figures.jobs_per_s / theirs.jobs_per_s,
+        percentile(&figures.submit_ms, 0.5) / percentile(&theirs.submit_ms, 0.5),
+    );
+}
