@@ -23,6 +23,7 @@
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -127,9 +128,8 @@ pub fn clear_for(spool: &Path) {
     let parent = own.join(parent_name(spool));
     for run in fs::read_dir(&parent).into_iter().flatten().flatten() {
         if run.file_type().is_ok_and(|t| t.is_dir()) {
-            let (dir, procs) = (run.path(), fs::File::open(run.path().join("cgroup.procs")));
-            if let Ok(procs) = procs {
-                let _ = RunCgroup { dir, procs }.finish(Duration::from_secs(5));
+            if let Ok(cgroup) = RunCgroup::open(run.path()) {
+                let _ = cgroup.finish(Duration::from_secs(5));
             }
         }
     }
@@ -143,8 +143,12 @@ const CPU_PERIOD_US: u64 = 100_000;
 #[derive(Debug)]
 pub struct RunCgroup {
     dir: PathBuf,
-    /// `cgroup.procs`, opened before the job is forked: the job writes
-    /// itself into it between fork and exec, where nothing may allocate.
+    /// The directory, opened before the job is forked: the job is born
+    /// in it ([`crate::spawn`]).
+    dir_fd: fs::File,
+    /// `cgroup.procs`, opened before the job is forked: on a kernel that
+    /// cannot start a process in a cgroup, the job writes itself into it
+    /// between fork and exec, where nothing may allocate.
     procs: fs::File,
 }
 
@@ -164,10 +168,19 @@ impl RunCgroup {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
             _ => {}
         }
+        Self::open(dir)
+    }
+
+    /// The cgroup at `dir`, which exists.
+    fn open(dir: PathBuf) -> io::Result<RunCgroup> {
         let procs = fs::OpenOptions::new()
             .write(true)
             .open(dir.join("cgroup.procs"))?;
-        Ok(RunCgroup { dir, procs })
+        let dir_fd = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_DIRECTORY)
+            .open(&dir)?;
+        Ok(RunCgroup { dir, dir_fd, procs })
     }
 
     pub fn dir(&self) -> &Path {
@@ -210,6 +223,11 @@ impl RunCgroup {
         self.procs.as_raw_fd()
     }
 
+    /// The cgroup's directory, for `clone3` to start a child in.
+    pub fn dir_fd(&self) -> RawFd {
+        self.dir_fd.as_raw_fd()
+    }
+
     /// Sends `signal` to every process in the cgroup now.
     pub fn signal(dir: &Path, signal: nix::sys::signal::Signal) {
         for pid in pids(dir) {
@@ -239,21 +257,12 @@ impl RunCgroup {
         }
         let usage = usage(&self.dir);
         drop(self.procs);
+        drop(self.dir_fd);
         if empty {
             let _ = fs::remove_dir(&self.dir);
         }
         (usage, empty)
     }
-}
-
-/// Writes `0` (this process) into the cgroup.procs open at `fd`: for a
-/// child between fork and exec (one `write`, nothing allocated).
-pub fn enter(fd: RawFd) -> io::Result<()> {
-    // SAFETY: `fd` is a descriptor the parent opened and keeps open until
-    // the child has execed.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    nix::unistd::write(fd, b"0")?;
-    Ok(())
 }
 
 /// The processes in the cgroup `dir`.

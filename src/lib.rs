@@ -31,6 +31,7 @@ pub mod shell;
 pub mod simulate;
 pub mod size;
 pub mod slurm;
+pub mod spawn;
 pub mod spool;
 pub mod summary;
 pub mod supervisor;

@@ -30,11 +30,12 @@
 //! killed, and `exit.json` is written atomically as the supervisor's last
 //! act. A daemon that was away finds it there.
 
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -44,12 +45,11 @@ use std::time::Duration;
 use fs2::FileExt;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::{
-    Gid, Pid, Uid, chdir, fchown, getgrouplist, setgid, setgroups, setpgid, setsid, setuid,
-};
+use nix::unistd::{Gid, Pid, Uid, fchown, getgrouplist, setsid};
 
 use crate::cgroup::RunCgroup;
 use crate::procfs::ProcessId;
+use crate::spawn::Spawn;
 pub use crate::spool::record::{EXIT, LAUNCH};
 use crate::spool::record::{Launch, RunExit, read_json, read_state, unix_now, write_json};
 
@@ -203,8 +203,8 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
         cpu_s: None,
     };
     match outcome {
-        Ok((mut child, cgroup)) => {
-            let group = child.id() as i32;
+        Ok((child, cgroup)) => {
+            let group = child.as_raw();
             job_group.store(group, Ordering::SeqCst);
             // A cancellation that came while the job was being started.
             if stop.load(Ordering::SeqCst) {
@@ -213,10 +213,10 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
             if let Some((limit, grace)) = time_limit {
                 keep_time(limit, grace, Arc::clone(&timed_out), Arc::clone(&job_group));
             }
-            let status = child.wait()?;
+            let (code, signal) = crate::spawn::wait(child)?;
             exit.timed_out = timed_out.load(Ordering::SeqCst);
-            exit.code = status.code();
-            exit.signal = status.signal();
+            exit.code = code;
+            exit.signal = signal;
             // The job's leftovers (background processes) go with it; then
             // no timer may signal the group, whose number may be reused.
             let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
@@ -395,7 +395,7 @@ fn spawn_job(
     run_dir: &Path,
     launch: &Launch,
     cgroup: Option<RunCgroup>,
-) -> io::Result<(Child, Option<RunCgroup>)> {
+) -> io::Result<(Pid, Option<RunCgroup>)> {
     let script = run_dir.join(SCRIPT);
     let mut text = launch.script.join("\n");
     text.push('\n');
@@ -425,53 +425,32 @@ fn spawn_job(
         }
     }
     job_sh.set_permissions(fs::Permissions::from_mode(0o400))?;
-    let mut command = Command::new("bash");
-    command
-        .arg("--noprofile")
-        .arg("--norc")
-        .arg(&script)
-        .env_clear()
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr);
+    let null = OwnedFd::from(File::open("/dev/null")?);
+    let args = [
+        OsStr::new("--noprofile"),
+        OsStr::new("--norc"),
+        script.as_os_str(),
+    ];
+    let stdio = [null, OwnedFd::from(stdout), OwnedFd::from(stderr)];
     // Entered as the job's user, after the switch: a directory the user
     // may not enter fails the job instead of being entered as root.
-    let workdir = std::ffi::CString::new(launch.workdir.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::other("the working directory contains a NUL byte"))?;
-    // initgroups(3) reads the group database, which is not safe between
-    // fork and exec; its two halves are: getgrouplist now, setgroups there.
-    let groups = match &run_as {
-        Some(user) => {
-            let name = std::ffi::CString::new(user.name.as_str())
-                .map_err(|_| io::Error::other("user name contains a NUL byte"))?;
-            Some(getgrouplist(&name, Gid::from_raw(user.gid))?)
-        }
-        None => None,
-    };
-    let cgroup_fd = cgroup.as_ref().map(RunCgroup::procs_fd);
-    // SAFETY: between fork and exec only async-signal-safe system calls
-    // (setpgid, write, setgroups, setgid, setuid, chdir) on values
-    // prepared before; nothing allocates.
-    unsafe {
-        command.pre_exec(move || {
-            setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
-            // Into the run's cgroup while still root, before anything of
-            // the job's runs: nothing it starts can be outside.
-            if let Some(fd) = cgroup_fd {
-                crate::cgroup::enter(fd)?;
-            }
-            if let (Some(user), Some(groups)) = (&run_as, &groups) {
-                setgroups(groups)?;
-                setgid(Gid::from_raw(user.gid))?;
-                setuid(Uid::from_raw(user.uid))?;
-            }
-            chdir(workdir.as_c_str())?;
-            Ok(())
-        });
+    let mut spawn = Spawn::new("bash", args, &launch.env, stdio, &launch.workdir)?;
+    if let Some(user) = &run_as {
+        // initgroups(3) reads the group database, which is not safe
+        // between fork and exec; its two halves are: getgrouplist now,
+        // setgroups there.
+        let name = std::ffi::CString::new(user.name.as_str())
+            .map_err(|_| io::Error::other("user name contains a NUL byte"))?;
+        let groups = getgrouplist(&name, Gid::from_raw(user.gid))?;
+        spawn.user(user.uid, user.gid, &groups);
+    }
+    if let Some(cgroup) = &cgroup {
+        // Born in the run's cgroup while still root, before anything of
+        // the job's runs: nothing it starts can be outside.
+        spawn.cgroup(cgroup.dir_fd(), cgroup.procs_fd());
     }
     // The raw OS error is kept: whether it may pass depends on it.
-    Ok((command.spawn()?, cgroup))
+    Ok((spawn.start()?, cgroup))
 }
 
 /// Each run's launch and, when it ended normally, its exit, in order.
