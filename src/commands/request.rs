@@ -9,14 +9,14 @@
 //! says it in words.
 
 use std::os::unix::fs::MetadataExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
 use carma::config::Config;
 use carma::spool::record::{read_json, unix_now};
 use carma::spool::request::{Request, Verb};
-use carma::spool::status::{Status, Verdict};
+use carma::spool::status::{self, Status, Verdict};
 use carma::spool::{Spool, State, TaskName};
 use carma::task_view;
 
@@ -61,22 +61,22 @@ pub fn ask(
     }
     let me = nix::unistd::geteuid().as_raw();
     let file_name = request.to_string();
-    let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        let status = read_json::<Status>(&spool.status_file()).ok();
-        let verdict = status
-            .into_iter()
-            .flat_map(|s| s.verdicts)
-            .find(|v| v.request == file_name && v.uid == me && v.at >= left_at);
-        if let Some(Verdict { refused, said, .. }) = verdict {
-            return Ok(match refused {
-                true => Answer::Refused(said.trim_start_matches("refused: ").to_owned()),
-                false => Answer::Done(said),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(Answer::Silent)
+    let verdict = status::wait_for(spool, WAIT, |status| {
+        status?
+            .verdicts
+            .iter()
+            .find(|v| v.request == file_name && v.uid == me && v.at >= left_at)
+            .cloned()
+    });
+    Ok(match verdict {
+        Some(Verdict {
+            refused: true,
+            said,
+            ..
+        }) => Answer::Refused(said.trim_start_matches("refused: ").to_owned()),
+        Some(Verdict { said, .. }) => Answer::Done(said),
+        None => Answer::Silent,
+    })
 }
 
 /// Why the caller may not make this request, where that needs no daemon:

@@ -5,12 +5,12 @@
 //! `submit-…` name `carma submit` prints for a submission the daemon had
 //! not numbered yet, through the daemon's word on which task it became.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 
 use carma::spool::record::read_json;
-use carma::spool::status::Status;
+use carma::spool::status::{self, Status};
 use carma::spool::{Spool, State, TaskName};
 
 /// How long a command waits to learn which task a submission became: the
@@ -51,15 +51,13 @@ pub fn find_with(spool: &Spool, query: &str, status: Option<&Status>) -> Result<
 /// became: the daemon numbers it when it takes it in and says so in its
 /// status file for a while. `None` without a daemon (or a slow one).
 pub fn receipt(spool: &Spool, entry: &str) -> Option<TaskName> {
-    let deadline = Instant::now() + RECEIPT_PATIENCE;
-    while spool.daemon_running() && Instant::now() < deadline {
-        let status: Option<Status> = read_json(&spool.status_file()).ok();
-        if let Some(name) = status.and_then(|s| became(&s, entry)) {
-            return Some(name);
+    status::wait_for(spool, RECEIPT_PATIENCE, |status| {
+        match status.and_then(|s| became(s, entry)) {
+            Some(name) => Some(Some(name)),
+            None => (!spool.daemon_running()).then_some(None),
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
+    })
+    .flatten()
 }
 
 /// What the status file says submission `entry` became.

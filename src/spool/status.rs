@@ -135,3 +135,51 @@ pub struct RunningTask {
     pub peak_mib: u64,
     pub user: String,
 }
+
+/// Waits, at most `patience`, until the daemon's status file under `spool`
+/// says what `find` looks for (a receipt, a verdict), reading it again each
+/// time the daemon replaces it: the kernel says when (`notify`), so the
+/// answer arrives as soon as it is written, not at the next poll. Where no
+/// watch can be made (inotify's limits), it reads every 20 ms.
+pub fn wait_for<T>(
+    spool: &super::Spool,
+    patience: std::time::Duration,
+    mut find: impl FnMut(Option<&Status>) -> Option<T>,
+) -> Option<T> {
+    use notify::{Event, RecursiveMode, Watcher};
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + patience;
+    let file = spool.status_file();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = file.file_name().map(ToOwned::to_owned);
+    let watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
+        let ours = event.map_or(true, |e| {
+            e.paths.iter().any(|p| p.file_name() == name.as_deref())
+        });
+        if ours {
+            let _ = tx.send(());
+        }
+    })
+    .and_then(|mut w| {
+        w.watch(spool.root(), RecursiveMode::NonRecursive)
+            .map(|()| w)
+    });
+    loop {
+        // Read after the watch is made: a write in between is not missed.
+        let status = super::record::read_json::<Status>(&file).ok();
+        if let Some(found) = find(status.as_ref()) {
+            return Some(found);
+        }
+        let left = deadline.checked_duration_since(Instant::now())?;
+        match &watcher {
+            // A second at most: `find` may also watch for something that
+            // writes nothing (the daemon's end).
+            Ok(_) => match rx.recv_timeout(left.min(Duration::from_secs(1))) {
+                Ok(()) => while rx.try_recv().is_ok() {},
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
+            },
+            Err(_) => std::thread::sleep(left.min(Duration::from_millis(20))),
+        }
+    }
+}
