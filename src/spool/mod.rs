@@ -43,6 +43,7 @@ mod claim;
 mod durable;
 pub mod json;
 mod name;
+mod presence;
 pub mod record;
 pub mod request;
 pub mod status;
@@ -65,7 +66,7 @@ use thiserror::Error;
 pub use atomic::{PRIVATE, PUBLIC, sync_dir, write_durable, write_replace};
 pub use name::TaskName;
 use record::{RECORD, TaskRecord};
-pub use submission::Submitted;
+pub use submission::{Batch, Submitted};
 
 /// The state directories, in the order a task moves through them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -147,6 +148,9 @@ pub struct Listing {
 #[derive(Debug)]
 pub struct SpoolLock {
     file: File,
+    /// `daemon.alive`, locked for users to see ([`presence`]); none where
+    /// it could not be made (users then read `/proc/locks`).
+    _presence: Option<File>,
 }
 
 impl SpoolLock {
@@ -310,7 +314,13 @@ impl Spool {
         write!(file, "{}", std::process::id()).map_err(at(&path))?;
         // Where older carmas kept the lock, anyone could open it.
         let _ = fs::remove_file(self.root.join("daemon.lock"));
-        Ok(SpoolLock { file })
+        let presence = presence::hold(&self.root)
+            .inspect_err(|e| log::warn!("cannot make {}/daemon.alive: {e}", self.root.display()))
+            .ok();
+        Ok(SpoolLock {
+            file,
+            _presence: presence,
+        })
     }
 
     /// Whether a daemon holds this spool's lock now. A user, who may not
@@ -322,7 +332,9 @@ impl Spool {
                 Ok(()) => false,
                 Err(_) => true,
             },
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => self.status_says_locked(),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                presence::says(&self.root).unwrap_or_else(|| self.status_says_locked())
+            }
             Err(_) => false,
         }
     }
