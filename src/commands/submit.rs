@@ -4,7 +4,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use carma::config::Config;
 use carma::rad;
@@ -118,14 +118,19 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     }
+    let jobs: Vec<(&Path, &carma::rad::TaskSpec)> = specs
+        .iter()
+        .map(|(file, spec)| (file.as_path(), spec))
+        .collect();
+    let batch = spool.submit(&jobs, &after).context("nothing submitted")?;
+    if let Some(warning) = &batch.warning {
+        eprintln!("carma: {warning}");
+    }
     let mut unnumbered = 0;
-    for (file, spec) in specs {
-        let submitted = spool.submit(file, &spec, &after)?;
-        if let Some(warning) = &submitted.warning {
-            eprintln!("carma: {}: {warning}", submitted.entry);
-        }
+    for submitted in &batch.submitted {
         let name = submitted
             .name
+            .clone()
             .or_else(|| task_arg::receipt(&spool, &submitted.entry));
         match (name, args.parsable) {
             (Some(name), true) => println!("{}", name.seq()),
@@ -142,6 +147,11 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
                 unnumbered += 1;
             }
         }
+    }
+    if let Some(e) = batch.failed {
+        let left = args.files.len() - batch.submitted.len();
+        eprintln!("carma: {e}; the last {left} file(s) were not submitted");
+        return Ok(ExitCode::FAILURE);
     }
     if args.parsable && unnumbered > 0 {
         // Submitted all the same: a script must not submit it again, but

@@ -42,7 +42,9 @@ pub(super) fn make_durable(parent: &Path, dirs: &[&Path]) -> io::Result<()> {
         return Ok(());
     }
     if dirs.len() >= SYNCFS_FROM {
-        let file = fs::File::open(parent)?;
+        // Through a tree of the batch: its maker may open it where it may
+        // not open `parent` (a user's submissions in `pending/`).
+        let file = fs::File::open(dirs[0])?;
         return nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from);
     }
     for dir in dirs {

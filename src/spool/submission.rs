@@ -45,7 +45,7 @@ struct Request {
     after: Vec<DependencyRef>,
 }
 
-/// A `carma submit` that was handed over.
+/// A job `carma submit` handed over.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Submitted {
     /// The task's name, when the submitter could give it (carma's own
@@ -53,9 +53,6 @@ pub struct Submitted {
     pub name: Option<TaskName>,
     /// The submission's name in `pending/`.
     pub entry: String,
-    /// A step after the submission that could not be taken (making the
-    /// rename durable): the job is submitted all the same.
-    pub warning: Option<String>,
 }
 
 impl Spool {
@@ -169,18 +166,104 @@ impl Spool {
         }
     }
 
-    /// Submits a checked job: its `.rad` and model summary are copied into
-    /// a directory that is renamed into `pending/` whole, so the daemon
-    /// never sees half a task. Success is reported once that rename is
-    /// done: a later durability step that fails (a user cannot fsync
-    /// `pending/`, which they may not read) is a warning, never a failure
-    /// that would make the user submit the job twice.
+    /// Submits checked jobs: each one's `.rad` and model summary are
+    /// copied into a directory that is renamed into `pending/` whole, so
+    /// the daemon never sees half a task. The jobs of one call share their
+    /// durability (a group commit): all are staged, flushed together (one
+    /// `syncfs` for a burst, see [`make_durable`]), renamed one by one,
+    /// and `pending/` is flushed once, so a hundred files cost little more
+    /// than one. None is submitted when one cannot be staged. Success is
+    /// reported once the renames are done: a later durability step that
+    /// fails (a user cannot fsync `pending/`, which they may not read) is a
+    /// warning, never a failure that would make the user submit the jobs
+    /// twice.
     pub fn submit(
+        &self,
+        jobs: &[(&Path, &TaskSpec)],
+        after: &[DependencyRef],
+    ) -> Result<Batch, SpoolError> {
+        let own_spool =
+            fs::metadata(self.staging()).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw());
+        let first = match own_spool && !jobs.is_empty() {
+            true => Some(self.allocate(jobs.len() as u64)?),
+            false => None,
+        };
+        let mut staged: Vec<Staged> = Vec::new();
+        let unstage = |staged: &[Staged]| {
+            for job in staged {
+                let _ = fs::remove_dir_all(&job.dir);
+            }
+        };
+        for (i, (rad, spec)) in jobs.iter().enumerate() {
+            match self.stage(rad, spec, after, first.map(|f| f + i as u64)) {
+                Ok(job) => staged.push(job),
+                Err(e) => {
+                    unstage(&staged);
+                    return Err(e);
+                }
+            }
+        }
+        let pending = self.dir(State::Pending);
+        let parent = if own_spool {
+            self.staging()
+        } else {
+            pending.clone()
+        };
+        let dirs: Vec<&Path> = staged.iter().map(|job| job.dir.as_path()).collect();
+        // Held across the renames: once in pending/ the daemon may claim
+        // an entry at once, and the flush below must not need its path.
+        let handle =
+            sync_tree_only(&parent, &dirs).and_then(|()| dirs.first().map(File::open).transpose());
+        let handle = match handle {
+            Ok(handle) => handle,
+            Err(e) => {
+                unstage(&staged);
+                return Err(at(&parent)(e));
+            }
+        };
+        let mut batch = Batch::default();
+        let mut jobs = staged.into_iter();
+        for job in jobs.by_ref() {
+            let placed = match &job.name {
+                Some(name) => self.place(&job.dir, State::Pending, name, None).map(Some),
+                None => rename_new(&job.dir, &pending.join(&job.entry))
+                    .map(|()| None)
+                    .map_err(at(&job.dir)),
+            };
+            match placed {
+                Ok(name) => batch.submitted.push(Submitted {
+                    entry: name.as_ref().map_or(job.entry, ToString::to_string),
+                    name,
+                }),
+                Err(e) => {
+                    let _ = fs::remove_dir_all(&job.dir);
+                    batch.failed = Some(e);
+                    break;
+                }
+            }
+        }
+        unstage(jobs.as_slice());
+        if let (Some(handle), false) = (handle, batch.submitted.is_empty()) {
+            batch.warning = durable_entry(&pending, &handle).err().map(|e| {
+                format!(
+                    "submitted, but the submissions could not be made durable ({e}); \
+                     a power loss now could lose them"
+                )
+            });
+        }
+        Ok(batch)
+    }
+
+    /// One job's directory, made in `staging/` (carma's own user, under
+    /// task number `number`) or under a hidden name in `pending/`
+    /// (anyone else), not yet flushed.
+    fn stage(
         &self,
         rad: &Path,
         spec: &TaskSpec,
         after: &[DependencyRef],
-    ) -> Result<Submitted, SpoolError> {
+        number: Option<u64>,
+    ) -> Result<Staged, SpoolError> {
         let file_name = rad
             .file_name()
             .map_or_else(|| "job.rad".into(), |n| n.to_string_lossy().into_owned());
@@ -211,21 +294,25 @@ impl Spool {
                 source: io::Error::new(io::ErrorKind::PermissionDenied, why),
             })?;
         }
-        let pending = self.dir(State::Pending);
-        let own_spool =
-            fs::metadata(self.staging()).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw());
-        let (staged, entry, name) = if own_spool {
-            let name = TaskName::new(self.allocate(1)?, &stem);
-            let staged = self.staging().join(format!("submit-{name}"));
-            (staged, name.to_string(), Some(name))
-        } else {
-            let token = format!(
-                "submit-{}-{}-{}",
-                nix::unistd::geteuid(),
-                std::process::id(),
-                unix_now().to_bits()
-            );
-            (pending.join(format!(".{token}")), token, None)
+        let (dir, entry, name) = match number {
+            Some(number) => {
+                let name = TaskName::new(number, &stem);
+                let dir = self.staging().join(format!("submit-{name}"));
+                (dir, name.to_string(), Some(name))
+            }
+            None => {
+                let token = format!(
+                    "submit-{}-{}-{}",
+                    nix::unistd::geteuid(),
+                    std::process::id(),
+                    unix_now().to_bits()
+                );
+                (
+                    self.dir(State::Pending).join(format!(".{token}")),
+                    token,
+                    None,
+                )
+            }
         };
         let made = match &name {
             Some(name) => {
@@ -236,9 +323,9 @@ impl Spool {
                     submitted_after: after.to_vec(),
                     ..TaskRecord::new(name, file_name.clone(), unix_now())
                 };
-                make_dir(&staged, TASK_DIR_MODE)
-                    .and_then(|()| fill_job(&staged, &file_name, &bytes, rad_dir, Some(meta.uid())))
-                    .and_then(|()| write_new(&staged.join(RECORD), &record::to_json(&record)))
+                make_dir(&dir, TASK_DIR_MODE)
+                    .and_then(|()| fill_job(&dir, &file_name, &bytes, rad_dir, Some(meta.uid())))
+                    .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)))
             }
             None => {
                 let request = Request {
@@ -246,48 +333,38 @@ impl Spool {
                     workdir: Some(workdir),
                     after: after.to_vec(),
                 };
-                make_dir(&staged, 0o700)
-                    .and_then(|()| copy_user_files(&staged, &file_name, &bytes, rad_dir, spec))
-                    .and_then(|()| write_new(&staged.join(SUBMISSION), &record::to_json(&request)))
+                make_dir(&dir, 0o700)
+                    .and_then(|()| copy_user_files(&dir, &file_name, &bytes, rad_dir, spec))
+                    .and_then(|()| write_new(&dir.join(SUBMISSION), &record::to_json(&request)))
             }
+        };
+        if let Err(e) = made {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(at(&dir)(e));
         }
-        .and_then(|()| sync_tree_only(&staged));
-        // Held across the rename: once in pending/ the daemon may claim
-        // the entry at once, and the flush below must not need its path.
-        let made = made.and_then(|()| File::open(&staged));
-        let handle = match made {
-            Ok(handle) => handle,
-            Err(e) => {
-                let _ = fs::remove_dir_all(&staged);
-                return Err(at(&staged)(e));
-            }
-        };
-        let placed = match &name {
-            Some(name) => self.place(&staged, State::Pending, name, None).map(Some),
-            None => rename_new(&staged, &pending.join(&entry))
-                .map(|()| None)
-                .map_err(at(&staged)),
-        };
-        let name = match placed {
-            Ok(placed) => placed,
-            Err(e) => {
-                let _ = fs::remove_dir_all(&staged);
-                return Err(e);
-            }
-        };
-        let entry = name.as_ref().map_or(entry, ToString::to_string);
-        let warning = durable_entry(&pending, &handle).err().map(|e| {
-            format!(
-                "submitted, but the submission could not be made durable ({e}); \
-                 a power loss now could lose it"
-            )
-        });
-        Ok(Submitted {
-            name,
-            entry,
-            warning,
-        })
+        Ok(Staged { dir, entry, name })
     }
+}
+
+/// A job's directory made and not yet in `pending/`.
+struct Staged {
+    dir: PathBuf,
+    /// Its name in `pending/` to be.
+    entry: String,
+    name: Option<TaskName>,
+}
+
+/// What one `carma submit` handed over.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// In the order given; the jobs after one that could not be placed are
+    /// not submitted.
+    pub submitted: Vec<Submitted>,
+    /// Why the rest was not submitted.
+    pub failed: Option<SpoolError>,
+    /// A step after the submissions that could not be taken (making the
+    /// renames durable): the jobs are submitted all the same.
+    pub warning: Option<String>,
 }
 
 /// Whether a file carma's own user submits belongs to someone else (root
@@ -296,11 +373,10 @@ fn owned_by_someone_else(meta: &fs::Metadata) -> bool {
     meta.uid() != nix::unistd::geteuid().as_raw()
 }
 
-/// A staged submission on disk before it is renamed into `pending/` (whose
-/// own fsync comes after the rename).
-fn sync_tree_only(staged: &Path) -> io::Result<()> {
-    let parent = staged.parent().unwrap_or(staged);
-    match make_durable(parent, &[staged]) {
+/// Staged submissions (made in `parent`) on disk before they are renamed
+/// into `pending/` (whose own fsync comes after the renames).
+fn sync_tree_only(parent: &Path, staged: &[&Path]) -> io::Result<()> {
+    match make_durable(parent, staged) {
         // A user may not open pending/ to fsync it: the rename's own
         // durability step reports that, after the submission is made.
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(()),

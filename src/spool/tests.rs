@@ -1,6 +1,7 @@
 use super::*;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 /// A fresh spool in a temporary directory.
 pub(super) fn spool() -> (tempfile::TempDir, Spool) {
@@ -193,10 +194,10 @@ fn submit_copies_the_job_and_its_summary() {
     let rad = jobs.join("train.rad");
     fs::write(&rad, "model: models/m.model\ngpus: 1\npython train.py\n").unwrap();
     let spec = crate::rad::check_file(&rad).unwrap().spec;
-    let submitted = spool.submit(&rad, &spec, &[]).unwrap();
-    let name = submitted.name.unwrap();
+    let batch = spool.submit(&[(&rad, &spec)], &[]).unwrap();
+    assert_eq!(batch.warning, None);
+    let name = batch.submitted[0].name.clone().unwrap();
     assert_eq!(name.as_str(), "000001-train");
-    assert_eq!(submitted.warning, None);
     let dir = spool.task_dir(State::Pending, &name);
     assert_eq!(
         fs::read_to_string(dir.join("job/models/m.model")).unwrap(),
@@ -354,4 +355,49 @@ fn a_large_batch_is_claimed_on_several_threads_each_drop_once() {
     assert_eq!(names, expected, "numbered in the order given");
     assert_eq!(spool.list(State::Pending).unwrap().tasks.len(), 300);
     assert!(spool.list(State::Pending).unwrap().drops.is_empty());
+}
+
+#[test]
+fn many_jobs_submitted_at_once_are_numbered_in_order_and_one_bad_file_submits_none() {
+    let (d, spool) = spool();
+    let jobs = d.path().join("jobs");
+    fs::create_dir_all(&jobs).unwrap();
+    let rads: Vec<PathBuf> = (0..20)
+        .map(|i| {
+            let rad = jobs.join(format!("j{i}.rad"));
+            fs::write(&rad, format!("memory: 1G\necho {i}\n")).unwrap();
+            rad
+        })
+        .collect();
+    let spec = crate::rad::check_file(&rads[0]).unwrap().spec;
+    // A link is refused when staged: the good files before it go too.
+    let link = jobs.join("link.rad");
+    std::os::unix::fs::symlink(&rads[0], &link).unwrap();
+    let mixed = [(rads[0].as_path(), &spec), (link.as_path(), &spec)];
+    assert!(spool.submit(&mixed, &[]).is_err());
+    assert_eq!(fs::read_dir(spool.dir(State::Pending)).unwrap().count(), 0);
+    assert_eq!(fs::read_dir(spool.staging()).unwrap().count(), 0);
+    // Twenty at once (a flush of the file system, not one per file).
+    let specs: Vec<_> = rads
+        .iter()
+        .map(|rad| crate::rad::check_file(rad).unwrap().spec)
+        .collect();
+    let all: Vec<(&Path, &crate::rad::TaskSpec)> =
+        rads.iter().map(PathBuf::as_path).zip(&specs).collect();
+    let batch = spool.submit(&all, &[]).unwrap();
+    assert!(batch.failed.is_none() && batch.warning.is_none());
+    let names: Vec<String> = batch
+        .submitted
+        .iter()
+        .map(|s| s.name.clone().unwrap().to_string())
+        .collect();
+    let first = batch.submitted[0].name.clone().unwrap().seq();
+    let expected: Vec<String> = (0..20)
+        .map(|i| TaskName::new(first + i as u64, &format!("j{i}")).to_string())
+        .collect();
+    assert_eq!(names, expected);
+    for name in &batch.submitted {
+        let dir = spool.task_dir(State::Pending, name.name.as_ref().unwrap());
+        assert_claimed_layout(&dir, &format!("{}.rad", name.name.as_ref().unwrap().stem()));
+    }
 }
