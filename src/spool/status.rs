@@ -139,8 +139,10 @@ pub struct RunningTask {
 /// Waits, at most `patience`, until the daemon's status file under `spool`
 /// says what `find` looks for (a receipt, a verdict), reading it again each
 /// time the daemon replaces it: the kernel says when (`notify`), so the
-/// answer arrives as soon as it is written, not at the next poll. Where no
-/// watch can be made (inotify's limits), it reads every 20 ms.
+/// answer arrives as soon as it is written, not at the next poll. A daemon
+/// that rewrites it often (a queue of thousands, each taken in) is read at
+/// most every 20 ms after its first few changes, as when it was polled. Where
+/// no watch can be made (inotify's limits), it reads every 20 ms.
 pub fn wait_for<T>(
     spool: &super::Spool,
     patience: std::time::Duration,
@@ -164,8 +166,13 @@ pub fn wait_for<T>(
         w.watch(spool.root(), RecursiveMode::NonRecursive)
             .map(|()| w)
     });
+    const SPACING: Duration = Duration::from_millis(20);
+    const QUICK_READS: u32 = 5;
+    let mut reads = 0;
     loop {
         // Read after the watch is made: a write in between is not missed.
+        let read_at = Instant::now();
+        reads += 1;
         let status = super::record::read_json::<Status>(&file).ok();
         if let Some(found) = find(status.as_ref()) {
             return Some(found);
@@ -175,11 +182,17 @@ pub fn wait_for<T>(
             // A second at most: `find` may also watch for something that
             // writes nothing (the daemon's end).
             Ok(_) => match rx.recv_timeout(left.min(Duration::from_secs(1))) {
-                Ok(()) => while rx.try_recv().is_ok() {},
+                Ok(()) => {
+                    if reads > QUICK_READS {
+                        let next = (read_at + SPACING).min(deadline);
+                        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                    }
+                    while rx.try_recv().is_ok() {}
+                }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
             },
-            Err(_) => std::thread::sleep(left.min(Duration::from_millis(20))),
+            Err(_) => std::thread::sleep(left.min(SPACING)),
         }
     }
 }
