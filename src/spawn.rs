@@ -309,11 +309,10 @@ mod tests {
     use std::fs;
 
     fn stdio(dir: &Path) -> [OwnedFd; 3] {
-        let null = || OwnedFd::from(fs::File::open("/dev/null").unwrap());
+        let null = OwnedFd::from(fs::File::open("/dev/null").unwrap());
         let out = OwnedFd::from(fs::File::create(dir.join("out")).unwrap());
         let err = OwnedFd::from(fs::File::create(dir.join("err")).unwrap());
-        let _ = null;
-        [null(), out, err]
+        [null, out, err]
     }
 
     fn env() -> Vec<(String, String)> {
