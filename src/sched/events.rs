@@ -204,16 +204,7 @@ impl Scheduler {
 
     pub(super) fn sample(&mut self, samples: Vec<GpuSample>) {
         for s in samples {
-            let Some(gpu) = self.gpus.get_mut(s.gpu) else {
-                continue;
-            };
-            gpu.used_mib = s.used_mib;
-            gpu.healthy = s.healthy;
-            gpu.activity.record(self.now, &s);
-            gpu.seen.clone_from(&s.tasks);
-            for (task, mib) in s.tasks {
-                self.ledger.observe(task, s.gpu, mib);
-            }
+            self.apply_sample(s);
         }
     }
 }

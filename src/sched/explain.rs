@@ -61,7 +61,7 @@ impl Scheduler {
                         .total_mib
                         .saturating_sub(gpu.used_mib)
                         .saturating_sub(self.ledger.outstanding(g, self.now));
-                    if let Some(busy) = p.refusal(&self.load[g]) {
+                    if let Some(busy) = p.refusal(&gpu.activity.load(self.now, p)) {
                         busy
                     } else if free < need {
                         format!("{} free < {}", format_mib(free), format_mib(need))

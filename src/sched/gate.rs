@@ -96,7 +96,15 @@ impl Activity {
     }
 
     /// Records a sample's metrics from `at` on; unknown ones as busy.
-    pub fn record(&mut self, at: Time, sample: &GpuSample) {
+    /// True when the GPU may look calmer than before (a metric fell, or
+    /// the window restarted): only then can the gate open sooner.
+    pub fn record(&mut self, at: Time, sample: &GpuSample) -> bool {
+        let occupancy = sample.occupancy.unwrap_or(1.0);
+        let dram = sample.dram.unwrap_or(1.0);
+        let calmer = !self.left.is_empty()
+            || sample.smact < self.smact.last()
+            || occupancy < self.occupancy.last()
+            || dram < self.dram.last();
         if !self.left.is_empty() {
             for window in [&mut self.smact, &mut self.occupancy, &mut self.dram] {
                 window.restart(at, 0.0);
@@ -108,8 +116,9 @@ impl Activity {
             }
         }
         self.smact.record(at, sample.smact);
-        self.occupancy.record(at, sample.occupancy.unwrap_or(1.0));
-        self.dram.record(at, sample.dram.unwrap_or(1.0));
+        self.occupancy.record(at, occupancy);
+        self.dram.record(at, dram);
+        calmer
     }
 
     /// The averages over the window ending at `now` that `rules` look at:

@@ -45,6 +45,7 @@ mod policy;
 mod queue;
 mod rules;
 mod share;
+mod stuck;
 mod task;
 mod window;
 
@@ -271,6 +272,9 @@ pub struct Scheduler {
     now: Time,
     /// No launch before this time (see [`Event::NotStarted`]).
     hold_until: Option<Time>,
+    /// The last dispatch launched nothing, and nothing since could change
+    /// that ([`stuck`]).
+    stuck: Option<stuck::Stuck>,
 }
 
 impl Scheduler {
@@ -306,6 +310,7 @@ impl Scheduler {
             load: vec![Load::default(); gpu_total_mib.len()],
             now: Time::ZERO,
             hold_until: None,
+            stuck: None,
         }
     }
 
@@ -321,8 +326,15 @@ impl Scheduler {
         self.now = self.now.max(now);
         let mut actions = Vec::new();
         for event in events {
+            // A tick comes at (about) the deadline that the memo keeps.
+            if !matches!(event, Event::Queued { .. } | Event::Sample(_)) {
+                self.stuck = None;
+            }
             match event {
-                Event::Queued { task, demand } => self.queue(task, demand, 0, &mut actions),
+                Event::Queued { task, demand } => {
+                    self.queue(task, demand, 0, &mut actions);
+                    self.note_queued(task);
+                }
                 Event::Recovering {
                     task,
                     demand,
@@ -365,6 +377,14 @@ impl Scheduler {
     /// lapses or a GPU's windowed SM activity falls to the cap. `None` when
     /// nothing waits or only an event can help.
     pub fn next_deadline(&self) -> Option<Time> {
+        match self.stuck_deadline() {
+            Some(deadline) => deadline,
+            None => self.deadline(),
+        }
+    }
+
+    /// [`Scheduler::next_deadline`], worked out afresh.
+    fn deadline(&self) -> Option<Time> {
         self.head()?;
         let p = &self.rules.placement;
         if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
@@ -528,6 +548,7 @@ impl Scheduler {
     /// CUDA process sees one MIG instance at most, so a task on two would
     /// find one GPU). Otherwise it is placed on like any GPU.
     pub fn set_mig_instance(&mut self, gpu: usize) {
+        self.stuck = None;
         if let Some(g) = self.gpus.get_mut(gpu) {
             g.mig_instance = true;
         }
@@ -536,6 +557,7 @@ impl Scheduler {
     /// Replaces the rules (a configuration reload). Running tasks stay
     /// where they are; the next dispatch uses the new rules.
     pub fn set_rules(&mut self, rules: Rules) {
+        self.stuck = None;
         for gpu in &mut self.gpus {
             gpu.activity.set_width(rules.placement.smact_window_s.get());
         }

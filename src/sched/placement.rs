@@ -9,7 +9,7 @@ impl Scheduler {
     /// Places head tasks until one does not fit.
     pub(super) fn dispatch(&mut self, actions: &mut Vec<Action>) {
         self.ledger.expire(self.now);
-        if self.waiting.is_empty() {
+        if self.waiting.is_empty() || self.still_stuck() {
             return;
         }
         match self.hold_until {
@@ -25,25 +25,29 @@ impl Scheduler {
         // back, so passes repeat while they launch.
         loop {
             let waiting = std::mem::take(&mut self.waiting);
-            let (launched, go_on) = self.pass(&waiting, actions);
+            let (launched, stopped_at) = self.pass(&waiting, actions);
             self.waiting = waiting;
             for &task in &launched {
                 self.waiting.remove(task);
             }
-            if launched.is_empty() || !go_on {
+            if launched.is_empty() {
+                self.note_stuck(stopped_at);
+                return;
+            }
+            if stopped_at.is_some() {
                 return;
             }
         }
     }
 
     /// One dispatch pass over `waiting` (taken out of the core while it
-    /// runs): the tasks it launched, and whether another pass might
-    /// launch more (false: the head is stuck).
+    /// runs): the tasks it launched, and the head it stopped at, which
+    /// nothing behind may pass (`None`: another pass might launch more).
     pub(super) fn pass(
         &mut self,
         waiting: &Queue,
         actions: &mut Vec<Action>,
-    ) -> (Vec<TaskId>, bool) {
+    ) -> (Vec<TaskId>, Option<TaskId>) {
         let cut = QueueCut::of(waiting, &self.rules.queue);
         let usage = self.usage();
         let mut launched = Vec::new();
@@ -65,9 +69,9 @@ impl Scheduler {
                             reserved = Some(r);
                             continue;
                         }
-                        None => return (launched, false),
+                        None => return (launched, Some(task)),
                     },
-                    None => return (launched, false),
+                    None => return (launched, Some(task)),
                 },
                 Some(r) => {
                     let off_limits = self.off_limits(task, r);
@@ -82,7 +86,7 @@ impl Scheduler {
             self.note_started(task);
             actions.push(action);
         }
-        (launched, true)
+        (launched, None)
     }
 
     /// Tries to place one task on GPUs not in `off_limits`; returns its

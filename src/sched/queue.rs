@@ -157,6 +157,22 @@ impl Queue {
             .sum()
     }
 
+    /// How many users (no user counting as one) have tasks waiting.
+    pub fn users(&self) -> usize {
+        let mut users: Vec<Option<u32>> = self.runs.keys().map(|&(_, user)| user).collect();
+        users.sort_unstable();
+        users.dedup();
+        users.len()
+    }
+
+    /// Whether waiting task `a` goes before waiting task `b` where their
+    /// users' usage does not decide (one user, or fair share off); `None`
+    /// when either is not waiting.
+    pub fn comes_before(&self, a: TaskId, b: TaskId) -> Option<bool> {
+        let (a, b) = (self.keys.get(&a)?, self.keys.get(&b)?);
+        Some((a.class, a.arrival) < (b.class, b.arrival))
+    }
+
     /// Each user's waiting tasks, by arrival.
     pub fn per_user(&self) -> impl Iterator<Item = (u32, &BTreeSet<Arrival>)> {
         self.by_user.iter().map(|(&user, queued)| (user, queued))

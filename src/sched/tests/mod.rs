@@ -108,3 +108,4 @@ fn user_job(id: u64, uid: u32) -> Event {
 mod lifecycle;
 mod placement;
 mod queue_order;
+mod stuck;
