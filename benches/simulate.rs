@@ -1,10 +1,18 @@
-//! Simulating a synthetic 100,000-task trace on 64 GPUs.
+//! Simulating synthetic traces on 64 GPUs.
 //!
-//! `cargo bench --bench simulate`. The trace is generated with a fixed seed:
-//! tasks arrive about every 25 s (a Poisson process), run 10 minutes to
-//! 3 hours, need 1-30 GiB, 10% of them two GPUs — enough load to keep a
-//! queue most of the time on 64 x 40 GiB GPUs.
+//! `cargo bench --bench simulate`. The traces are generated with a fixed
+//! seed: tasks arrive as a Poisson process, run 10 minutes to 3 hours,
+//! need 1-30 GiB, 10% of them two GPUs.
+//!
+//! - 100,000 tasks arriving about every 25 s, which keeps a queue most of
+//!   the time on 64 x 40 GiB GPUs, through the library, under three
+//!   policies;
+//! - 1,000,000 tasks at 0.9 of the GPUs' capacity (were each task given
+//!   whole GPUs), written to a CSV file and replayed by the `carma
+//!   simulate` command as a user runs it: its time and peak memory.
 
+use std::io::Write;
+use std::process::Command;
 use std::time::Instant;
 
 use carma::config::Config;
@@ -15,6 +23,9 @@ use carma::simulate::{self, Setup, trace::TraceTask};
 
 const TASKS: usize = 100_000;
 const GPUS: usize = 64;
+const MILLION: usize = 1_000_000;
+/// Mean GPU-seconds of a synthetic task: 1.1 GPUs for 600 + 10,200 / 2 s.
+const MEAN_GPU_SECONDS: f64 = 1.1 * 5700.0;
 
 /// A small deterministic generator (SplitMix64): the bench needs
 /// reproducible numbers, not statistical quality.
@@ -30,13 +41,14 @@ impl SplitMix {
     }
 }
 
-fn synthetic_trace() -> Vec<TraceTask> {
+/// `tasks` tasks arriving `mean_gap_s` apart on average.
+fn synthetic_trace(tasks: usize, mean_gap_s: f64) -> Vec<TraceTask> {
     let mut rng = SplitMix(2026);
     let mut t = 0.0;
     let classes = [("light", 0.3), ("medium", 0.7), ("heavy", 0.85)];
-    (0..TASKS)
+    (0..tasks)
         .map(|i| {
-            t += -25.0 * (1.0 - rng.next()).ln();
+            t += -mean_gap_s * (1.0 - rng.next()).ln();
             let (class, smact) = classes[(rng.next() * 3.0) as usize % 3];
             let memory = 1024.0 + rng.next() * 29.0 * 1024.0;
             TraceTask {
@@ -58,7 +70,12 @@ fn synthetic_trace() -> Vec<TraceTask> {
 }
 
 fn main() {
-    let trace = synthetic_trace();
+    library();
+    command();
+}
+
+fn library() {
+    let trace = synthetic_trace(TASKS, 25.0);
     let config = Config::load(None).expect("built-in config");
     for (policy, estimator) in [
         (Policy::Exclusive, MemoryLine::Oracle),
@@ -85,4 +102,66 @@ fn main() {
             m.oom_crashes
         );
     }
+}
+
+/// The million-task trace through `carma simulate`, timed as a whole
+/// process, with the peak resident memory the kernel counted for it.
+fn command() {
+    let gap = MEAN_GPU_SECONDS / (0.9 * GPUS as f64);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("million.csv");
+    let mut csv = std::io::BufWriter::new(std::fs::File::create(&path).expect("trace file"));
+    writeln!(
+        csv,
+        "submit_s,task,model,class,batch,gpus,duration_s,memory_mib,smact_assumed,\
+         est_horus_mib,est_faketensor_mib,est_gpumemnet_mib"
+    )
+    .expect("a trace row");
+    for t in synthetic_trace(MILLION, gap) {
+        writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            t.submit_s,
+            t.task,
+            t.model,
+            t.class,
+            t.batch,
+            t.gpus,
+            t.duration_s,
+            t.memory_mib,
+            t.smact_assumed,
+            t.est_horus_mib,
+            t.est_faketensor_mib,
+            t.est_gpumemnet_mib
+        )
+        .expect("a trace row");
+    }
+    csv.flush().expect("flushed");
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_carma"))
+        .args([
+            "simulate",
+            "--gpus",
+            &format!("{GPUS}x40GiB"),
+            "--json",
+            "--trace",
+        ])
+        .arg(&path)
+        .output()
+        .expect("carma simulate runs");
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "carma simulate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let peak_kib = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .expect("getrusage")
+        .max_rss();
+    println!(
+        "carma simulate, {MILLION} tasks arriving every {gap:.0} s on average (0.9 load), \
+         {GPUS} GPUs, built-in configuration: {:.2} s, peak RSS {} MB",
+        took.as_secs_f64(),
+        peak_kib / 1024
+    );
 }

@@ -9,7 +9,7 @@ use anyhow::Result;
 use carma::config::Config;
 use carma::rad::MemoryLine;
 use carma::sched::Policy;
-use carma::simulate::trace::TraceTask;
+use carma::simulate::trace::{TraceError, TraceTask};
 use carma::simulate::{self, Metrics, Quality, Sharing};
 
 /// One simulation's figures, estimate quality and picture.
@@ -112,7 +112,6 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
     let Some(trace_path) = args.trace.clone() else {
         anyhow::bail!("--trace FILE is needed (or --compare-paper DIR)");
     };
-    let trace = simulate::trace::load(&trace_path)?;
     let gpus = carma::gpu::sim::spec::parse(&args.gpus)
         .map_err(|e| anyhow::anyhow!("--gpus {}: column {}: {}", args.gpus, e.column, e.message))?;
     let mut rules = config.rules();
@@ -176,6 +175,22 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         EstimatorArg::Column(column) => column.to_string(),
         EstimatorArg::Carma => "carma".to_string(),
     };
+    let print = |m: &Metrics, quality: Option<&Quality>| {
+        print_run(&args, &trace_path, policy, &label, m, quality)
+    };
+    // One run of a trace column needs no more of the trace than what is
+    // under way: read as it goes, unless it is out of order.
+    if let (EstimatorArg::Column(column), None, None) = (args.estimator, &args.plot, args.replicas)
+    {
+        setup.estimator = column;
+        let rows = simulate::trace::stream(&trace_path)?;
+        match simulate::run_streamed(rows, &setup, &mut simulate::Columns(column)) {
+            Ok(m) => return print(&m, None).map(|()| ExitCode::SUCCESS),
+            Err(TraceError::Unsorted { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let trace = simulate::trace::load(&trace_path)?;
     if let Some(n) = args.replicas {
         if !(args.jitter_s.is_finite() && args.jitter_s >= 0.0) || n == 0 {
             anyhow::bail!("--replicas needs N >= 1 and --jitter-s >= 0");
@@ -226,9 +241,22 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
         super::report::plot_into(dir, &runs.iter().collect::<Vec<_>>())?;
     }
+    print(&m, quality.as_ref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The figures of one run, as JSON or for people.
+fn print_run(
+    args: &Args,
+    trace_path: &Path,
+    policy: Policy,
+    label: &str,
+    m: &Metrics,
+    quality: Option<&Quality>,
+) -> Result<()> {
     if args.json {
-        let mut json = serde_json::to_value(&m)?;
-        if let (Some(q), Some(map)) = (&quality, json.as_object_mut()) {
+        let mut json = serde_json::to_value(m)?;
+        if let (Some(q), Some(map)) = (quality, json.as_object_mut()) {
             map.insert("estimates".into(), serde_json::to_value(q)?);
         }
         println!("{json}");
@@ -251,5 +279,5 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

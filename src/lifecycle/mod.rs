@@ -402,7 +402,7 @@ impl Lifecycle {
                     limit_mib,
                     time_limit,
                 };
-                self.launch(now, task, &gpus, &limits, &why, world)
+                self.launch(now, task, &gpus, &limits, &why.to_string(), world)
             }
             Action::Complete { task } => self.finish(now, task, State::Done, None, world),
             Action::Recover { task, crashes, why } => {

@@ -2,6 +2,8 @@
 //! (`carma status`, `carma show`, SIGUSR1) and which rule placed a task
 //! (the daemon's log). Nothing here decides anything.
 
+use std::fmt;
+
 use super::policy::{Candidate, Policy};
 use super::{Scheduler, TaskId, Want};
 use crate::size::format_mib;
@@ -92,40 +94,50 @@ impl Scheduler {
     }
 }
 
-/// The placement log line: which rule chose which GPUs, and from what.
-pub(super) fn explain(
-    policy: Policy,
-    idle_first: bool,
-    want: Want,
-    chosen: &[Candidate],
-) -> String {
-    let want = match chosen.first().and_then(|c| c.alone) {
-        Some(why) => Want::Idle(why),
-        None => want,
-    };
-    let gpus: Vec<String> = chosen
-        .iter()
-        .map(|c| {
-            format!(
-                "GPU {} ({} free, SMACT {:.2})",
-                c.gpu,
-                format_mib(c.free_mib),
-                c.smact
-            )
-        })
-        .collect();
-    match want {
-        Want::Idle(reason) => format!("idle {} ({reason})", gpus.join(", ")),
-        Want::Free { free_mib, .. } => {
-            let rule = match idle_first && chosen.iter().all(|c| c.idle) {
-                true => format!("{policy}, idle first"),
-                false => policy.to_string(),
-            };
-            format!(
-                "{rule}: {} (needs {} free)",
-                gpus.join(", "),
-                format_mib(free_mib)
-            )
+/// Which rule chose which GPUs for a launch, and from what: the daemon's
+/// log line. Kept as data and written out only when read, since the
+/// simulator launches millions of tasks and reads none of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed {
+    pub(super) policy: Policy,
+    pub(super) idle_first: bool,
+    pub(super) want: Want,
+    pub(super) chosen: Vec<Candidate>,
+}
+
+impl fmt::Display for Placed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let want = match self.chosen.first().and_then(|c| c.alone) {
+            Some(why) => Want::Idle(why),
+            None => self.want,
+        };
+        let gpus: Vec<String> = self
+            .chosen
+            .iter()
+            .map(|c| {
+                format!(
+                    "GPU {} ({} free, SMACT {:.2})",
+                    c.gpu,
+                    format_mib(c.free_mib),
+                    c.smact
+                )
+            })
+            .collect();
+        match want {
+            Want::Idle(reason) => write!(f, "idle {} ({reason})", gpus.join(", ")),
+            Want::Free { free_mib, .. } => {
+                let policy = self.policy;
+                let rule = match self.idle_first && self.chosen.iter().all(|c| c.idle) {
+                    true => format!("{policy}, idle first"),
+                    false => policy.to_string(),
+                };
+                write!(
+                    f,
+                    "{rule}: {} (needs {} free)",
+                    gpus.join(", "),
+                    format_mib(free_mib)
+                )
+            }
         }
     }
 }

@@ -23,17 +23,25 @@ struct Booking {
 #[derive(Debug, Clone)]
 pub struct Ledger {
     per_gpu: Vec<Vec<Booking>>,
+    /// No booking lapses before this (`None`: there is none)...
+    lapses_from: Option<Time>,
+    /// ...and none is fully seen unless this is set: until then
+    /// [`Ledger::expire`], on every dispatch's path, has nothing to drop.
+    seen_in_full: bool,
 }
 
 impl Ledger {
     pub fn new(gpus: usize) -> Ledger {
         Ledger {
             per_gpu: vec![Vec::new(); gpus],
+            lapses_from: None,
+            seen_in_full: false,
         }
     }
 
     /// Books `mib` on each of `gpus` for `task` until `until`.
     pub fn book(&mut self, task: TaskId, gpus: &[usize], mib: u64, until: Time) {
+        self.lapses_from = Some(self.lapses_from.map_or(until, |t| t.min(until)));
         for &gpu in gpus {
             self.per_gpu[gpu].push(Booking {
                 task,
@@ -48,6 +56,7 @@ impl Ledger {
     pub fn observe(&mut self, task: TaskId, gpu: usize, mib: u64) {
         if let Some(b) = self.per_gpu[gpu].iter_mut().find(|b| b.task == task) {
             b.seen_mib = b.seen_mib.max(mib);
+            self.seen_in_full |= b.seen_mib >= b.mib;
         }
     }
 
@@ -61,9 +70,14 @@ impl Ledger {
     /// Drops bookings that have lapsed by `now` or are fully visible in the
     /// GPU readings.
     pub fn expire(&mut self, now: Time) {
+        if !self.seen_in_full && self.lapses_from.is_none_or(|t| now < t) {
+            return;
+        }
         for bookings in &mut self.per_gpu {
             bookings.retain(|b| b.until > now && b.seen_mib < b.mib);
         }
+        self.seen_in_full = false;
+        self.lapses_from = self.next_lapse();
     }
 
     /// Memory on `gpu` promised but not yet visible in its reading.

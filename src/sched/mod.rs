@@ -53,7 +53,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 pub use crate::wall_time::MAX_SECONDS;
-pub use explain::Waiting;
+pub use explain::{Placed, Waiting};
 pub use gate::Gate;
 pub use policy::Policy;
 pub use queue::{Place, Precedence};
@@ -62,7 +62,6 @@ pub use task::{
     ArrayOf, Demand, Dependency, DependencyKind, Exit, FailReason, HostLimits, Need, TaskId,
 };
 
-use explain::explain;
 use gate::{Activity, Load};
 use ledger::Ledger;
 use limits::{Loads, QueueCut};
@@ -161,7 +160,7 @@ pub enum Action {
         gpus: Vec<usize>,
         limit_mib: Option<u64>,
         time_limit: Option<Duration>,
-        why: String,
+        why: Placed,
     },
     /// The task succeeded.
     Complete { task: TaskId },

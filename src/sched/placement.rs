@@ -95,10 +95,12 @@ impl Scheduler {
         let t = self.tasks.get(&task)?;
         let n = t.demand.gpus as usize;
         let want = self.want(&t.demand, t.crashes);
-        let mut candidates: Vec<Candidate> = (0..self.gpus.len())
-            .filter(|g| !off_limits.contains(g))
-            .filter_map(|g| self.passes(g, &t.demand, self.on_gpu(want, g)))
-            .collect();
+        let mut candidates = Vec::with_capacity(self.gpus.len());
+        candidates.extend(
+            (0..self.gpus.len())
+                .filter(|g| !off_limits.contains(g))
+                .filter_map(|g| self.passes(g, &t.demand, self.on_gpu(want, g))),
+        );
         if candidates.len() < n {
             return None;
         }
@@ -109,13 +111,8 @@ impl Scheduler {
         } else {
             self.rules.placement.policy
         };
-        policy.rank(&mut candidates, self.cursor, self.gpus.len());
         let idle_first = self.rules.placement.idle_first && !want.is_sole();
-        if idle_first {
-            // Stable: idle GPUs first, each group still in policy order.
-            candidates.sort_by_key(|c| !c.idle);
-        }
-        candidates.truncate(n);
+        policy.choose(&mut candidates, n, idle_first, self.cursor, self.gpus.len());
         if policy == Policy::RoundRobin {
             self.cursor = candidates.last().map_or(0, |c| c.gpu + 1) % self.gpus.len();
         }
@@ -135,16 +132,22 @@ impl Scheduler {
             t.started = self.now;
             self.loads.launched(t);
         }
+        let limit_mib = match want {
+            Want::Free { free_mib, .. } if candidates.iter().all(|c| c.alone.is_none()) => {
+                Some(free_mib)
+            }
+            _ => None,
+        };
         Some(Action::Launch {
             task,
             time_limit,
-            why: explain(policy, idle_first, want, &candidates),
-            limit_mib: match want {
-                Want::Free { free_mib, .. } if candidates.iter().all(|c| c.alone.is_none()) => {
-                    Some(free_mib)
-                }
-                _ => None,
+            why: Placed {
+                policy,
+                idle_first,
+                want,
+                chosen: candidates,
             },
+            limit_mib,
             gpus,
         })
     }

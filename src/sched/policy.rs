@@ -1,6 +1,7 @@
 //! Collocation policies: given the GPUs that passed the preconditions, which
 //! ones a task gets.
 
+use std::cmp::{Ordering, Reverse};
 use std::fmt;
 
 use serde::Deserialize;
@@ -48,22 +49,43 @@ impl Policy {
         }
     }
 
-    /// Orders `candidates` best first. `cursor` is the round-robin position
-    /// (the GPU index the cycle continues from) and `gpu_count` the size of
-    /// the cycle. Ties always break towards the lower GPU index, so every
-    /// decision is reproducible.
-    pub(super) fn rank(self, candidates: &mut [Candidate], cursor: usize, gpu_count: usize) {
-        match self {
-            Policy::Exclusive | Policy::FirstFit => candidates.sort_by_key(|c| c.gpu),
-            Policy::RoundRobin => {
-                candidates.sort_by_key(|c| (c.gpu + gpu_count - cursor % gpu_count) % gpu_count)
-            }
-            Policy::BestFit => candidates.sort_by_key(|c| (c.free_mib, c.gpu)),
-            Policy::Magm => candidates.sort_by_key(|c| (std::cmp::Reverse(c.free_mib), c.gpu)),
-            Policy::Lug => {
-                candidates.sort_by(|a, b| a.smact.total_cmp(&b.smact).then(a.gpu.cmp(&b.gpu)))
-            }
+    /// Keeps the best `n` of `candidates`, best first: idle GPUs before
+    /// the others when `idle_first`, each group in the policy's order.
+    /// `cursor` is the round-robin position (the GPU index the cycle
+    /// continues from) and `gpu_count` the size of the cycle. Ties always
+    /// break towards the lower GPU index, so every decision is
+    /// reproducible, and the order is total: only the `n` best are sorted.
+    pub(super) fn choose(
+        self,
+        candidates: &mut Vec<Candidate>,
+        n: usize,
+        idle_first: bool,
+        cursor: usize,
+        gpu_count: usize,
+    ) {
+        let rotated = |c: &Candidate| (c.gpu + gpu_count - cursor % gpu_count) % gpu_count;
+        let order = |a: &Candidate, b: &Candidate| {
+            let idle = match idle_first {
+                true => b.idle.cmp(&a.idle),
+                false => Ordering::Equal,
+            };
+            idle.then_with(|| match self {
+                Policy::Exclusive | Policy::FirstFit => a.gpu.cmp(&b.gpu),
+                Policy::RoundRobin => rotated(a).cmp(&rotated(b)),
+                Policy::BestFit => (a.free_mib, a.gpu).cmp(&(b.free_mib, b.gpu)),
+                Policy::Magm => (Reverse(a.free_mib), a.gpu).cmp(&(Reverse(b.free_mib), b.gpu)),
+                Policy::Lug => a.smact.total_cmp(&b.smact).then(a.gpu.cmp(&b.gpu)),
+            })
+        };
+        if n == 0 {
+            candidates.clear();
+            return;
         }
+        if n < candidates.len() {
+            candidates.select_nth_unstable_by(n - 1, order);
+            candidates.truncate(n);
+        }
+        candidates.sort_unstable_by(order);
     }
 }
 
@@ -135,7 +157,7 @@ mod tests {
 
     fn ranked(p: Policy, cursor: usize) -> Vec<usize> {
         let mut c = cands();
-        p.rank(&mut c, cursor, 4);
+        p.choose(&mut c, 3, false, cursor, 4);
         c.iter().map(|c| c.gpu).collect()
     }
 
@@ -158,6 +180,18 @@ mod tests {
     #[test]
     fn lug_takes_the_quietest() {
         assert_eq!(ranked(Policy::Lug, 0), [3, 2, 0]);
+    }
+
+    #[test]
+    fn idle_first_puts_idle_gpus_ahead_and_keeps_only_the_best() {
+        let mut c = cands();
+        c[0].idle = true;
+        // GPU 0 is idle: first, though MAGM alone would take it last.
+        Policy::Magm.choose(&mut c, 2, true, 0, 4);
+        assert_eq!(c.iter().map(|c| c.gpu).collect::<Vec<_>>(), [0, 2]);
+        let mut c = cands();
+        Policy::BestFit.choose(&mut c, 1, true, 0, 4);
+        assert_eq!(c.iter().map(|c| c.gpu).collect::<Vec<_>>(), [0]);
     }
 
     #[test]

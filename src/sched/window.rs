@@ -70,10 +70,16 @@ impl SmactWindow {
     /// Average over `[now - width, now]`.
     pub fn average(&self, now: Time) -> f64 {
         let now = now.as_secs_f64();
-        let Some(&(_, first)) = self.samples.front() else {
+        let (Some(&(_, first)), Some(&(since, last))) = (self.samples.front(), self.samples.back())
+        else {
             return 0.0;
         };
         let start = now - self.width;
+        // The usual case, on every placement's path: nothing changed
+        // within the window.
+        if since <= start {
+            return last;
+        }
         let mut area = 0.0;
         let mut cursor = start;
         let mut value = first;

@@ -24,13 +24,14 @@
 //!   show, at a fraction of the cost.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
+use std::convert::Infallible;
 
 use crate::sched::{Action, Demand, Event, Exit, GpuSample, Rules, Scheduler, TaskId, Time};
 
 use super::Model;
 use super::estimates::{Columns, Estimates};
-use super::metrics::{Metrics, TaskTimes};
+use super::metrics::{LowerBound, Metrics, TaskTimes};
 use super::model::WARMUP_STEPS;
 use super::trace::TraceTask;
 use crate::gpu::sim::spec::{Declared, MIG_SLICES};
@@ -51,11 +52,10 @@ pub struct Setup {
     pub model: Model,
 }
 
-/// Things that happen by themselves in virtual time.
+/// Things that happen by themselves in virtual time (arrivals come from
+/// the trace, in its order, ahead of anything else due at their time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Happening {
-    /// Trace row `n` is submitted.
-    Arrive(usize),
     /// Run `attempt` of task `n` takes warm-up allocation step `step`.
     Grow(usize, u32, u32),
     /// Task `n` finishes, if its rate was last set by `generation`.
@@ -86,6 +86,8 @@ struct Run {
     step_s: f64,
     /// When it was launched.
     started: f64,
+    /// Its SM activity alone on a whole GPU (the trace's assumption).
+    smact: f64,
 }
 
 /// What the core sees as one GPU: a whole board or a MIG instance.
@@ -141,14 +143,18 @@ fn units(declared: &[Declared]) -> (Vec<VirtualGpu>, Vec<Board>) {
 }
 
 struct Sim<'a> {
-    trace: &'a [TraceTask],
     setup: &'a Setup,
     estimates: &'a mut dyn Estimates,
     core: Scheduler,
     gpus: Vec<VirtualGpu>,
     boards: Vec<Board>,
-    runs: Vec<Option<Run>>,
+    /// The tasks that arrived and have not ended, by trace row: a run
+    /// holds only what is under way, however long the trace.
+    tasks: HashMap<usize, TraceTask>,
+    runs: HashMap<usize, Run>,
+    /// Every task's times, by trace row (kept: the figures are means).
     records: Vec<TaskTimes>,
+    bound: LowerBound,
     /// (time in µs, insertion order, happening): a min-heap on time, FIFO
     /// among equal times so runs are reproducible.
     agenda: BinaryHeap<Reverse<(u64, u64, Happening)>>,
@@ -174,7 +180,7 @@ pub fn run(trace: &[TraceTask], setup: &Setup) -> Metrics {
 /// Runs the trace to the end with estimates from `estimates`, which hears
 /// of every task that finishes (to learn from it, as history does).
 pub fn run_with(trace: &[TraceTask], setup: &Setup, estimates: &mut dyn Estimates) -> Metrics {
-    simulate(trace, setup, estimates, false).0
+    infallible(simulate(in_order(trace), setup, estimates, false)).0
 }
 
 /// [`run_with`], and the run as pictures show it: each GPU's state after
@@ -184,16 +190,45 @@ pub fn run_pictured(
     setup: &Setup,
     estimates: &mut dyn Estimates,
 ) -> (Metrics, plot::Run) {
-    let (metrics, picture) = simulate(trace, setup, estimates, true);
+    let (metrics, picture) = infallible(simulate(in_order(trace), setup, estimates, true));
     (metrics, picture.unwrap_or_default())
 }
 
-fn simulate(
+/// [`run_with`] on tasks read as the run goes (row `n` is the `n`-th
+/// task), in submission order: its memory does not grow with the trace's
+/// length. The first error of `tasks` ends the run.
+pub fn run_streamed<E>(
+    tasks: impl Iterator<Item = Result<TraceTask, E>>,
+    setup: &Setup,
+    estimates: &mut dyn Estimates,
+) -> Result<Metrics, E> {
+    let rows = tasks.enumerate().map(|(n, t)| t.map(|t| (n, t)));
+    Ok(simulate(rows, setup, estimates, false)?.0)
+}
+
+/// A slice's rows by submission time (stable, so row order breaks ties),
+/// each with its index.
+fn in_order(
     trace: &[TraceTask],
+) -> impl Iterator<Item = Result<(usize, TraceTask), Infallible>> + '_ {
+    let mut order: Vec<usize> = (0..trace.len()).collect();
+    order.sort_by_key(|&n| to_micros(trace[n].submit_s));
+    order.into_iter().map(|n| Ok((n, trace[n].clone())))
+}
+
+fn infallible<T>(r: Result<T, Infallible>) -> T {
+    match r {
+        Ok(t) => t,
+        Err(never) => match never {},
+    }
+}
+
+fn simulate<E>(
+    mut rows: impl Iterator<Item = Result<(usize, TraceTask), E>>,
     setup: &Setup,
     estimates: &mut dyn Estimates,
     pictured: bool,
-) -> (Metrics, Option<plot::Run>) {
+) -> Result<(Metrics, Option<plot::Run>), E> {
     let (gpus, boards) = units(&setup.gpus);
     let totals: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
     let mut core = Scheduler::new(setup.rules.clone(), &totals);
@@ -204,17 +239,15 @@ fn simulate(
     }
     let count = gpus.len();
     let mut sim = Sim {
-        trace,
         setup,
         estimates,
         core,
         gpus,
         boards,
-        runs: vec![None; trace.len()],
-        records: trace
-            .iter()
-            .map(|t| TaskTimes::submitted(t.submit_s))
-            .collect(),
+        tasks: HashMap::new(),
+        runs: HashMap::new(),
+        records: Vec::new(),
+        bound: LowerBound::default(),
         agenda: BinaryHeap::new(),
         order: 0,
         now: 0.0,
@@ -236,12 +269,24 @@ fn simulate(
         }),
     };
     sim.flush();
-    for (n, t) in trace.iter().enumerate() {
-        sim.schedule(t.submit_s, Happening::Arrive(n));
-    }
-    while let Some(Reverse((at, _, happening))) = sim.agenda.pop() {
-        sim.advance(at as f64 / 1e6);
-        sim.happen(happening);
+    let mut next = rows.next().transpose()?;
+    loop {
+        let due = sim.agenda.peek().map(|Reverse((at, _, _))| *at);
+        match (next.take(), due) {
+            (Some((n, task)), due) if due.is_none_or(|at| to_micros(task.submit_s) <= at) => {
+                sim.advance(to_micros(task.submit_s) as f64 / 1e6);
+                sim.arrive(n, task);
+                next = rows.next().transpose()?;
+            }
+            (None, None) => break,
+            (waiting, _) => {
+                next = waiting;
+                if let Some(Reverse((at, _, happening))) = sim.agenda.pop() {
+                    sim.advance(at as f64 / 1e6);
+                    sim.happen(happening);
+                }
+            }
+        }
     }
     let end = sim.now;
     for g in 0..sim.gpus.len() {
@@ -253,14 +298,14 @@ fn simulate(
             .iter()
             .map(|b| (b.joules, b.smact_seconds))
             .collect::<Vec<_>>(),
-        Some(super::metrics::lower_bound(trace, setup.gpus.len())),
+        Some(sim.bound.bound(setup.gpus.len())),
     );
     metrics.head_delay_s = sim.head_delay_s;
     let picture = sim.picture.map(|mut p| {
         p.span = end;
         p
     });
-    (metrics, picture)
+    Ok((metrics, picture))
 }
 
 impl Sim<'_> {
@@ -274,32 +319,42 @@ impl Sim<'_> {
         self.now = self.now.max(t);
     }
 
+    /// Trace row `n` is submitted.
+    fn arrive(&mut self, n: usize, t: TraceTask) {
+        let demand = Demand {
+            gpus: t.gpus,
+            history: Some(std::time::Duration::from_secs_f64(t.duration_s)),
+            ..Demand::new(self.estimates.need(n, &t))
+        };
+        if n >= self.records.len() {
+            self.records.resize_with(n + 1, TaskTimes::default);
+        }
+        self.records[n] = TaskTimes::submitted(t.submit_s);
+        self.bound.add(&t);
+        self.tasks.insert(n, t);
+        self.feed(Event::Queued {
+            task: TaskId(n as u64),
+            demand,
+        });
+    }
+
     fn happen(&mut self, happening: Happening) {
         match happening {
-            Happening::Arrive(n) => {
-                let t = &self.trace[n];
-                let demand = Demand {
-                    gpus: t.gpus,
-                    history: Some(std::time::Duration::from_secs_f64(t.duration_s)),
-                    ..Demand::new(self.estimates.need(n, t))
-                };
-                self.feed(Event::Queued {
-                    task: TaskId(n as u64),
-                    demand,
-                });
-            }
             Happening::Grow(n, attempt, step) => {
-                if self.runs[n].as_ref().is_some_and(|r| r.attempt == attempt) {
+                if self.runs.get(&n).is_some_and(|r| r.attempt == attempt) {
                     self.grow(n, step);
                 }
             }
             Happening::Finish(n, generation) => {
-                if self.runs[n]
-                    .as_ref()
+                if self
+                    .runs
+                    .get(&n)
                     .is_some_and(|r| r.generation == generation)
                 {
                     self.stop(n, false);
-                    self.estimates.finished(n, &self.trace[n]);
+                    if let Some(t) = self.tasks.get(&n) {
+                        self.estimates.finished(n, t);
+                    }
                     self.feed(Event::Exited {
                         task: TaskId(n as u64),
                         exit: Exit::Success,
@@ -307,7 +362,7 @@ impl Sim<'_> {
                 }
             }
             Happening::TimeLimit(n, attempt) => {
-                if self.runs[n].as_ref().is_some_and(|r| r.attempt == attempt) {
+                if self.runs.get(&n).is_some_and(|r| r.attempt == attempt) {
                     self.stop(n, false);
                     self.feed(Event::Exited {
                         task: TaskId(n as u64),
@@ -346,9 +401,15 @@ impl Sim<'_> {
                         time_limit,
                         ..
                     } => self.launch(task.0 as usize, gpus, time_limit),
-                    Action::Complete { task } => self.records[task.0 as usize].completed(self.now),
+                    Action::Complete { task } => {
+                        self.records[task.0 as usize].completed(self.now);
+                        self.tasks.remove(&(task.0 as usize));
+                    }
                     Action::Recover { .. } => {}
-                    Action::Fail { task, .. } => self.records[task.0 as usize].failed(self.now),
+                    Action::Fail { task, .. } => {
+                        self.records[task.0 as usize].failed(self.now);
+                        self.tasks.remove(&(task.0 as usize));
+                    }
                 }
             }
         }
@@ -372,25 +433,32 @@ impl Sim<'_> {
     }
 
     fn launch(&mut self, n: usize, gpus: Vec<usize>, time_limit: Option<Time>) {
-        let t = &self.trace[n];
+        let Some(t) = self.tasks.get(&n) else {
+            return;
+        };
+        let (duration_s, smact) = (t.duration_s, t.smact_assumed);
         let attempt = self.records[n].launched(self.now);
         for &g in &gpus {
             self.integrate(g, self.now);
             self.gpus[g].tasks.push(n);
         }
-        let warmup = self.setup.model.warmup_s.min(t.duration_s / 2.0);
+        let warmup = self.setup.model.warmup_s.min(duration_s / 2.0);
         let step_s = warmup / f64::from(WARMUP_STEPS);
-        self.runs[n] = Some(Run {
-            gpus: gpus.clone(),
-            remaining: t.duration_s,
-            rate: 0.0,
-            since: self.now,
-            generation: 0,
-            attempt,
-            held_mib: 0,
-            step_s,
-            started: self.now,
-        });
+        self.runs.insert(
+            n,
+            Run {
+                gpus: gpus.clone(),
+                remaining: duration_s,
+                rate: 0.0,
+                since: self.now,
+                generation: 0,
+                attempt,
+                held_mib: 0,
+                step_s,
+                started: self.now,
+                smact,
+            },
+        );
         self.schedule(self.now + step_s, Happening::Grow(n, attempt, 1));
         if let Some(limit) = time_limit {
             let at = self.now + limit.as_secs_f64();
@@ -401,10 +469,10 @@ impl Sim<'_> {
 
     /// The task takes warm-up step `step`: it fits, or it dies of OOM.
     fn grow(&mut self, n: usize, step: u32) {
-        let target = self.setup.model.held_after(self.trace[n].memory_mib, step);
-        let Some(run) = self.runs[n].as_ref() else {
+        let (Some(t), Some(run)) = (self.tasks.get(&n), self.runs.get(&n)) else {
             return;
         };
+        let target = self.setup.model.held_after(t.memory_mib, step);
         let more = target.saturating_sub(run.held_mib);
         let fits = run.gpus.iter().all(|&g| {
             let gpu = &self.gpus[g];
@@ -427,7 +495,7 @@ impl Sim<'_> {
             self.gpus[g].used_mib += more;
             self.note(g);
         }
-        if let Some(run) = self.runs[n].as_mut() {
+        if let Some(run) = self.runs.get_mut(&n) {
             run.held_mib += more;
         }
         if step < WARMUP_STEPS {
@@ -439,7 +507,7 @@ impl Sim<'_> {
 
     /// Takes a task off its GPUs (finished, or crashed).
     fn stop(&mut self, n: usize, crashed: bool) {
-        let Some(run) = self.runs[n].take() else {
+        let Some(run) = self.runs.remove(&n) else {
             return;
         };
         for &g in &run.gpus {
@@ -449,8 +517,7 @@ impl Sim<'_> {
             gpu.used_mib -= run.held_mib;
         }
         self.records[n].stopped(self.now, crashed);
-        if let Some(picture) = self.picture.as_mut() {
-            let t = &self.trace[n];
+        if let (Some(picture), Some(t)) = (self.picture.as_mut(), self.tasks.get(&n)) {
             picture.bars.extend(run.gpus.iter().map(|&gpu| plot::Bar {
                 gpu,
                 start: run.started,
@@ -476,7 +543,12 @@ impl Sim<'_> {
         let mut touched = gpus.to_vec();
         for &n in &affected {
             self.rerate(n);
-            touched.extend(self.runs[n].iter().flat_map(|r| r.gpus.iter().copied()));
+            touched.extend(
+                self.runs
+                    .get(&n)
+                    .iter()
+                    .flat_map(|r| r.gpus.iter().copied()),
+            );
         }
         touched.sort_unstable();
         touched.dedup();
@@ -485,7 +557,7 @@ impl Sim<'_> {
             let busy: f64 = self.gpus[g]
                 .tasks
                 .iter()
-                .filter_map(|&n| Some(self.smact_on(g, n) * self.runs[n].as_ref()?.rate))
+                .filter_map(|&n| Some(self.smact_on(g, n) * self.runs.get(&n)?.rate))
                 .sum();
             self.gpus[g].smact = busy.min(1.0);
             self.note(g);
@@ -507,13 +579,13 @@ impl Sim<'_> {
     /// uses `smact` of it, so on a MIG instance it needs `smact / share`
     /// of the instance (more than all of it slows it down).
     fn smact_on(&self, g: usize, n: usize) -> f64 {
-        self.trace[n].smact_assumed / self.gpus[g].share
+        self.runs.get(&n).map_or(0.0, |r| r.smact) / self.gpus[g].share
     }
 
     /// Brings a running task's progress up to now under its old rate, sets
     /// its new rate and books its finish.
     fn rerate(&mut self, n: usize) {
-        let Some(gpus) = self.runs[n].as_ref().map(|r| r.gpus.clone()) else {
+        let Some(gpus) = self.runs.get(&n).map(|r| r.gpus.clone()) else {
             return;
         };
         let rate = gpus
@@ -521,7 +593,7 @@ impl Sim<'_> {
             .map(|&g| self.speed_on(g, n))
             .fold(1.0, f64::min);
         let now = self.now;
-        let Some(run) = self.runs[n].as_mut() else {
+        let Some(run) = self.runs.get_mut(&n) else {
             return;
         };
         run.remaining = (run.remaining - run.rate * (now - run.since)).max(0.0);
@@ -591,7 +663,7 @@ impl Sim<'_> {
                         .tasks
                         .iter()
                         .filter_map(|&n| {
-                            let held = self.runs[n].as_ref()?.held_mib;
+                            let held = self.runs.get(&n)?.held_mib;
                             (held > 0).then_some((TaskId(n as u64), held))
                         })
                         .collect(),

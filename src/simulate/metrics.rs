@@ -170,22 +170,40 @@ impl std::fmt::Display for Metrics {
 /// crashes and waiting only add to both. The bound is the largest of all
 /// these.
 pub fn lower_bound(trace: &[TraceTask], gpus: usize) -> f64 {
-    let gpus = gpus.max(1) as f64;
-    let each_alone = trace
-        .iter()
-        .map(|t| t.submit_s + t.duration_s)
-        .fold(0.0, f64::max);
-    // However GPUs are shared, a GPU does at most one SM-second of work
-    // per second.
-    let work = |t: &TraceTask| t.duration_s * t.smact_assumed * f64::from(t.gpus);
-    let mut by_submit: Vec<&TraceTask> = trace.iter().collect();
-    by_submit.sort_by(|a, b| b.submit_s.total_cmp(&a.submit_s));
-    // Walk from the last submission backwards, accumulating later work.
-    let mut later_work = 0.0;
-    let mut capacity_bound: f64 = 0.0;
-    for t in by_submit {
-        later_work += work(t);
-        capacity_bound = capacity_bound.max(t.submit_s + later_work / gpus);
+    let mut bound = LowerBound::default();
+    for t in trace {
+        bound.add(t);
     }
-    each_alone.max(capacity_bound)
+    bound.bound(gpus)
+}
+
+/// [`lower_bound`] gathered as tasks arrive, in a few bytes per task.
+#[derive(Debug, Default)]
+pub(super) struct LowerBound {
+    each_alone: f64,
+    /// (submission, SM-seconds of work) per task, in arrival order.
+    work: Vec<(f64, f64)>,
+}
+
+impl LowerBound {
+    pub fn add(&mut self, t: &TraceTask) {
+        self.each_alone = self.each_alone.max(t.submit_s + t.duration_s);
+        // However GPUs are shared, a GPU does at most one SM-second of
+        // work per second.
+        let work = t.duration_s * t.smact_assumed * f64::from(t.gpus);
+        self.work.push((t.submit_s, work));
+    }
+
+    pub fn bound(mut self, gpus: usize) -> f64 {
+        let gpus = gpus.max(1) as f64;
+        self.work.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // Walk from the last submission backwards, accumulating later work.
+        let mut later_work = 0.0;
+        let mut capacity_bound: f64 = 0.0;
+        for (submit_s, work) in self.work {
+            later_work += work;
+            capacity_bound = capacity_bound.max(submit_s + later_work / gpus);
+        }
+        self.each_alone.max(capacity_bound)
+    }
 }

@@ -9,7 +9,7 @@ mod model;
 pub mod paper;
 pub mod trace;
 
-pub use engine::{Setup, run, run_pictured, run_with};
+pub use engine::{Setup, run, run_pictured, run_streamed, run_with};
 pub use estimates::{Carma, Columns, Estimates, Quality};
 pub use metrics::{Metrics, TaskTimes, lower_bound};
 pub use model::{Model, Sharing};

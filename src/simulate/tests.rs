@@ -314,6 +314,32 @@ fn no_policy_beats_the_lower_bound_on_the_real_traces() {
 }
 
 #[test]
+fn a_trace_read_as_the_run_goes_runs_as_the_whole_trace_does() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/carma/traces/philly_t1_60.csv");
+    for policy in [Policy::Magm, Policy::BestFit] {
+        let s = setup(4, policy, MemoryLine::Gpumemnet, Sharing::Mps);
+        let streamed = run_streamed(
+            super::trace::stream(&path).unwrap(),
+            &s,
+            &mut Columns(MemoryLine::Gpumemnet),
+        )
+        .unwrap();
+        assert_eq!(streamed, run(&super::trace::load(&path).unwrap(), &s));
+    }
+}
+
+#[test]
+fn a_slice_out_of_order_runs_by_submission_time() {
+    let trace = shared_trace("philly_mix_90.csv");
+    let s = setup(4, Policy::Magm, MemoryLine::Oracle, Sharing::Mps);
+    let mut reversed = trace.clone();
+    reversed.reverse();
+    let (a, b) = (run(&trace, &s), run(&reversed, &s));
+    assert_eq!((a.tasks, a.oom_crashes), (b.tasks, b.oom_crashes));
+    assert!(close(a.total_time_s, b.total_time_s), "{a:?} {b:?}");
+}
+
+#[test]
 fn runs_are_reproducible() {
     let trace = shared_trace("philly_mix_90.csv");
     let s = setup(4, Policy::Lug, MemoryLine::Faketensor, Sharing::Mps);

@@ -4,6 +4,7 @@
 //! The format is the CSV of `data/carma/traces/` (derived from the
 //! Microsoft Philly trace by the CARMA authors).
 
+use std::io::Read;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -98,56 +99,147 @@ pub enum TraceError {
     },
     #[error("{path}: the trace has no tasks")]
     Empty { path: String },
+    /// Only from [`stream`], which replays rows as they come: [`load`]
+    /// takes such a trace and sorts it.
+    #[error(
+        "{path}:{line}: submitted at {submit_s} s, before the row above it: not in submission order"
+    )]
+    Unsorted {
+        path: String,
+        line: u64,
+        submit_s: f64,
+    },
 }
 
 /// Reads a trace file; tasks come back in submission order (stable for
 /// equal times, so file order breaks ties).
 pub fn load(path: &Path) -> Result<Vec<TraceTask>, TraceError> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Read {
-        path: name.clone(),
-        source,
-    })?;
-    parse(&name, &text)
+    sorted(stream_unsorted(path)?)
 }
 
 /// Reads a trace from CSV text; `name` labels errors.
 pub fn parse(name: &str, text: &str) -> Result<Vec<TraceTask>, TraceError> {
-    let row_error = |line: u64, message: String| TraceError::Row {
-        path: name.to_owned(),
-        line,
-        message,
-    };
-    let mut reader = csv::Reader::from_reader(text.as_bytes());
-    let headers = reader
-        .headers()
-        .map_err(|e| row_error(1, e.to_string()))?
-        .clone();
-    let mut tasks = Vec::new();
-    let mut record = csv::StringRecord::new();
-    loop {
-        match reader.read_record(&mut record) {
+    sorted(Rows::new(name, text.as_bytes(), false)?)
+}
+
+/// The trace file's tasks one by one, in file order, which must be
+/// submission order ([`TraceError::Unsorted`] where it is not): a replay
+/// that never holds the whole trace, whatever its length.
+pub fn stream(path: &Path) -> Result<Rows<impl Read>, TraceError> {
+    Rows::open(path, true)
+}
+
+fn stream_unsorted(path: &Path) -> Result<Rows<impl Read>, TraceError> {
+    Rows::open(path, false)
+}
+
+fn sorted(
+    rows: impl Iterator<Item = Result<TraceTask, TraceError>>,
+) -> Result<Vec<TraceTask>, TraceError> {
+    let mut tasks = rows.collect::<Result<Vec<_>, _>>()?;
+    if !tasks.is_sorted_by(|a, b| a.submit_s <= b.submit_s) {
+        tasks.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
+    }
+    Ok(tasks)
+}
+
+/// A trace's rows as tasks, each checked; ends with [`TraceError::Empty`]
+/// when there were none.
+pub struct Rows<R> {
+    name: String,
+    reader: csv::Reader<R>,
+    headers: csv::StringRecord,
+    record: csv::StringRecord,
+    /// Whether a row submitted before the one above it is an error.
+    in_order: bool,
+    last_submit_s: f64,
+    count: usize,
+    done: bool,
+}
+
+impl Rows<std::io::BufReader<std::fs::File>> {
+    fn open(path: &Path, in_order: bool) -> Result<Self, TraceError> {
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| TraceError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        Rows::new(&name, std::io::BufReader::new(file), in_order)
+    }
+}
+
+impl<R: Read> Rows<R> {
+    fn new(name: &str, input: R, in_order: bool) -> Result<Self, TraceError> {
+        let mut reader = csv::Reader::from_reader(input);
+        let headers = reader
+            .headers()
+            .map_err(|e| row_error(name, 1, e.to_string()))?
+            .clone();
+        Ok(Rows {
+            name: name.to_owned(),
+            reader,
+            headers,
+            record: csv::StringRecord::new(),
+            in_order,
+            last_submit_s: 0.0,
+            count: 0,
+            done: false,
+        })
+    }
+
+    fn row(&mut self) -> Result<Option<TraceTask>, TraceError> {
+        match self.reader.read_record(&mut self.record) {
             Ok(true) => {}
-            Ok(false) => break,
+            Ok(false) if self.count == 0 => {
+                return Err(TraceError::Empty {
+                    path: self.name.clone(),
+                });
+            }
+            Ok(false) => return Ok(None),
             Err(e) => {
                 let line = e.position().map_or(0, |p| p.line());
-                return Err(row_error(line, e.to_string()));
+                return Err(row_error(&self.name, line, e.to_string()));
             }
         }
-        let line = record.position().map_or(0, |p| p.line());
-        let task: TraceTask = record
-            .deserialize(Some(&headers))
-            .map_err(|e| row_error(line, csv_message(&e)))?;
-        check(&task).map_err(|m| row_error(line, m))?;
-        tasks.push(task);
+        let line = self.record.position().map_or(0, |p| p.line());
+        let task: TraceTask = self
+            .record
+            .deserialize(Some(&self.headers))
+            .map_err(|e| row_error(&self.name, line, csv_message(&e)))?;
+        check(&task).map_err(|m| row_error(&self.name, line, m))?;
+        if self.in_order && task.submit_s < self.last_submit_s {
+            return Err(TraceError::Unsorted {
+                path: self.name.clone(),
+                line,
+                submit_s: task.submit_s,
+            });
+        }
+        self.last_submit_s = task.submit_s;
+        self.count += 1;
+        Ok(Some(task))
     }
-    if tasks.is_empty() {
-        return Err(TraceError::Empty {
-            path: name.to_owned(),
-        });
+}
+
+impl<R: Read> Iterator for Rows<R> {
+    type Item = Result<TraceTask, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let row = self.row().transpose();
+        // After the last row or the first error, nothing more.
+        self.done = !matches!(row, Some(Ok(_)));
+        row
     }
-    tasks.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
-    Ok(tasks)
+}
+
+fn row_error(path: &str, line: u64, message: String) -> TraceError {
+    TraceError::Row {
+        path: path.to_owned(),
+        line,
+        message,
+    }
 }
 
 fn csv_message(e: &csv::Error) -> String {
@@ -225,6 +317,25 @@ mod tests {
         assert_eq!(tasks[0].need(MemoryLine::Oracle), Need::Mib(201));
         assert_eq!(tasks[1].need(MemoryLine::Gpumemnet), Need::WholeGpu);
         assert_eq!(tasks[1].need(MemoryLine::None), Need::Unknown);
+    }
+
+    #[test]
+    fn a_stream_refuses_rows_out_of_order_where_a_load_sorts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        let rows = "5,b.rad,m,light,32,1,10,100,0.3,1,2,3\n0,a.rad,m,heavy,8,2,20,200,0.85,3,4,5\n";
+        std::fs::write(&path, format!("{HEADER}{rows}")).unwrap();
+        let mut rows = stream(&path).unwrap();
+        assert_eq!(rows.next().unwrap().unwrap().task, "b.rad");
+        let err = rows.next().unwrap().unwrap_err();
+        assert!(matches!(err, TraceError::Unsorted { line: 3, .. }), "{err}");
+        assert!(rows.next().is_none(), "nothing after an error");
+        assert_eq!(load(&path).unwrap()[0].task, "a.rad");
+        std::fs::write(&path, HEADER).unwrap();
+        assert!(matches!(
+            stream(&path).unwrap().next(),
+            Some(Err(TraceError::Empty { .. }))
+        ));
     }
 
     #[test]

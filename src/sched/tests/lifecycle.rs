@@ -226,7 +226,10 @@ fn launch_carries_the_granted_limit_and_an_explanation() {
     match &queue(&mut core, 1.0, 1, Need::Mib(6 * GIB))[..] {
         [Action::Launch { limit_mib, why, .. }] => {
             assert_eq!(*limit_mib, Some(8 * GIB));
-            assert!(why.starts_with("magm: GPU 3 (35GiB free"), "{why}");
+            assert!(
+                why.to_string().starts_with("magm: GPU 3 (35GiB free"),
+                "{why}"
+            );
         }
         other => panic!("{other:?}"),
     }

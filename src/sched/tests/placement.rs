@@ -236,7 +236,7 @@ fn whole_gpu_and_oversized_needs_take_an_idle_gpu() {
     match &actions[1] {
         Action::Launch { limit_mib, why, .. } => {
             assert_eq!(*limit_mib, None);
-            assert!(why.contains("fills a whole GPU"), "{why}");
+            assert!(why.to_string().contains("fills a whole GPU"), "{why}");
         }
         other => panic!("{other:?}"),
     }
@@ -495,7 +495,10 @@ fn idle_gpus_go_first_whatever_the_policy() {
     let Action::Launch { why, .. } = &second[0] else {
         panic!("{second:?}")
     };
-    assert!(why.starts_with("best-fit, idle first: GPU 1"), "{why}");
+    assert!(
+        why.to_string().starts_with("best-fit, idle first: GPU 1"),
+        "{why}"
+    );
     assert_eq!(
         launched(&queue(&mut core, 1.0, 3, Need::Mib(GIB))),
         [(3, vec![0])]
