@@ -16,7 +16,7 @@
 //! expectation, and a task that overruns it can still delay the head.
 //! [`Scheduler::backfill_delays_head`] measures whether that happens.
 
-use super::{Scheduler, TaskId, Time};
+use super::{Activity, Scheduler, TaskId, Time};
 
 /// Where and from when the head of the queue is expected to start.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,12 +107,19 @@ impl Scheduler {
 
     /// Takes a running task off its GPUs as if it had never run: its
     /// occupancy, bookings and the memory the GPUs last showed for it.
+    /// Its SM activity stays in the GPUs' windows: the measure asks
+    /// whether the head's memory and GPUs were taken, not whether the
+    /// gate would have let it in.
     fn forget_running(&mut self, task: TaskId) {
         for gpu in &mut self.gpus {
             if let Some(&(_, mib)) = gpu.seen.iter().find(|(t, _)| *t == task) {
                 gpu.used_mib = gpu.used_mib.saturating_sub(mib);
             }
         }
+        let activity: Vec<Activity> = self.gpus.iter().map(|g| g.activity.clone()).collect();
         self.stop_running(task);
+        for (gpu, activity) in self.gpus.iter_mut().zip(activity) {
+            gpu.activity = activity;
+        }
     }
 }

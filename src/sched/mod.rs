@@ -62,7 +62,7 @@ pub use task::{
     ArrayOf, Demand, Dependency, DependencyKind, Exit, FailReason, HostLimits, Need, TaskId,
 };
 
-use gate::{Activity, Load};
+use gate::Activity;
 use ledger::Ledger;
 use limits::{Loads, QueueCut};
 use placement::looser_need;
@@ -264,9 +264,6 @@ pub struct Scheduler {
     ledger: Ledger,
     /// Round-robin position: the GPU index the cycle continues from.
     cursor: usize,
-    /// Each GPU's windowed activity at `now`, refreshed before every
-    /// dispatch (samples only arrive between dispatches).
-    load: Vec<Load>,
     /// Time of the latest step; time never runs backwards inside the core.
     now: Time,
     /// No launch before this time (see [`Event::NotStarted`]).
@@ -306,7 +303,6 @@ impl Scheduler {
             shares: Shares::default(),
             ledger: Ledger::new(gpu_total_mib.len()),
             cursor: 0,
-            load: vec![Load::default(); gpu_total_mib.len()],
             now: Time::ZERO,
             hold_until: None,
             stuck: None,
@@ -384,6 +380,9 @@ impl Scheduler {
 
     /// [`Scheduler::next_deadline`], worked out afresh.
     fn deadline(&self) -> Option<Time> {
+        if self.waiting.is_empty() {
+            return None;
+        }
         self.head()?;
         let p = &self.rules.placement;
         if let Some(hold) = self.hold_until.filter(|&h| h > self.now) {
@@ -393,9 +392,8 @@ impl Scheduler {
         let cooling = self
             .gpus
             .iter()
-            .zip(&self.load)
-            .filter(|&(g, load)| g.healthy && p.refuses(load))
-            .filter_map(|(g, _)| g.activity.opens_at(self.now, p))
+            .filter(|g| g.healthy && p.refuses(&g.activity.load(self.now, p)))
+            .filter_map(|g| g.activity.opens_at(self.now, p))
             // A hair later than the exact crossing, so the average is
             // below the cap even after rounding.
             .map(|t| t + Duration::from_millis(1));

@@ -17,9 +17,6 @@ impl Scheduler {
             Some(_) => self.hold_until = None,
             None => {}
         }
-        for (load, gpu) in self.load.iter_mut().zip(&self.gpus) {
-            *load = gpu.activity.load(self.now, &self.rules.placement);
-        }
         // Placing a task changes no other task's rank: one order serves a
         // pass. A launch may free a task that waits `after:` it, further
         // back, so passes repeat while they launch.
@@ -241,19 +238,25 @@ impl Scheduler {
             .total_mib
             .saturating_sub(gpu.used_mib)
             .saturating_sub(self.ledger.outstanding(index, self.now));
-        let load = &self.load[index];
         let ok = match want {
             Want::Idle(_) => self.is_idle(index),
             Want::Free { free_mib: need, .. } => {
                 free_mib >= need
-                    && !p.refuses(load)
                     && gpu
                         .occupants
                         .iter()
                         .all(|o| !o.sole && (!p.one_user_per_gpu || o.user == demand.user))
             }
         };
-        ok.then_some(Candidate {
+        if !ok {
+            return None;
+        }
+        // Only now, as most GPUs of a busy server fail on memory.
+        let load = gpu.activity.load(self.now, p);
+        if !want.is_sole() && p.refuses(&load) {
+            return None;
+        }
+        Some(Candidate {
             gpu: index,
             free_mib,
             smact: load.smact,
