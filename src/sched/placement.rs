@@ -3,6 +3,7 @@
 //! whether a GPU passes (health, the interference gate, memory after
 //! reservations, one user per GPU under MPS), and the policy's choice.
 
+use super::policy::Best;
 use super::*;
 
 impl Scheduler {
@@ -92,24 +93,21 @@ impl Scheduler {
         let t = self.tasks.get(&task)?;
         let n = t.demand.gpus as usize;
         let want = self.want(&t.demand, t.crashes);
-        let mut candidates = Vec::with_capacity(self.gpus.len());
-        candidates.extend(
-            (0..self.gpus.len())
-                .filter(|g| !off_limits.contains(g))
-                .filter_map(|g| self.passes(g, &t.demand, self.on_gpu(want, g))),
-        );
-        if candidates.len() < n {
-            return None;
-        }
-        let user = t.demand.user;
-        let time_limit = self.rules.queue.time_limit(t.demand.time_limit);
         let policy = if want.is_sole() {
             Policy::Exclusive
         } else {
             self.rules.placement.policy
         };
         let idle_first = self.rules.placement.idle_first && !want.is_sole();
-        policy.choose(&mut candidates, n, idle_first, self.cursor, self.gpus.len());
+        let mut best = Best::new(policy.order(idle_first, self.cursor, self.gpus.len()), n);
+        for g in (0..self.gpus.len()).filter(|g| !off_limits.contains(g)) {
+            if let Some(c) = self.passes(g, &t.demand, self.on_gpu(want, g)) {
+                best.offer(c);
+            }
+        }
+        let candidates = best.chosen()?;
+        let user = t.demand.user;
+        let time_limit = self.rules.queue.time_limit(t.demand.time_limit);
         if policy == Policy::RoundRobin {
             self.cursor = candidates.last().map_or(0, |c| c.gpu + 1) % self.gpus.len();
         }

@@ -49,22 +49,20 @@ impl Policy {
         }
     }
 
-    /// Keeps the best `n` of `candidates`, best first: idle GPUs before
-    /// the others when `idle_first`, each group in the policy's order.
-    /// `cursor` is the round-robin position (the GPU index the cycle
-    /// continues from) and `gpu_count` the size of the cycle. Ties always
-    /// break towards the lower GPU index, so every decision is
-    /// reproducible, and the order is total: only the `n` best are sorted.
-    pub(super) fn choose(
+    /// The order of candidates, best first: idle GPUs before the others
+    /// when `idle_first`, each group in the policy's order. `cursor` is
+    /// the round-robin position (the GPU index the cycle continues from)
+    /// and `gpu_count` the size of the cycle. Ties always break towards
+    /// the lower GPU index, so the order is total and every decision
+    /// reproducible.
+    pub(super) fn order(
         self,
-        candidates: &mut Vec<Candidate>,
-        n: usize,
         idle_first: bool,
         cursor: usize,
         gpu_count: usize,
-    ) {
-        let rotated = |c: &Candidate| (c.gpu + gpu_count - cursor % gpu_count) % gpu_count;
-        let order = |a: &Candidate, b: &Candidate| {
+    ) -> impl Fn(&Candidate, &Candidate) -> Ordering {
+        let rotated = move |c: &Candidate| (c.gpu + gpu_count - cursor % gpu_count) % gpu_count;
+        move |a: &Candidate, b: &Candidate| {
             let idle = match idle_first {
                 true => b.idle.cmp(&a.idle),
                 false => Ordering::Equal,
@@ -76,16 +74,43 @@ impl Policy {
                 Policy::Magm => (Reverse(a.free_mib), a.gpu).cmp(&(Reverse(b.free_mib), b.gpu)),
                 Policy::Lug => a.smact.total_cmp(&b.smact).then(a.gpu.cmp(&b.gpu)),
             })
-        };
-        if n == 0 {
-            candidates.clear();
-            return;
         }
-        if n < candidates.len() {
-            candidates.select_nth_unstable_by(n - 1, order);
-            candidates.truncate(n);
+    }
+}
+
+/// The best `n` candidates offered so far, best first: a placement looks
+/// at every GPU but keeps only as many as the task needs.
+pub(super) struct Best<F> {
+    order: F,
+    n: usize,
+    kept: Vec<Candidate>,
+    offered: usize,
+}
+
+impl<F: Fn(&Candidate, &Candidate) -> Ordering> Best<F> {
+    pub fn new(order: F, n: usize) -> Self {
+        Best {
+            order,
+            n,
+            kept: Vec::with_capacity(n + 1),
+            offered: 0,
         }
-        candidates.sort_unstable_by(order);
+    }
+
+    pub fn offer(&mut self, c: Candidate) {
+        self.offered += 1;
+        let at = self
+            .kept
+            .partition_point(|k| (self.order)(k, &c) == Ordering::Less);
+        if at < self.n {
+            self.kept.insert(at, c);
+            self.kept.truncate(self.n);
+        }
+    }
+
+    /// The `n` best, or `None` when fewer than `n` were offered.
+    pub fn chosen(self) -> Option<Vec<Candidate>> {
+        (self.offered >= self.n && self.n > 0).then_some(self.kept)
     }
 }
 
@@ -155,10 +180,20 @@ mod tests {
         ]
     }
 
+    fn best(p: Policy, n: usize, idle_first: bool, cursor: usize, c: Vec<Candidate>) -> Vec<usize> {
+        let mut best = Best::new(p.order(idle_first, cursor, 4), n);
+        for c in c {
+            best.offer(c);
+        }
+        best.chosen()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.gpu)
+            .collect()
+    }
+
     fn ranked(p: Policy, cursor: usize) -> Vec<usize> {
-        let mut c = cands();
-        p.choose(&mut c, 3, false, cursor, 4);
-        c.iter().map(|c| c.gpu).collect()
+        best(p, 3, false, cursor, cands())
     }
 
     #[test]
@@ -187,11 +222,12 @@ mod tests {
         let mut c = cands();
         c[0].idle = true;
         // GPU 0 is idle: first, though MAGM alone would take it last.
-        Policy::Magm.choose(&mut c, 2, true, 0, 4);
-        assert_eq!(c.iter().map(|c| c.gpu).collect::<Vec<_>>(), [0, 2]);
-        let mut c = cands();
-        Policy::BestFit.choose(&mut c, 1, true, 0, 4);
-        assert_eq!(c.iter().map(|c| c.gpu).collect::<Vec<_>>(), [0]);
+        assert_eq!(best(Policy::Magm, 2, true, 0, c), [0, 2]);
+        assert_eq!(best(Policy::BestFit, 1, true, 0, cands()), [0]);
+        assert!(
+            best(Policy::BestFit, 4, true, 0, cands()).is_empty(),
+            "3 of 4"
+        );
     }
 
     #[test]
