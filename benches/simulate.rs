@@ -41,41 +41,41 @@ impl SplitMix {
     }
 }
 
-/// `tasks` tasks arriving `mean_gap_s` apart on average.
-fn synthetic_trace(tasks: usize, mean_gap_s: f64) -> Vec<TraceTask> {
+/// `tasks` tasks arriving `mean_gap_s` apart on average, made as they are
+/// asked for.
+fn synthetic_trace(tasks: usize, mean_gap_s: f64) -> impl Iterator<Item = TraceTask> {
     let mut rng = SplitMix(2026);
     let mut t = 0.0;
     let classes = [("light", 0.3), ("medium", 0.7), ("heavy", 0.85)];
-    (0..tasks)
-        .map(|i| {
-            t += -mean_gap_s * (1.0 - rng.next()).ln();
-            let (class, smact) = classes[(rng.next() * 3.0) as usize % 3];
-            let memory = 1024.0 + rng.next() * 29.0 * 1024.0;
-            TraceTask {
-                submit_s: t.floor(),
-                task: format!("job{i}.rad"),
-                model: "synthetic".into(),
-                class: class.into(),
-                batch: 32,
-                gpus: if rng.next() < 0.1 { 2 } else { 1 },
-                duration_s: (600.0 + rng.next() * 10_200.0).floor(),
-                memory_mib: memory.floor(),
-                smact_assumed: smact,
-                est_horus_mib: (memory * (0.6 + rng.next())).floor(),
-                est_faketensor_mib: (memory * 0.8).floor(),
-                est_gpumemnet_mib: ((memory / 8192.0).ceil() * 8192.0).min(40000.0),
-            }
-        })
-        .collect()
+    (0..tasks).map(move |i| {
+        t += -mean_gap_s * (1.0 - rng.next()).ln();
+        let (class, smact) = classes[(rng.next() * 3.0) as usize % 3];
+        let memory = 1024.0 + rng.next() * 29.0 * 1024.0;
+        TraceTask {
+            submit_s: t.floor(),
+            task: format!("job{i}.rad"),
+            model: "synthetic".into(),
+            class: class.into(),
+            batch: 32,
+            gpus: if rng.next() < 0.1 { 2 } else { 1 },
+            duration_s: (600.0 + rng.next() * 10_200.0).floor(),
+            memory_mib: memory.floor(),
+            smact_assumed: smact,
+            est_horus_mib: (memory * (0.6 + rng.next())).floor(),
+            est_faketensor_mib: (memory * 0.8).floor(),
+            est_gpumemnet_mib: ((memory / 8192.0).ceil() * 8192.0).min(40000.0),
+        }
+    })
 }
 
 fn main() {
-    library();
+    // First, while this process is small: see `command`.
     command();
+    library();
 }
 
 fn library() {
-    let trace = synthetic_trace(TASKS, 25.0);
+    let trace: Vec<TraceTask> = synthetic_trace(TASKS, 25.0).collect();
     let config = Config::load(None).expect("built-in config");
     for (policy, estimator) in [
         (Policy::Exclusive, MemoryLine::Oracle),
@@ -105,7 +105,9 @@ fn library() {
 }
 
 /// The million-task trace through `carma simulate`, timed as a whole
-/// process, with the peak resident memory the kernel counted for it.
+/// process, with the peak resident memory the kernel counted for it (the
+/// trace is written as it is made: a child forked from a large parent
+/// would count the parent's pages).
 fn command() {
     let gap = MEAN_GPU_SECONDS / (0.9 * GPUS as f64);
     let dir = tempfile::tempdir().expect("a temporary directory");
