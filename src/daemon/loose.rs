@@ -38,6 +38,11 @@ pub(super) struct Loose {
 }
 
 impl Loose {
+    /// Dropped `.rad` files waiting for their model summary.
+    pub fn waiting(&self) -> usize {
+        self.awaiting.len()
+    }
+
     /// Whether the dropped `rad` should be claimed now: yes unless it
     /// names a summary that is not in `pending/` yet and has not waited
     /// [`SUMMARY_WAIT`] for it.
