@@ -121,6 +121,9 @@ pub fn overview(o: &Overview, picture: Result<String, String>, now: f64) -> Stri
         );
     }
     gpus(&mut b, o);
+    running_per_gpu(&mut b, o, now);
+    queue(&mut b, o);
+    failures(&mut b, o);
     b.push_str("<h2>The last hour</h2>");
     match picture {
         Ok(svg) => {
@@ -134,9 +137,6 @@ pub fn overview(o: &Overview, picture: Result<String, String>, now: f64) -> Stri
             let _ = write!(b, "<p class=\"muted\">(no picture: {})</p>", escape(&why));
         }
     }
-    running_per_gpu(&mut b, o, now);
-    queue(&mut b, o);
-    failures(&mut b, o);
     frame("carma status", &b)
 }
 
