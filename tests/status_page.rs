@@ -264,9 +264,8 @@ fn parse_openmetrics(text: &str) -> Vec<Sample> {
     };
     let mut families: BTreeMap<String, String> = BTreeMap::new();
     let mut samples = Vec::new();
-    let mut lines = text.lines().peekable();
     let mut ended = false;
-    while let Some(line) = lines.next() {
+    for line in text.lines() {
         assert!(!ended, "text after # EOF: {line}");
         if line == "# EOF" {
             ended = true;
