@@ -7,8 +7,8 @@
 //! what `status.json` carries for the commands' own use (request verdicts,
 //! submission receipts, the daemon's lock), and all that only a task's
 //! owner may read (its job file, output, stderr, environment, paths). A
-//! failure's reason is carma's own words for it ([`crate::lifecycle::
-//! public_reason`]), which quote nothing of the job.
+//! failure's reason is carma's own words for it
+//! ([`crate::lifecycle::public_reason`]), which quote nothing of the job.
 
 use serde::Serialize;
 

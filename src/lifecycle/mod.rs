@@ -239,7 +239,8 @@ pub struct Lifecycle {
     pub verdicts: Verdicts,
     /// Requests that named no task, per user.
     pub junk: Junk,
-    /// What happened, counted for Prometheus.
+    /// What happened, counted for Prometheus: not an effect on the world
+    /// (an atomic add in memory), so counted here, where it is decided.
     pub metrics: Arc<Metrics>,
     /// The tasks that ended lately, as anyone may know them.
     pub endings: Endings,
