@@ -313,6 +313,19 @@ mod tests {
     }
 
     #[test]
+    fn clients_that_send_nothing_hold_no_more_than_the_bounded_connections() {
+        let addr = server();
+        // Every worker and every queue slot held by a client that says
+        // nothing: the next one is told at once that there is no room.
+        let idle: Vec<TcpStream> = (0..WORKERS + QUEUED + 8)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let answer = exchange(addr, b"GET / HTTP/1.1\r\n\r\n");
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        drop(idle);
+    }
+
+    #[test]
     fn heads_are_read_whole_or_refused() {
         let complete = parse_head(b"GET /task/000001-a?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
         assert_eq!(
