@@ -44,7 +44,7 @@ const STYLE: &str = "\
 body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0 12px;color:#222}\
 h1{font-size:1.4em;margin:.6em 0 .2em}h2{font-size:1.15em;margin:1.4em 0 .4em;border-bottom:1px solid #ddd}\
 h3{font-size:1em;margin:.8em 0 .3em}.scroll{overflow-x:auto}\
-table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}\
+table{border-collapse:collapse;width:100%;min-width:640px}th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}\
 th{background:#f6f6f6;font-weight:600}td.n{text-align:right;white-space:nowrap}\
 .muted{color:#666}.warn{background:#fff3cd;padding:6px 10px;border-radius:4px}\
 .state{font-weight:600}.failed{color:#b00020}.running{color:#0a6}.done{color:#06c}\
