@@ -53,7 +53,11 @@ fn browse(spool: &Spool, url: &str) -> String {
     common::stdout(&out)
 }
 
+/// Chromium with its profile, caches and settings in the test's own
+/// directory (its home too: it writes there beside its profile), so that
+/// it leaves nothing behind.
 fn chromium(spool: &Spool) -> Command {
+    let home = spool.dir.path().join("chromium");
     let mut c = Command::new("chromium");
     c.args([
         "--headless",
@@ -63,8 +67,11 @@ fn chromium(spool: &Spool) -> Command {
     ])
     .arg(format!(
         "--user-data-dir={}",
-        spool.dir.path().join("chromium").display()
-    ));
+        home.join("profile").display()
+    ))
+    .env("HOME", &home)
+    .env("XDG_CONFIG_HOME", home.join("config"))
+    .env("XDG_CACHE_HOME", home.join("cache"));
     c
 }
 
