@@ -216,7 +216,7 @@ impl Daemon {
             if !regular {
                 drops.push(entry.into());
             } else if entry.ends_with(".rad") {
-                if self.loose.ready(&pending, &entry) {
+                if self.loose.ready(&pending, &entry, &self.unfinished) {
                     drops.push(entry.into());
                 }
             } else {
