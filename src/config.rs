@@ -18,6 +18,7 @@ pub use daemon::DaemonConfig;
 
 use crate::estimate;
 use crate::gpu::GpuConfig;
+use crate::http::HttpConfig;
 use crate::mps::MpsConfig;
 use crate::oom::OomRules;
 use crate::rad::LegacyRules;
@@ -53,6 +54,8 @@ pub struct Config {
     pub legacy: LegacyRules,
     /// `carma slurm`.
     pub slurm: crate::slurm::Settings,
+    /// The daemon's status page and Prometheus metrics.
+    pub http: HttpConfig,
     /// Every key's value as TOML, defaults and overrides merged: what a
     /// reload compares ([`changes`]), in the same words the files use.
     #[serde(skip)]
@@ -137,6 +140,7 @@ impl Config {
         self.daemon.validate()?;
         self.mps.validate()?;
         self.slurm.validate()?;
+        self.http.validate()?;
         self.estimate.validate()
     }
 }
@@ -205,6 +209,7 @@ mod tests {
         assert!(Config::from_override("t", "[estimate]\nquantile = 0\n").is_err());
         assert!(Config::from_override("t", "[estimate]\norder = []\n").is_err());
         assert!(Config::from_override("t", "[estimate]\norder = [\"oracle\"]\n").is_err());
+        assert!(Config::from_override("t", "[http]\nlisten = \"localhost\"\n").is_err());
     }
 
     #[test]

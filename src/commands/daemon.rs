@@ -1,5 +1,6 @@
 //! `carma daemon`: serve a spool.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -27,6 +28,13 @@ pub struct Args {
     /// of the configuration, else the driver's libnvidia-ml.so.1].
     #[arg(long, value_name = "PATH", env = "CARMA_NVML_LIB")]
     nvml_lib: Option<PathBuf>,
+    /// Serve a read-only status page (/), each task's public view
+    /// (/task/NAME), the same as JSON (/api/status) and Prometheus metrics
+    /// (/metrics) at this IP address and port, e.g. 127.0.0.1:9184 (port 0
+    /// picks a free one, which the log names) [default: http.listen of the
+    /// configuration, else none]. Anyone who reaches it sees the queue.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
 }
 
 /// The exit status of a daemon that has no GPUs to serve: sysexits.h's
@@ -53,6 +61,10 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config_path)?;
     let spool = args.spool.resolve(&config);
     spool.create()?;
+    let http = match args.http {
+        Some(addr) => Some(addr),
+        None => config.http.address().map_err(anyhow::Error::msg)?,
+    };
     let backend: Box<dyn GpuBackend> = match &args.simulate_gpus {
         Some(spec) => {
             let declared = carma::gpu::sim::spec::parse(spec).map_err(|e| {
@@ -74,6 +86,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         config,
         config_path: config_path.map(Path::to_owned),
         backend,
+        http,
     })?;
     Ok(ExitCode::SUCCESS)
 }

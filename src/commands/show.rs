@@ -17,6 +17,7 @@ use carma::size::format_mib;
 use carma::spool::record::read_json;
 use carma::spool::status::Status;
 use carma::task_view::{self, RunView, Scope, TaskView};
+use carma::wall_time::{length as duration, utc};
 
 use super::spool_arg::SpoolArg;
 use super::task_arg::find_with;
@@ -162,52 +163,4 @@ fn gpu_list(gpus: &[usize]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// Seconds as people read a job's length: `42 s`, `12 min 5 s`, `3 h 20 min`.
-fn duration(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min {} s", s / 60, s % 60),
-        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
-    }
-}
-
-/// Unix seconds as a UTC date and time, `2025-01-31 23:59:59 UTC`: the
-/// same on every machine and in every log, whatever its time zone.
-fn utc(unix: f64) -> String {
-    let secs = unix.max(0.0) as i64;
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_read_as_dates_and_lengths() {
-        assert_eq!(utc(0.0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(1_735_689_599.5), "2024-12-31 23:59:59 UTC");
-        assert_eq!(duration(42.4), "42 s");
-        assert_eq!(duration(725.0), "12 min 5 s");
-        assert_eq!(duration(12_000.0), "3 h 20 min");
-    }
 }

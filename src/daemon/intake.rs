@@ -17,6 +17,7 @@ use nix::unistd::{Uid, User};
 use super::watch::Change;
 use super::{Daemon, Task};
 use crate::estimate::EstimateInput;
+use crate::lifecycle::{Refusal, Refused};
 use crate::rad::{self, JobFile};
 use crate::sched::{ArrayOf, Demand, Need};
 use crate::spool::record::{
@@ -142,7 +143,7 @@ impl Daemon {
                 log::error!("{name}: refused: {reason}");
                 self.adopted
                     .push_back((entry.to_string(), name.to_string()));
-                self.life.ended.insert(State::Failed, name);
+                self.life.refused_drop(name, unix_now());
             }
             Err(e) => self.entry_failed(
                 entry.into(),
@@ -215,7 +216,7 @@ impl Daemon {
             if !regular {
                 drops.push(entry.into());
             } else if entry.ends_with(".rad") {
-                if self.loose.ready(&pending, &entry) {
+                if self.loose.ready(&pending, &entry, &self.unfinished) {
                     drops.push(entry.into());
                 }
             } else {
@@ -249,7 +250,7 @@ impl Daemon {
             match c.refused {
                 Some(reason) => {
                     log::error!("{}: refused pending/{}: {reason}", c.name, c.file);
-                    self.life.ended.insert(State::Failed, c.name);
+                    self.life.refused_drop(c.name, unix_now());
                 }
                 None => {
                     log::info!("{}: claimed pending/{}", c.name, c.file);
@@ -270,6 +271,7 @@ impl Daemon {
     fn take_with(&mut self, name: TaskName, state: State, record: Option<TaskRecord>) {
         match self.load(&name, state, record) {
             Ok(task) => {
+                self.fresh.push(name.seq());
                 if self.life.admit(task) {
                     self.expand_array(name.seq());
                 }
@@ -285,7 +287,8 @@ impl Daemon {
         name: &TaskName,
         state: State,
         record: Option<TaskRecord>,
-    ) -> Result<Task, String> {
+    ) -> Result<Task, Refused> {
+        use Refusal::{Dependency, InvalidJob, OverLimit, Owner, Unrecorded};
         let dir = self.spool.task_dir(state, name);
         let job = dir.join(JOB);
         let fresh = record.is_some();
@@ -294,40 +297,40 @@ impl Daemon {
             None => self
                 .spool
                 .load_record(state, name)
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| InvalidJob.because(e.to_string()))?,
         };
         // The record is the daemon's (task directories are its own), but a
         // damaged one must still not lead it out of the directory.
         if record.rad.contains('/') || record.rad.is_empty() {
-            return Err(format!(
+            return Err(InvalidJob.because(format!(
                 "task.json names `{}`, not a file of the task",
                 record.rad
-            ));
+            )));
         }
         let Some(owner) = record.owner else {
-            return Err("its record names no owner; submit it again".into());
+            return Err(Owner.because("its record names no owner; submit it again"));
         };
         let rad_path = job.join(&record.rad);
         let meta = fs::symlink_metadata(&rad_path)
-            .map_err(|e| format!("{}: cannot read: {e}", record.rad))?;
+            .map_err(|e| InvalidJob.because(format!("{}: cannot read: {e}", record.rad)))?;
         if meta.file_type().is_symlink() {
-            return Err(format!(
+            return Err(InvalidJob.because(format!(
                 "{}: is a symbolic link; carma runs only regular files",
                 record.rad
-            ));
+            )));
         }
         if !meta.is_file() {
-            return Err(format!("{}: not a regular file", record.rad));
+            return Err(InvalidJob.because(format!("{}: not a regular file", record.rad)));
         }
         if meta.nlink() > 1 {
-            return Err(format!(
+            return Err(InvalidJob.because(format!(
                 "{}: has other hard links; a job file must be a file of its own",
                 record.rad
-            ));
+            )));
         }
-        let JobFile { spec, warnings } =
-            rad::check_file(&rad_path).map_err(|e| relative(&e.to_string(), &job))?;
-        let (run_as, user) = self.run_as(owner)?;
+        let JobFile { spec, warnings } = rad::check_file(&rad_path)
+            .map_err(|e| InvalidJob.because(relative(&e.to_string(), &job)))?;
+        let (run_as, user) = self.run_as(owner).map_err(|why| Owner.because(why))?;
         let unprivileged = !self.life.privileged(owner);
         let refused = spec
             .priority
@@ -349,7 +352,7 @@ impl Daemon {
                     .flatten()
             });
         if let Some(why) = refused {
-            return Err(why);
+            return Err(OverLimit.because(why));
         }
         if let (Some(array), None, State::Pending) = (spec.array, record.array, state) {
             // The submitted task: the array's first element. The daemon
@@ -362,11 +365,13 @@ impl Daemon {
             });
         }
         let resolved_before = record.after.is_some();
-        let after = self.dependencies(name, owner, &spec, &mut record)?;
+        let after = self
+            .dependencies(name, owner, &spec, &mut record)
+            .map_err(|why| Dependency.because(why))?;
         if !resolved_before && !after.is_empty() {
             // Written now, so a restart waits for the same tasks.
             write_json(&dir.join(RECORD), &record)
-                .map_err(|e| format!("cannot record its dependencies: {e}"))?;
+                .map_err(|e| Unrecorded.because(format!("cannot record its dependencies: {e}")))?;
         }
         let (mut input, summary_warning) =
             EstimateInput::from_spec(&spec, &job, &self.config.legacy);
@@ -493,7 +498,7 @@ impl Daemon {
     }
 
     /// Moves a task that never reached the core to `failed/`.
-    pub(super) fn reject(&mut self, name: &TaskName, state: State, reason: &str) {
+    pub(super) fn reject(&mut self, name: &TaskName, state: State, reason: &Refused) {
         let record = self
             .spool
             .load_record(state, name)

@@ -38,10 +38,21 @@ pub(super) struct Loose {
 }
 
 impl Loose {
+    /// Dropped `.rad` files waiting for their model summary.
+    pub fn waiting(&self) -> usize {
+        self.awaiting.len()
+    }
+
     /// Whether the dropped `rad` should be claimed now: yes unless it
-    /// names a summary that is not in `pending/` yet and has not waited
-    /// [`SUMMARY_WAIT`] for it.
-    pub fn ready(&mut self, pending: &Path, rad: &str) -> bool {
+    /// names a summary that is not in `pending/` yet, or still being
+    /// written (in `unfinished`), and has not waited [`SUMMARY_WAIT`] for
+    /// it.
+    pub fn ready(
+        &mut self,
+        pending: &Path,
+        rad: &str,
+        unfinished: &HashMap<String, Instant>,
+    ) -> bool {
         let Some(model) = named_summary(pending, rad) else {
             self.awaiting.remove(rad);
             return true;
@@ -49,7 +60,8 @@ impl Loose {
         let here = match pending.join(&model).is_file() {
             true => Some(model.clone()),
             false => crate::rad::case_match(pending, &model),
-        };
+        }
+        .filter(|found| !unfinished.contains_key(found));
         if let Some(found) = here {
             self.awaiting.remove(rad);
             self.copied.insert(found);
@@ -73,11 +85,12 @@ impl Loose {
 
     /// Jobs whose wait should end now: their summary arrived, or they
     /// waited long enough.
-    fn due(&self, pending: &Path) -> Vec<String> {
+    fn due(&self, pending: &Path, unfinished: &HashMap<String, Instant>) -> Vec<String> {
         self.awaiting
             .iter()
             .filter(|(_, (model, since))| {
-                since.elapsed() >= SUMMARY_WAIT || pending.join(model).is_file()
+                since.elapsed() >= SUMMARY_WAIT
+                    || (pending.join(model).is_file() && !unfinished.contains_key(model))
             })
             .map(|(rad, _)| rad.clone())
             .collect()
@@ -97,7 +110,7 @@ impl Daemon {
     /// without a job past [`LOOSE_GRACE`].
     pub(super) fn tidy_pending(&mut self) {
         let pending = self.spool.dir(State::Pending);
-        let due = self.loose.due(&pending);
+        let due = self.loose.due(&pending, &self.unfinished);
         if !due.is_empty() {
             self.take_drops(due, Vec::new());
         }

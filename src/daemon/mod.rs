@@ -46,6 +46,7 @@ mod watch;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,7 +59,8 @@ use crate::config::Config;
 use crate::estimate::Chain;
 use crate::gpu::log::RotatingLog;
 use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
-use crate::lifecycle::{Backoff, Backoffs, Lifecycle, Moment, Task};
+use crate::http::Feed;
+use crate::lifecycle::{Backoff, Backoffs, Ending, Lifecycle, Moment, Task};
 use crate::mps::Mps;
 use crate::sched::{Scheduler, Time};
 use crate::spool::record::unix_now;
@@ -86,6 +88,9 @@ pub struct Options {
     /// The file the configuration came from, re-read on SIGHUP.
     pub config_path: Option<PathBuf>,
     pub backend: Box<dyn GpuBackend>,
+    /// Where to serve the status page and metrics (`--http`, else
+    /// `http.listen`); `None`: nowhere.
+    pub http: Option<SocketAddr>,
 }
 
 /// The loop's state. Fields are documented where they are not obvious.
@@ -153,12 +158,20 @@ struct Daemon {
     entry_retry: Backoffs<OsString>,
     /// Recent adoptions of other users' submissions, for `status.json`.
     adopted: VecDeque<(String, String)>,
+    /// Where each status is published for the status page and metrics,
+    /// when they are served.
+    feed: Option<Feed>,
+    /// When this turn of the loop began, and the tasks it took in: those
+    /// launched by its end count in the dispatch latency.
+    turn_started: Instant,
+    fresh: Vec<u64>,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(options: Options) -> Result<()> {
     let spool = Spool::new(&options.spool);
     spool.create()?;
+    let http = options.http;
     let lock = spool.lock()?;
     let mut backend = options.backend;
     let gpus = backend.inventory().to_vec();
@@ -267,6 +280,9 @@ pub fn run(options: Options) -> Result<()> {
         intake_retry: Backoff::default(),
         entry_retry: Backoffs::default(),
         adopted: VecDeque::new(),
+        feed: None,
+        turn_started: Instant::now(),
+        fresh: Vec::new(),
     };
     daemon.on_readings(readings);
     daemon.restore()?;
@@ -275,6 +291,12 @@ pub fn run(options: Options) -> Result<()> {
     daemon.cancel_requests();
     signals(tx.clone())?;
     empty_trash(daemon.spool.clone())?;
+    if let Some(addr) = http {
+        daemon.serve_http(addr);
+    }
+    // Tasks taken in by the restore waited for this daemon: not its
+    // dispatch latency.
+    daemon.fresh.clear();
     monitor::spawn(backend, interval_ms, tx);
     log::info!(
         "serving {} with {} ({} tasks waiting, {} running)",
@@ -392,6 +414,7 @@ impl Daemon {
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => return,
             };
+            self.turn_started = Instant::now();
             let mut stop = false;
             for msg in first.into_iter().chain(rx.try_iter()) {
                 stop |= self.handle(msg);
@@ -423,6 +446,7 @@ impl Daemon {
             self.tidy_pending();
             self.retry_due();
             self.step();
+            self.note_dispatches();
             self.housekeeping();
         }
     }
@@ -467,6 +491,60 @@ impl Daemon {
         self.with_world(|life, now, world| life.step(now, Vec::new(), world));
     }
 
+    /// Starts serving the status page and metrics on `addr`. A server
+    /// that cannot start is logged and left out: the spool is served
+    /// without it.
+    fn serve_http(&mut self, addr: SocketAddr) {
+        match crate::http::serve(addr, std::sync::Arc::clone(&self.life.metrics)) {
+            Ok((feed, bound)) => {
+                log::info!("status page at http://{bound}/ (metrics at /metrics)");
+                if !bound.ip().is_loopback() {
+                    log::warn!(
+                        "the status page and metrics at {bound} are open to anyone who can                          reach it: the queue, task and user names, without a login; bind                          127.0.0.1 and put a proxy that asks for one in front"
+                    );
+                }
+                // What ended before this daemon started can be looked up too.
+                let before: Vec<Ending> = self
+                    .life
+                    .ended
+                    .iter()
+                    .rev()
+                    .take(crate::lifecycle::ENDINGS_KEPT)
+                    .map(|(state, name)| Ending {
+                        name: name.clone(),
+                        state,
+                        user: None,
+                        at: None,
+                        why: None,
+                    })
+                    .collect();
+                for ending in before.into_iter().rev() {
+                    self.life.endings.push(ending);
+                }
+                self.feed = Some(feed);
+            }
+            Err(e) => log::error!(
+                "cannot serve the status page at {addr}: {e}; the daemon goes on without it"
+            ),
+        }
+    }
+
+    /// Tasks taken in this turn that were launched by its end: the
+    /// daemon's latency from claim to launch.
+    fn note_dispatches(&mut self) {
+        let took = self.turn_started.elapsed().as_secs_f64();
+        for seq in self.fresh.drain(..) {
+            let running = self
+                .life
+                .tasks
+                .get(&seq)
+                .is_some_and(|t| t.state == State::Running);
+            if running {
+                self.life.metrics.dispatched(took);
+            }
+        }
+    }
+
     /// Closings and intake whose retry is due.
     fn retry_due(&mut self) {
         self.with_world(|life, now, world| life.retry_due(now, world));
@@ -498,7 +576,7 @@ impl Daemon {
             .map(|change| {
                 let section = change.key.split('.').next().unwrap_or_default();
                 match section {
-                    "gpu" => format!("{change} (applies when the daemon next starts)"),
+                    "gpu" | "http" => format!("{change} (applies when the daemon next starts)"),
                     "simulate" => format!("{change} (not used by the daemon)"),
                     _ => change.to_string(),
                 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::{Daemon, Task};
+use crate::http::Published;
 use crate::sched::{DependencyKind, Place, Precedence, TaskId};
 use crate::spool::record::unix_now;
 use crate::spool::status::{GpuStatus, RunningTask, Status, WaitingTask};
@@ -189,5 +190,33 @@ impl Daemon {
             Err(_) => {}
             Ok(()) => self.status_failing = false,
         }
+        self.publish(status);
+    }
+
+    /// Hands `status` to the status page, when it is served, with what
+    /// only the daemon knows: tasks that ended, the intake's backlog.
+    fn publish(&mut self, status: Status) {
+        let Some(feed) = &mut self.feed else {
+            return;
+        };
+        let (done, failed) = self.life.ended.counts();
+        let latest_failed = self
+            .life
+            .ended
+            .iter()
+            .rev()
+            .filter(|(state, _)| *state == State::Failed)
+            .take(crate::http::RECENT_FAILURES)
+            .map(|(_, name)| name.clone())
+            .collect();
+        feed.publish(Published {
+            status,
+            endings: self.life.endings.shared(),
+            done,
+            failed,
+            latest_failed,
+            backlog: self.unfinished.len() + self.loose.waiting() + self.entry_retry.len(),
+            ..Published::default()
+        });
     }
 }

@@ -104,6 +104,15 @@ impl<K: std::hash::Hash + Eq> Backoffs<K> {
     pub fn next(&self) -> Option<Time> {
         self.each.values().filter_map(Backoff::next).min()
     }
+
+    /// How many things wait for a retry.
+    pub fn len(&self) -> usize {
+        self.each.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.each.is_empty()
+    }
 }
 
 #[cfg(test)]

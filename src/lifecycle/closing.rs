@@ -3,8 +3,8 @@
 //! A move the disk refuses is retried on its own schedule until it lands:
 //! the task is never dropped from the daemon's hands.
 
-use super::{Backoff, Closing, Lifecycle, Moment, World};
-use crate::sched::TaskId;
+use super::{Backoff, Closing, Ending, Lifecycle, Moment, World, public_reason};
+use crate::sched::{FailReason, Need, TaskId};
 use crate::spool::State;
 use crate::spool::record::Outcome;
 
@@ -19,7 +19,7 @@ impl Lifecycle {
         now: Moment,
         id: TaskId,
         to: State,
-        reason: Option<String>,
+        reason: Option<&FailReason>,
         world: &mut impl World,
     ) {
         if self.tasks.get(&id.0).is_some_and(|t| t.record.requeue) {
@@ -32,8 +32,23 @@ impl Lifecycle {
         record.peak_mib = (task.peak_mib > 0).then_some(task.peak_mib);
         record.run_s = task.run_s.filter(|_| to == State::Done);
         record.fingerprint = Some(task.fingerprint);
-        record.outcome = Some(match &reason {
-            Some(reason) => Outcome::failed_at(reason, now.unix),
+        self.metrics.ended(to, &task.user);
+        if let (Some(Need::Mib(need)), true) = (
+            record.estimate.as_ref().map(|e| e.need),
+            to == State::Done && task.peak_mib > 0,
+        ) {
+            let source = record.estimate.as_ref().map_or("", |e| e.source.as_str());
+            self.metrics.estimated(source, need, task.peak_mib);
+        }
+        self.endings.push(Ending {
+            name: task.name.clone(),
+            state: to,
+            user: Some(task.user.clone()),
+            at: Some(now.unix),
+            why: reason.map(public_reason),
+        });
+        record.outcome = Some(match reason {
+            Some(reason) => Outcome::failed_at(&reason.to_string(), now.unix),
             None => Outcome {
                 state: to.to_string(),
                 reason: None,

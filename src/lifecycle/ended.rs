@@ -12,17 +12,29 @@ use crate::spool::{State, TaskName};
 #[derive(Debug, Default)]
 pub struct Ended {
     tasks: BTreeMap<u64, (State, TaskName)>,
+    /// How many are failed (the rest are done), kept as they come and go.
+    failed: usize,
 }
 
 impl Ended {
     /// A task landed in `state`.
     pub fn insert(&mut self, state: State, name: TaskName) {
-        self.tasks.insert(name.seq(), (state, name));
+        self.failed += usize::from(state == State::Failed);
+        if let Some((was, _)) = self.tasks.insert(name.seq(), (state, name)) {
+            self.failed -= usize::from(was == State::Failed);
+        }
     }
 
     /// A task left `done/` or `failed/` (requeued).
     pub fn remove(&mut self, seq: u64) {
-        self.tasks.remove(&seq);
+        if let Some((was, _)) = self.tasks.remove(&seq) {
+            self.failed -= usize::from(was == State::Failed);
+        }
+    }
+
+    /// Tasks in `done/` and in `failed/`.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.tasks.len() - self.failed, self.failed)
     }
 
     /// The ended task `query` names: its number or its full name, as
@@ -47,7 +59,7 @@ impl Ended {
             .collect()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (State, &TaskName)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (State, &TaskName)> {
         self.tasks.values().map(|(state, name)| (*state, name))
     }
 }
@@ -74,7 +86,11 @@ mod tests {
         assert_eq!(ended.find("000042-resnet"), Some((State::Done, &name)));
         assert_eq!(ended.find("000042-other"), None);
         assert_eq!(ended.find("resnet"), None);
+        ended.insert(State::Failed, TaskName::new(43, "x"));
+        ended.insert(State::Failed, name.clone());
+        assert_eq!(ended.counts(), (0, 2));
         ended.remove(42);
         assert_eq!(ended.find("42"), None);
+        assert_eq!(ended.counts(), (0, 1));
     }
 }

@@ -28,6 +28,8 @@
 mod backoff;
 mod closing;
 mod ended;
+mod endings;
+mod refusal;
 mod requests;
 mod tasks;
 #[cfg(test)]
@@ -35,17 +37,21 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use backoff::{Backoff, Backoffs};
 pub use ended::{Ended, seq_of};
+pub use endings::{Ending, Endings, KEPT as ENDINGS_KEPT, public_reason};
+pub use refusal::{Refusal, Refused};
 pub use requests::{Answer, Junk, Verdicts};
 pub use tasks::{Holding, Tasks};
 
 use crate::estimate::Fingerprint;
+use crate::metrics::Metrics;
 use crate::procfs::ProcessId;
 use crate::rad::TaskSpec;
-use crate::sched::{Action, Demand, Event, Exit, Scheduler, TaskId, Time};
+use crate::sched::{Action, Demand, Event, Exit, FailReason, Scheduler, TaskId, Time};
 use crate::spool::record::{Outcome, RunAs, TaskRecord};
 use crate::spool::{State, TaskName};
 
@@ -233,6 +239,11 @@ pub struct Lifecycle {
     pub verdicts: Verdicts,
     /// Requests that named no task, per user.
     pub junk: Junk,
+    /// What happened, counted for Prometheus: not an effect on the world
+    /// (an atomic add in memory), so counted here, where it is decided.
+    pub metrics: Arc<Metrics>,
+    /// The tasks that ended lately, as anyone may know them.
+    pub endings: Endings,
     /// Core events produced while handling inputs, fed at the next step.
     events: Vec<Event>,
     /// Launches that could not start: the core pauses dispatch for the
@@ -252,6 +263,8 @@ impl Lifecycle {
             ended: Ended::default(),
             verdicts: Verdicts::default(),
             junk: Junk::default(),
+            metrics: Arc::default(),
+            endings: Endings::default(),
             events: Vec::new(),
             launch_retry: Backoff::default(),
             me,
@@ -334,11 +347,19 @@ impl Lifecycle {
         now: Moment,
         (name, at, run): (&TaskName, State, u32),
         mut record: TaskRecord,
-        reason: &str,
+        refused: &Refused,
         world: &mut impl World,
     ) {
-        log::error!("{name}: refused: {reason}");
-        record.outcome = Some(Outcome::failed_at(reason, now.unix));
+        log::error!("{name}: refused: {refused}");
+        self.metrics.refused(refused.kind);
+        self.endings.push(Ending {
+            name: name.clone(),
+            state: State::Failed,
+            user: None,
+            at: Some(now.unix),
+            why: Some(refused.kind.public().to_string()),
+        });
+        record.outcome = Some(Outcome::failed_at(&refused.why, now.unix));
         self.tasks.remove(&name.seq());
         self.events.push(Event::Ended {
             task: name.id(),
@@ -358,6 +379,20 @@ impl Lifecycle {
             },
             world,
         );
+    }
+
+    /// A drop the spool refused when it claimed it (not a regular file, an
+    /// unusable name, no job): it is in `failed/` already, at `unix`.
+    pub fn refused_drop(&mut self, name: TaskName, unix: f64) {
+        self.metrics.refused(Refusal::InvalidJob);
+        self.endings.push(Ending {
+            name: name.clone(),
+            state: State::Failed,
+            user: None,
+            at: Some(unix),
+            why: Some(Refusal::InvalidJob.public().to_string()),
+        });
+        self.ended.insert(State::Failed, name);
     }
 
     /// A waiting task whose directory left `pending/` without the daemon
@@ -406,10 +441,18 @@ impl Lifecycle {
             }
             Action::Complete { task } => self.finish(now, task, State::Done, None, world),
             Action::Recover { task, crashes, why } => {
+                self.metrics.oom_crash();
                 self.recover(task, crashes, &why, world);
             }
             Action::Fail { task, reason } => {
-                self.finish(now, task, State::Failed, Some(reason.to_string()), world)
+                match &reason {
+                    FailReason::OomRetriesExhausted { .. } => self.metrics.oom_crash(),
+                    FailReason::TimeLimit(_) => self.metrics.time_limit_kill(),
+                    FailReason::Unplaceable(_) => self.metrics.refused(Refusal::Unplaceable),
+                    FailReason::Refused(_) => self.metrics.refused(Refusal::QueueLimit),
+                    _ => {}
+                }
+                self.finish(now, task, State::Failed, Some(&reason), world)
             }
         }
     }
@@ -446,6 +489,13 @@ impl Lifecycle {
                 let time = limits.time_limit.map_or_else(String::new, |t| {
                     format!("; time limit {}", crate::wall_time::format(t))
                 });
+                if task.record.crashes > 0 {
+                    self.metrics.rerun();
+                }
+                if started.run == 1 {
+                    self.metrics
+                        .waited(started.launched_at - task.record.submitted_at);
+                }
                 let indices: Vec<String> = gpus.iter().map(ToString::to_string).collect();
                 log::info!(
                     "{}: run {} on GPU {} as {}: {why}; estimate {estimate}{time}",
@@ -523,6 +573,9 @@ impl Lifecycle {
             } => {
                 task.peak_mib = task.peak_mib.max(peak_mib.unwrap_or(0));
                 task.run_s = run_s.filter(|s| *s >= 0.0);
+                if let Some(s) = task.run_s {
+                    self.metrics.ran(s);
+                }
                 self.events.push(Event::Exited {
                     task: TaskId(seq),
                     exit,

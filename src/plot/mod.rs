@@ -114,16 +114,10 @@ impl Kind {
 /// Writes `STEM.svg` and `STEM.png` of `runs` side by side (one run: one
 /// panel) and returns the two paths.
 pub fn write(kind: Kind, runs: &[&Run], stem: &Path) -> Result<[PathBuf; 2], String> {
-    register_font();
     let (w, h) = kind.size(runs.len().max(1));
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
-    {
-        let root = SVGBackend::new(&svg, (w, h)).into_drawing_area();
-        panels(kind, &root, runs)?;
-        root.present()
-            .map_err(|e| format!("{}: {e}", svg.display()))?;
-    }
+    std::fs::write(&svg, self::svg(kind, runs)?).map_err(|e| format!("{}: {e}", svg.display()))?;
     {
         let root = BitMapBackend::new(&png, (w, h)).into_drawing_area();
         panels(kind, &root, runs)?;
@@ -131,6 +125,20 @@ pub fn write(kind: Kind, runs: &[&Run], stem: &Path) -> Result<[PathBuf; 2], Str
             .map_err(|e| format!("{}: {e}", png.display()))?;
     }
     Ok([svg, png])
+}
+
+/// The SVG picture of `runs` side by side, as text: a file's content, or
+/// a page's inline picture (the status page's GPUs over the last hour).
+pub fn svg(kind: Kind, runs: &[&Run]) -> Result<String, String> {
+    register_font();
+    let mut text = String::new();
+    {
+        let root =
+            SVGBackend::with_string(&mut text, kind.size(runs.len().max(1))).into_drawing_area();
+        panels(kind, &root, runs)?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(text)
 }
 
 fn panels<DB: DrawingBackend>(

@@ -68,6 +68,10 @@ fn oom_crashes_past_the_retry_limit_fail_the_task_with_its_count() {
     assert_eq!(state, "failed");
     assert!(reason.unwrap().contains("2"), "the crashes are counted");
     assert!(story.world.reasons.contains_key(a.as_str()));
+    let counted = story.life.metrics.text(None, 0).unwrap();
+    for line in ["carma_oom_crashes_total 2", "carma_oom_reruns_total 1"] {
+        assert!(counted.lines().any(|l| l == line), "{line}:\n{counted}");
+    }
 }
 
 #[test]
@@ -79,6 +83,15 @@ fn a_job_that_fails_goes_to_failed_with_its_reason_and_no_history() {
         .exits(&a, Exit::Failed("exit status 1: ValueError".into()), 2);
     assert_eq!(story.state(&a), Some(State::Failed));
     assert!(story.world.reasons[a.as_str()].contains("ValueError"));
+    let ended = story.life.endings.shared();
+    let public = ended
+        .iter()
+        .find(|e| e.name == a)
+        .and_then(|e| e.why.clone());
+    assert!(
+        public.is_some_and(|why| !why.contains("ValueError")),
+        "everyone may read why it failed, not its stderr"
+    );
     assert_eq!(story.record(&a).run_s, None, "only successes say how long");
     assert!(
         !story
@@ -216,7 +229,7 @@ fn a_task_refused_at_intake_goes_to_failed_with_its_reason_and_dependents_learn(
         story.now,
         (&name, State::Pending, 0),
         record,
-        "job.rad:3:1: expected a directive",
+        &super::super::Refusal::InvalidJob.because("job.rad:3:1: expected a directive"),
         &mut story.world,
     );
     story.step();
