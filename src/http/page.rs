@@ -45,7 +45,7 @@ body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0
 h1{font-size:1.4em;margin:.6em 0 .2em}h2{font-size:1.15em;margin:1.4em 0 .4em;border-bottom:1px solid #ddd}\
 h3{font-size:1em;margin:.8em 0 .3em}.scroll{overflow-x:auto}\
 table{border-collapse:collapse;width:100%;min-width:640px}th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}\
-th{background:#f6f6f6;font-weight:600}td.n{text-align:right;white-space:nowrap}\
+th{background:#f6f6f6;font-weight:600}.n{text-align:right;white-space:nowrap}\
 .muted{color:#666}.warn{background:#fff3cd;padding:6px 10px;border-radius:4px}\
 .state{font-weight:600}.failed{color:#b00020}.running{color:#0a6}.done{color:#06c}\
 meter{width:7em}figure{margin:0}figure svg{width:100%;height:auto;border:1px solid #eee}\
@@ -142,9 +142,9 @@ pub fn overview(o: &Overview, picture: Result<String, String>, now: f64) -> Stri
 
 fn gpus(b: &mut String, o: &Overview) {
     b.push_str(
-        "<h2>GPUs</h2><div class=\"scroll\"><table><tr><th>GPU</th><th>name</th>\
-         <th>memory used + reserved / total</th><th>SM activity</th><th>occupancy</th>\
-         <th>DRAM</th><th>power</th><th>tasks</th></tr>",
+        "<h2>GPUs</h2><div class=\"scroll\"><table><tr><th class=\"n\">GPU</th><th>name</th>\
+         <th>memory used + reserved / total</th><th>SM activity</th><th class=\"n\">occupancy</th>\
+         <th class=\"n\">DRAM</th><th class=\"n\">power</th><th class=\"n\">tasks</th></tr>",
     );
     for g in o.gpus {
         let booked = g.used_mib + g.reserved_mib;
@@ -194,8 +194,8 @@ fn running_per_gpu(b: &mut String, o: &Overview, now: f64) {
             continue;
         }
         b.push_str(
-            "<div class=\"scroll\"><table><tr><th>task</th><th>user</th><th>run</th>\
-             <th>for</th><th>time limit</th><th>peak memory</th><th>GPUs</th></tr>",
+            "<div class=\"scroll\"><table><tr><th>task</th><th>user</th><th class=\"n\">run</th>\
+             <th class=\"n\">for</th><th class=\"n\">time limit</th><th class=\"n\">peak memory</th><th>GPUs</th></tr>",
         );
         for t in here {
             let limit = t
@@ -244,8 +244,8 @@ fn queue(b: &mut String, o: &Overview) {
         return;
     }
     b.push_str(
-        "<div class=\"scroll\"><table><tr><th>#</th><th>task</th><th>user</th>\
-         <th>priority</th><th>estimate</th><th>why it waits</th></tr>",
+        "<div class=\"scroll\"><table><tr><th class=\"n\">#</th><th>task</th><th>user</th>\
+         <th class=\"n\">priority</th><th>estimate</th><th>why it waits</th></tr>",
     );
     for (i, w) in o.waiting.iter().take(WAITING_SHOWN).enumerate() {
         let estimate = w
