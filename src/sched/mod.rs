@@ -49,8 +49,10 @@ mod stuck;
 mod task;
 mod window;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
+
+use rustc_hash::FxHashMap;
 
 pub use crate::wall_time::MAX_SECONDS;
 pub use explain::{Placed, Waiting};
@@ -245,13 +247,13 @@ pub struct Scheduler {
     /// The memory of the largest GPU: only there does a need fill a GPU
     /// (see `on_gpu`, on every placement's path).
     largest_mib: u64,
-    tasks: HashMap<TaskId, Task>,
+    tasks: FxHashMap<TaskId, Task>,
     /// Tasks waiting to be launched, in dispatch order (see [`queue`]).
     waiting: Queue,
     /// What each user has running, for their limits and fair share.
     loads: Loads,
     /// Per task, the tasks that wait for it (`after:`, ...).
-    dependents: HashMap<TaskId, Vec<TaskId>>,
+    dependents: FxHashMap<TaskId, Vec<TaskId>>,
     /// Running tasks started from behind a blocked head.
     backfilled: BTreeSet<TaskId>,
     /// Waiting tasks found to depend on something that can no longer
@@ -293,10 +295,10 @@ impl Scheduler {
             rules,
             gpus,
             largest_mib: gpu_total_mib.iter().copied().max().unwrap_or(0),
-            tasks: HashMap::new(),
+            tasks: FxHashMap::default(),
             waiting: Queue::default(),
             loads: Loads::default(),
-            dependents: HashMap::new(),
+            dependents: FxHashMap::default(),
             doomed: Vec::new(),
             backfilled: BTreeSet::new(),
             arrivals: 0,

@@ -24,6 +24,8 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, btree_map, btree_set};
 use std::iter::Peekable;
 
+use rustc_hash::FxHashMap;
+
 use super::{Dependency, Task, TaskId};
 
 /// Where a waiting task stands, for people (`carma status`).
@@ -95,7 +97,7 @@ pub(super) struct Queue {
     /// limit counts these).
     by_user: HashMap<u32, BTreeSet<Arrival>>,
     /// Where each waiting task is filed.
-    keys: HashMap<TaskId, Key>,
+    keys: FxHashMap<TaskId, Key>,
 }
 
 impl Queue {
@@ -194,7 +196,7 @@ impl Queue {
     /// task may not start at all, if it may not.
     pub fn places(
         &self,
-        tasks: &HashMap<TaskId, Task>,
+        tasks: &FxHashMap<TaskId, Task>,
         usage: &dyn Fn(Option<u32>) -> f64,
         blocked: impl Fn(TaskId, &Task) -> Option<Place>,
     ) -> Vec<(TaskId, Place)> {
@@ -332,7 +334,7 @@ mod tests {
     }
 
     /// The order the queue promises, by sorting everything.
-    fn sorted(tasks: &HashMap<TaskId, Task>, usage: &dyn Fn(Option<u32>) -> f64) -> Vec<TaskId> {
+    fn sorted(tasks: &FxHashMap<TaskId, Task>, usage: &dyn Fn(Option<u32>) -> f64) -> Vec<TaskId> {
         let mut ids: Vec<TaskId> = tasks.keys().copied().collect();
         ids.sort_by(|a, b| {
             let (ta, tb) = (&tasks[a], &tasks[b]);
@@ -356,7 +358,7 @@ mod tests {
             usages in prop::collection::vec(0u8..3, 4),
         ) {
             let mut queue = Queue::default();
-            let mut tasks = HashMap::new();
+            let mut tasks = FxHashMap::default();
             for (n, &(crashes, priority, user)) in filed.iter().enumerate() {
                 let id = TaskId(n as u64);
                 // Arrival numbers need not follow ids.

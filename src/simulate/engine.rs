@@ -24,8 +24,10 @@
 //!   show, at a fraction of the cost.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::convert::Infallible;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::sched::{Action, Demand, Event, Exit, GpuSample, Rules, Scheduler, TaskId, Time};
 
@@ -244,8 +246,8 @@ fn simulate<E>(
         core,
         gpus,
         boards,
-        tasks: HashMap::new(),
-        runs: HashMap::new(),
+        tasks: HashMap::default(),
+        runs: HashMap::default(),
         records: Vec::new(),
         bound: LowerBound::default(),
         agenda: BinaryHeap::new(),
