@@ -4,7 +4,10 @@
 //! task-spooler, is `cargo bench --bench dispatch`.) The figures:
 //! - 10,000 `.rad` files moved into `pending/` at once until the daemon has
 //!   queued them all (counted from its log);
-//! - the daemon's peak resident memory after that (VmHWM).
+//! - the daemon's peak resident memory after that (VmHWM);
+//! - a start (until it serves) with 100,000 tasks in `done/`, each
+//!   with a peak for the history: the first after the history was lost
+//!   (every record read), then an ordinary one.
 
 mod common;
 
@@ -13,7 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{CARMA, start};
+use common::{CARMA, spawn, start};
 
 fn ten_thousand_drops() {
     let dir = tempfile::tempdir().unwrap();
@@ -81,6 +84,60 @@ fn ten_thousand_drops() {
     }
 }
 
+/// The time from starting a daemon on `dir`'s spool until it serves (its
+/// log says so, after it has taken in the spool's state).
+fn start_time(dir: &std::path::Path) -> (f64, common::Daemon) {
+    let began = Instant::now();
+    let daemon = spawn(dir, "1x40GiB");
+    while !fs::read_to_string(&daemon.log).is_ok_and(|log| log.contains(" serving ")) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (began.elapsed().as_secs_f64(), daemon)
+}
+
+fn hundred_thousand_ended() {
+    const ENDED: u64 = 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    let daemon = start(dir.path(), "1x40GiB");
+    fs::write(spool.join("pending/one.rad"), "memory: 1G\ntrue\n").unwrap();
+    let done = spool.join("done");
+    let first = loop {
+        if let Some(entry) = fs::read_dir(&done).unwrap().flatten().next() {
+            break entry.path();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(daemon);
+    // Its record, as 100,000 tasks of 100 jobs that each used memory.
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&fs::read(first.join("task.json")).unwrap()).unwrap();
+    for seq in 2..=ENDED + 1 {
+        record["peak_mib"] = (1000 + seq % 7).into();
+        record["fingerprint"] = serde_json::json!({
+            "command": format!("python train.py --job {}", seq % 100),
+            "summary_digest": null,
+            "batch_size": 32,
+        });
+        let task = done.join(format!("{seq:06}-job"));
+        fs::create_dir(&task).unwrap();
+        fs::write(task.join("task.json"), serde_json::to_vec(&record).unwrap()).unwrap();
+    }
+    let _ = fs::remove_dir_all(spool.join("history"));
+    let (lost, daemon) = start_time(dir.path());
+    drop(daemon);
+    let (ordinary, daemon) = start_time(dir.path());
+    drop(daemon);
+    fs::remove_dir_all(&done).unwrap();
+    fs::create_dir(&done).unwrap();
+    let (empty, _daemon) = start_time(dir.path());
+    println!(
+        "start with {ENDED} tasks in done/: {lost:.2} s with the history lost (every record \
+         read), {ordinary:.2} s after that ({empty:.2} s with done/ empty)"
+    );
+}
+
 fn main() {
+    hundred_thousand_ended();
     ten_thousand_drops();
 }

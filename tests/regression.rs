@@ -345,6 +345,7 @@ fn history_and_reports_survive_a_restart_and_a_lost_history_write() {
     let history: Vec<_> = fs::read_dir(spool.root.join("history"))
         .unwrap()
         .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
         .collect();
     assert_eq!(history.len(), 1);
     let saved: serde_json::Value =
@@ -360,6 +361,54 @@ fn history_and_reports_survive_a_restart_and_a_lost_history_write() {
         spool.daemon_log().contains("from history"),
         "{}",
         spool.daemon_log()
+    );
+}
+
+#[test]
+fn a_start_reads_only_the_records_of_done_the_history_has_not_taken_in() {
+    // The history notes which tasks of done/ it holds; a start reads the
+    // others' records only. Its job records deleted behind its back, the
+    // history is not rebuilt for a task it lists, and is once the list is
+    // gone too.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.submit("h.rad", &fake_job("h", "memory: 4G\n", "3G", 1.0));
+    spool.wait_count("done", 1, 15.0);
+    spool.stop_daemon("TERM");
+    let history = spool.root.join("history");
+    let seq = spool
+        .find("-h")
+        .unwrap()
+        .1
+        .file_name()
+        .unwrap()
+        .to_string_lossy()[..6]
+        .parse::<u64>()
+        .unwrap();
+    let listed = fs::read_to_string(history.join("absorbed")).unwrap();
+    assert!(listed.lines().any(|l| l == seq.to_string()), "{listed}");
+    let jobs = |history: &std::path::Path| {
+        fs::read_dir(history)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .map(|e| e.path())
+            .collect::<Vec<_>>()
+    };
+    for job in jobs(&history) {
+        fs::remove_file(job).unwrap();
+    }
+    spool.start_daemon();
+    spool.stop_daemon("TERM");
+    assert!(jobs(&history).is_empty(), "a listed task's record was read");
+    fs::remove_file(history.join("absorbed")).unwrap();
+    spool.start_daemon();
+    spool.stop_daemon("TERM");
+    assert_eq!(jobs(&history).len(), 1, "rebuilt from done/");
+    assert!(
+        fs::read_to_string(history.join("absorbed"))
+            .unwrap()
+            .contains(&seq.to_string())
     );
 }
 

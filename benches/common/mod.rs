@@ -28,6 +28,16 @@ impl Drop for Daemon {
 /// Starts `carma daemon` on simulated `gpus` with the spool `dir/spool`,
 /// once its status file says it serves.
 pub fn start(dir: &Path, gpus: &str) -> Daemon {
+    let daemon = spawn(dir, gpus);
+    let status = dir.join("spool/status.json");
+    while !status.exists() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    daemon
+}
+
+/// Starts `carma daemon` as [`start`] does, without waiting for it.
+pub fn spawn(dir: &Path, gpus: &str) -> Daemon {
     let config = dir.join("carma.toml");
     fs::write(
         &config,
@@ -43,10 +53,6 @@ pub fn start(dir: &Path, gpus: &str) -> Daemon {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let status = dir.join("spool/status.json");
-    while !status.exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
     Daemon { child, log }
 }
 

@@ -171,11 +171,16 @@ impl World for Hands<'_> {
             return;
         };
         match self.chain.history().record(fingerprint, peak, record.run_s) {
-            Ok(r) => log::info!(
-                "{name}: history: peak {peak} MiB (largest of {} runs: {} MiB)",
-                r.runs,
-                r.max_peak_mib
-            ),
+            Ok(r) => {
+                log::info!(
+                    "{name}: history: peak {peak} MiB (largest of {} runs: {} MiB)",
+                    r.runs,
+                    r.max_peak_mib
+                );
+                if let Err(e) = self.chain.history().note_absorbed(name.seq()) {
+                    log::warn!("{name}: history: cannot note it as taken in: {e}");
+                }
+            }
             Err(e) => log::warn!("{name}: cannot record its peak in the history: {e}"),
         }
     }

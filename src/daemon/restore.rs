@@ -54,14 +54,21 @@ impl Daemon {
     /// Brings the history up to date with every task in `done/`: each
     /// record there carries its job's fingerprint and peak. A peak whose
     /// history write was lost (a crash right after the move) is recovered;
-    /// peaks already in the history change nothing.
+    /// peaks already in the history change nothing. Only the records of
+    /// tasks the history does not list as taken in are read, so a start
+    /// does not grow with `done/`.
     fn rebuild_history(&mut self) {
         let Ok(listing) = self.spool.list(State::Done) else {
             return;
         };
+        let absorbed = self.chain.history().absorbed();
         let mut peaks: HashMap<String, (Fingerprint, u64, u64, Option<f64>)> = HashMap::new();
-        for name in listing.tasks {
-            let Ok(record) = self.spool.load_record(State::Done, &name) else {
+        for name in listing
+            .tasks
+            .iter()
+            .filter(|n| !absorbed.contains(&n.seq()))
+        {
+            let Ok(record) = self.spool.load_record(State::Done, name) else {
                 continue;
             };
             let (Some(fingerprint), Some(peak)) = (record.fingerprint, record.peak_mib) else {
@@ -77,16 +84,25 @@ impl Daemon {
                 (a, b) => a.or(b),
             };
         }
-        let mut learned = 0;
+        let (mut learned, mut lost) = (0, false);
         for (fingerprint, peak, runs, run_s) in peaks.into_values() {
             match self.chain.history().absorb(&fingerprint, peak, runs, run_s) {
                 Ok(true) => learned += 1,
                 Ok(false) => {}
-                Err(e) => log::warn!("history: cannot record a peak from done/: {e}"),
+                Err(e) => {
+                    lost = true;
+                    log::warn!("history: cannot record a peak from done/: {e}");
+                }
             }
         }
         if learned > 0 {
             log::info!("history: {learned} job(s) brought up to date from done/");
+        }
+        // A record that could not be read has nothing to give either; a
+        // peak the history could not take is read again next time.
+        let taken_in = listing.tasks.iter().map(TaskName::seq);
+        if !lost && let Err(e) = self.chain.history().keep_absorbed(taken_in) {
+            log::warn!("history: cannot note which tasks of done/ it holds: {e}");
         }
     }
 

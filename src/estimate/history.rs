@@ -9,13 +9,16 @@
 //! file. The record keeps the largest peak seen: a job's peak varies a
 //! little from run to run, and the estimate must cover the worst run.
 
+use std::collections::HashSet;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::spool::json::{read_state, write_json};
+use crate::spool::json::{read_own, read_state, write_json};
+use crate::spool::{PRIVATE, write_replace};
 use crate::summary::hex_digest;
 
 /// What identifies "the same job": its command, its model (the summary's
@@ -74,6 +77,11 @@ fn longer(a: Option<f64>, b: Option<f64>) -> Option<f64> {
         (a, b) => a.or(b),
     }
 }
+
+/// The file of task numbers in `done/` whose runs the history holds.
+const ABSORBED: &str = "absorbed";
+/// Largest such file read: 20 bytes a task for five million tasks.
+const MAX_ABSORBED_BYTES: u64 = 100 << 20;
 
 /// The history store in one directory.
 #[derive(Debug, Clone)]
@@ -157,6 +165,45 @@ impl History {
         Ok(record)
     }
 
+    /// The numbers of the tasks in `done/` whose runs this history holds
+    /// (or that had nothing to give it): a daemon's start reads only the
+    /// others' records, not all of `done/` again. A missing or unreadable
+    /// file is an empty set: everything is read, which is only slower.
+    pub fn absorbed(&self) -> HashSet<u64> {
+        let Ok(bytes) = read_own(&self.dir.join(ABSORBED), MAX_ABSORBED_BYTES) else {
+            return HashSet::new();
+        };
+        // Each number ends its line: whatever follows the last newline
+        // is a line a crash cut short (`12` of `123`), and not taken.
+        let whole = bytes.iter().rposition(|&b| b == b'\n').unwrap_or(0);
+        bytes[..whole]
+            .split(|&b| b == b'\n')
+            .filter_map(|line| std::str::from_utf8(line).ok()?.parse().ok())
+            .collect()
+    }
+
+    /// Adds task `seq` to [`History::absorbed`] once its run is recorded.
+    /// Not forced to disk: a line a crash loses only has its record read
+    /// at the next start.
+    pub fn note_absorbed(&self, seq: u64) -> io::Result<()> {
+        self.make_dir()?;
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(PRIVATE)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(self.dir.join(ABSORBED))?;
+        file.write_all(format!("{seq}\n").as_bytes())
+    }
+
+    /// Replaces [`History::absorbed`] with `seqs` (a start's listing of
+    /// `done/`, all of it now taken in): tasks pruned since drop out.
+    pub fn keep_absorbed(&self, seqs: impl IntoIterator<Item = u64>) -> io::Result<()> {
+        self.make_dir()?;
+        let text: String = seqs.into_iter().map(|seq| format!("{seq}\n")).collect();
+        write_replace(&self.dir.join(ABSORBED), text.as_bytes(), PRIVATE)
+    }
+
     /// Folds in what the records of `runs` finished runs of a job say, the
     /// largest peak among them `peak_mib`, unless the history knows as much
     /// already; true when it learned something. Folding the same runs in
@@ -223,6 +270,29 @@ mod tests {
             .filter(|n| n.to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn the_tasks_taken_in_are_listed_and_a_line_cut_short_is_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("history"));
+        assert!(history.absorbed().is_empty(), "no file yet");
+        history.note_absorbed(3).unwrap();
+        history.note_absorbed(5).unwrap();
+        assert_eq!(history.absorbed(), HashSet::from([3, 5]));
+        history.keep_absorbed([5, 7]).unwrap();
+        assert_eq!(history.absorbed(), HashSet::from([5, 7]));
+        let path = history.dir().join(ABSORBED);
+        fs::write(&path, "5\n7\n1x\n12").unwrap();
+        assert_eq!(
+            history.absorbed(),
+            HashSet::from([5, 7]),
+            "12 may be 123 cut short"
+        );
+        // Writable by others: not carma's list, so nothing is trusted.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(history.absorbed().is_empty());
     }
 
     #[test]

@@ -36,7 +36,14 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
 /// user) is refused, so no content a user supplied ever becomes carma's
 /// state.
 pub fn read_state<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
-    let (bytes, meta) = crate::safe::read_regular(path, MAX_RECORD_BYTES)?;
+    parse_json(path, &read_own(path, MAX_RECORD_BYTES)?)
+}
+
+/// The bytes of a file of carma's own, at most `max_bytes`: a regular file
+/// (never through a link) owned by this process's effective user and
+/// writable by nobody else, as [`read_state`] requires of records.
+pub fn read_own(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+    let (bytes, meta) = crate::safe::read_regular(path, max_bytes)?;
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me || meta.mode() & 0o022 != 0 {
         return Err(io::Error::new(
@@ -49,7 +56,7 @@ pub fn read_state<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
             ),
         ));
     }
-    parse_json(path, &bytes)
+    Ok(bytes)
 }
 
 fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> io::Result<T> {
