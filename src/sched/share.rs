@@ -35,7 +35,10 @@ impl Shares {
         let dt = now.saturating_sub(self.at).as_secs_f64();
         self.at = self.at.max(now);
         let h = half_life.as_secs_f64();
-        if dt <= 0.0 || h <= 0.0 {
+        let mut held = held.into_iter().peekable();
+        // Nobody's use to decay or add (a simulation without users): the
+        // common case on every step's path.
+        if dt <= 0.0 || h <= 0.0 || (self.usage.is_empty() && held.peek().is_none()) {
             return;
         }
         let keep = (-dt / h).exp2();
