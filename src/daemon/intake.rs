@@ -34,6 +34,10 @@ const ADOPTIONS_KEPT: usize = 256;
 /// How long a file may stay open for writing in `pending/` before the
 /// daemon takes it anyway (a writer that crashed never closes it).
 const UNFINISHED_GRACE: Duration = Duration::from_secs(5);
+/// Drops claimed in one go: enough to keep the claim threads busy and to
+/// share one flush, few enough that the claims' records (about 600 bytes
+/// each) stay small beside the tasks.
+const CLAIMS_AT_ONCE: usize = 512;
 
 impl Daemon {
     pub(super) fn on_change(&mut self, change: Change) {
@@ -227,9 +231,18 @@ impl Daemon {
         self.claim_drops(drops);
     }
 
-    /// Claims `drops` and takes the tasks made of them.
+    /// Claims `drops` and takes the tasks made of them, a slice of
+    /// [`CLAIMS_AT_ONCE`] at a time: a burst of 10,000 drops never holds
+    /// all its claims in memory beside the tasks made of them, and its
+    /// first tasks queue while the rest are claimed.
     pub(super) fn claim_drops(&mut self, drops: Vec<OsString>) {
-        let batch = self.spool.claim(&drops);
+        for slice in drops.chunks(CLAIMS_AT_ONCE) {
+            self.claim_slice(slice);
+        }
+    }
+
+    fn claim_slice(&mut self, drops: &[OsString]) {
+        let batch = self.spool.claim(drops);
         for file in batch.vanished {
             log::warn!(
                 "pending/{file}: removed before carma could claim it \

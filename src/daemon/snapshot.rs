@@ -11,7 +11,7 @@ use crate::http::Published;
 use crate::sched::{DependencyKind, Place, Precedence, TaskId};
 use crate::spool::record::unix_now;
 use crate::spool::status::{GpuStatus, RunningTask, Status, WaitingTask};
-use crate::spool::{PUBLIC, State, write_replace};
+use crate::spool::{PUBLIC, State, write_replace_with};
 
 impl Daemon {
     pub(super) fn status(&self) -> Status {
@@ -177,9 +177,9 @@ impl Daemon {
     pub(super) fn write_status(&mut self) {
         self.status_written = Instant::now();
         let status = self.status();
-        let written = serde_json::to_vec_pretty(&status)
-            .map_err(std::io::Error::other)
-            .and_then(|json| write_replace(&self.spool.status_file(), &json, PUBLIC));
+        let written = write_replace_with(&self.spool.status_file(), PUBLIC, |out| {
+            serde_json::to_writer_pretty(out, &status).map_err(std::io::Error::other)
+        });
         match written {
             // Once per run of failures: a full disk would repeat it every
             // second.

@@ -543,7 +543,7 @@ pub const MODEL_FORMAT: u32 = 2;
 impl Ensemble {
     /// Reads and checks a model file's text.
     pub fn from_json(text: &str) -> Result<Ensemble, String> {
-        let ensemble: Ensemble =
+        let mut ensemble: Ensemble =
             serde_json::from_str(text).map_err(|e| format!("not a carma model file: {e}"))?;
         if ensemble.format != MODEL_FORMAT {
             return Err(format!(
@@ -551,8 +551,9 @@ impl Ensemble {
                 ensemble.format
             ));
         }
-        for family in &ensemble.families {
+        for family in &mut ensemble.families {
             family.validate()?;
+            family.trees.iter_mut().for_each(FlatTree::shrink_to_fit);
         }
         Ok(ensemble)
     }

@@ -27,15 +27,16 @@ pub struct TreeParams {
     pub classes: usize,
 }
 
-/// One node.
+/// One node: 24 bytes (columns, buckets and children all fit in `u32`);
+/// the shipped model's 100,000 nodes are resident in every daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Node {
     /// `x[column] < threshold` goes to `left`, anything else to `right`;
     /// children are indices into the node list, after their parent.
-    Split(usize, f64, u32, u32),
+    Split(u32, f64, u32, u32),
     /// The bucket a leaf predicts.
-    Leaf(usize),
+    Leaf(u32),
 }
 
 /// A decision tree over full feature vectors.
@@ -146,15 +147,15 @@ impl FlatTree {
             .flatten()
             .filter(|&(_, _, impurity)| impurity < parent - 1e-9);
         let Some((column, threshold, _)) = split else {
-            self.nodes.push(Node::Leaf(majority));
+            self.nodes.push(Node::Leaf(majority as u32));
             return index;
         };
         let (left, right): (Vec<usize>, Vec<usize>) =
             rows.into_iter().partition(|&r| x[[r, column]] < threshold);
-        self.nodes.push(Node::Leaf(majority));
+        self.nodes.push(Node::Leaf(majority as u32));
         let l = self.grow(x, y, classes, left);
         let r = self.grow(x, y, classes, right);
-        self.nodes[index as usize] = Node::Split(column, threshold, l, r);
+        self.nodes[index as usize] = Node::Split(column as u32, threshold, l, r);
         index
     }
 
@@ -163,12 +164,19 @@ impl FlatTree {
     pub fn over_columns(mut self, columns: &[usize]) -> Result<FlatTree, String> {
         for node in &mut self.nodes {
             if let Node::Split(column, ..) = node {
-                *column = *columns
-                    .get(*column)
+                *column = columns
+                    .get(*column as usize)
+                    .and_then(|&c| u32::try_from(c).ok())
                     .ok_or_else(|| format!("a split on column {column} of {}", columns.len()))?;
             }
         }
         Ok(self)
+    }
+
+    /// Gives back the spare capacity a parse left (a model file's trees
+    /// are read by growing vectors).
+    pub fn shrink_to_fit(&mut self) {
+        self.nodes.shrink_to_fit();
     }
 
     /// Checks that every split names a column below `features` and a child
@@ -182,14 +190,14 @@ impl FlatTree {
             let ok = match *node {
                 Node::Split(f, t, l, r) => {
                     let n = self.nodes.len();
-                    f < features
+                    (f as usize) < features
                         && t.is_finite()
                         && (l as usize) > i
                         && (r as usize) > i
                         && (l as usize) < n
                         && (r as usize) < n
                 }
-                Node::Leaf(b) => b < buckets,
+                Node::Leaf(b) => (b as usize) < buckets,
             };
             if !ok {
                 return Err(format!("node {i} is malformed: {node:?}"));
@@ -208,10 +216,10 @@ impl FlatTree {
         for _ in 0..self.nodes.len() {
             match self.nodes.get(at) {
                 Some(&Node::Split(f, t, l, r)) => {
-                    let value = x.get(f).copied().unwrap_or(f64::NAN);
+                    let value = x.get(f as usize).copied().unwrap_or(f64::NAN);
                     at = if value < t { l as usize } else { r as usize };
                 }
-                Some(&Node::Leaf(bucket)) => return bucket,
+                Some(&Node::Leaf(bucket)) => return bucket as usize,
                 None => break,
             }
         }

@@ -26,7 +26,7 @@ pub fn write_durable_as(
     mode: u32,
     owner: Option<(u32, u32)>,
 ) -> io::Result<()> {
-    let temp = write_temp(path, bytes, true, mode, owner)?;
+    let temp = write_temp(path, |file| file.write_all(bytes), true, mode, owner)?;
     renamed(&temp, path)?;
     sync_dir(parent(path))
 }
@@ -35,7 +35,23 @@ pub fn write_durable_as(
 /// the given permission bits: for files that are caches of other state (the
 /// status file, a run's peak memory), where only a torn read would hurt.
 pub fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let temp = write_temp(path, bytes, false, mode, None)?;
+    write_replace_with(path, mode, |out| out.write_all(bytes))
+}
+
+/// [`write_replace`] of content written as it is made (`fill` writes into
+/// a buffered file): a large cache (the status of 10,000 queued tasks is
+/// megabytes of JSON) is never held whole in memory.
+pub fn write_replace_with(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let fill = |file: &mut File| {
+        let mut out = io::BufWriter::new(file);
+        fill(&mut out)?;
+        out.flush()
+    };
+    let temp = write_temp(path, fill, false, mode, None)?;
     renamed(&temp, path)
 }
 
@@ -60,7 +76,7 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 
 fn write_temp(
     path: &Path,
-    bytes: &[u8],
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
     sync: bool,
     mode: u32,
     owner: Option<(u32, u32)>,
@@ -96,7 +112,7 @@ fn write_temp(
         }
         // The umask may have taken bits away, never added them; set exactly.
         file.set_permissions(fs::Permissions::from_mode(mode))?;
-        file.write_all(bytes)?;
+        fill(&mut file)?;
         if sync {
             file.sync_all()?;
         }
