@@ -120,6 +120,7 @@ impl Scheduler {
         self.stop_running(task);
         for (gpu, activity) in self.gpus.iter_mut().zip(activity) {
             gpu.activity = activity;
+            gpu.activity.forget_joined(task);
         }
     }
 }

@@ -400,10 +400,12 @@ impl Scheduler {
             // below the cap even after rounding.
             .map(|t| t + Duration::from_millis(1));
         let settling = self.gpus.iter().map(|g| g.settles_at);
+        let awaiting = self.gpus.iter().filter_map(|g| g.activity.awaits(self.now));
         lapse
             .into_iter()
             .chain(cooling)
             .chain(settling)
+            .chain(awaiting)
             .filter(|&t| t > self.now)
             .min()
     }
