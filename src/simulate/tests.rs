@@ -514,3 +514,62 @@ fn mig_instances_run_tasks_apart_on_their_share_of_the_sms() {
     assert!(close(m.total_time_s, 140.0), "{m:?}");
     assert!(close(m.avg_exec_s, 120.0), "{m:?}");
 }
+
+/// A random trace on `gpus` GPUs: tasks of one or two GPUs, of light to
+/// heavy SM activity, from a few hundred MiB to nearly a whole GPU.
+fn random_trace(gpus: u32) -> impl proptest::strategy::Strategy<Value = Vec<TraceTask>> {
+    use proptest::prelude::*;
+    let one = (
+        0.0f64..3000.0,
+        1u32..=gpus.min(2),
+        50.0f64..3000.0,
+        256.0f64..39_000.0,
+        prop::sample::select(vec![0.3, 0.7, 0.85, 1.0]),
+    );
+    prop::collection::vec(one, 2..16).prop_map(|tasks| {
+        let mut trace: Vec<TraceTask> = tasks
+            .into_iter()
+            .enumerate()
+            .map(|(n, (at, gpus, duration, memory, smact))| {
+                let mut t = task(at.round(), gpus, duration.round(), memory.round(), smact);
+                t.task = format!("t{n}.rad");
+                t
+            })
+            .collect();
+        trace.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
+        trace
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Backfill's promise under the simulator's model, interference
+    /// included: a task started from behind a blocked head has left
+    /// before the head could start, whatever the policy. Only a plan
+    /// that is wrong breaks it, and with exact estimates nothing crashes.
+    #[test]
+    fn backfill_never_delays_the_head_under_the_model(
+        trace in random_trace(3),
+        gpus in 1usize..=3,
+        policy in proptest::sample::select(Policy::ALL.to_vec()),
+    ) {
+        let config = crate::config::Config::load(None).unwrap();
+        let mut rules = config.rules();
+        rules.placement.policy = policy;
+        rules.queue.backfill = true;
+        let trace: Vec<TraceTask> = trace
+            .into_iter()
+            .filter(|t| t.gpus as usize <= gpus)
+            .collect();
+        let setup = Setup {
+            gpus: vec![Declared::whole(40 * GIB); gpus],
+            estimator: MemoryLine::Oracle,
+            rules,
+            model: config.simulate,
+        };
+        let m = run(&trace, &setup);
+        proptest::prop_assert_eq!(m.oom_crashes, 0, "{:?}", m);
+        proptest::prop_assert_eq!(m.head_delay_s, 0.0, "{:?}", m);
+    }
+}
