@@ -427,9 +427,10 @@ fn backfill_fills_the_hole_before_a_blocked_head_without_delaying_it() {
 
 #[test]
 fn the_paper_comparison_fills_every_row_and_keeps_the_calibrated_ones() {
-    // The calibration targets the model was fitted to stay met: the
-    // headline figures of the 60-task trace and time-slicing against
-    // exclusive. The full table is in docs/simulation.md.
+    // The figures the model was fitted to, on the means of 20 replays,
+    // stay met: the two trace-time headlines, the 60-task trace's energy,
+    // and time-slicing against exclusive on both traces. The full table
+    // is in docs/simulation.md.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/carma/traces");
     let config = crate::config::Config::load(None).unwrap();
     let rows = super::paper::compare(
@@ -439,25 +440,69 @@ fn the_paper_comparison_fills_every_row_and_keeps_the_calibrated_ones() {
         super::paper::Replays::DEFAULT,
     )
     .unwrap();
-    assert!(rows.len() >= 30, "{rows:?}");
+    assert_eq!(rows.len(), 32, "{rows:?}");
     for row in &rows {
-        assert!(!row.simulated.is_empty() && row.met.is_some(), "{row:?}");
+        assert!(
+            row.simulated.contains(" ± ") && row.met.is_some(),
+            "{row:?}"
+        );
     }
     let met = |figure: &str| {
-        rows.iter()
+        let matching: Vec<&super::paper::Row> = rows
+            .iter()
             .filter(|r| r.figure.starts_with(figure))
-            .all(|r| r.met == Some(true))
+            .collect();
+        !matching.is_empty() && matching.iter().all(|r| r.met == Some(true))
     };
-    assert!(
-        met("philly_t1_60, MAGM + GPUMemNet vs exclusive: trace time"),
-        "{rows:?}"
-    );
-    assert!(
-        met("philly_t1_60, MAGM + GPUMemNet vs exclusive: GPU energy"),
-        "{rows:?}"
-    );
+    for figure in [
+        "philly_t1_60, MAGM + GPUMemNet vs exclusive: trace time",
+        "philly_t1_60, MAGM + GPUMemNet vs exclusive: GPU energy",
+        "philly_mix_90, MAGM + oracle vs exclusive: trace time",
+        "philly_mix_90, round-robin time-sliced",
+        "philly_t1_60, round-robin time-sliced",
+    ] {
+        assert!(met(figure), "{figure}: {rows:?}");
+    }
     let table = super::paper::Table(&rows).to_string();
     assert!(table.starts_with("| figure | published | carma simulate | target met |\n"));
+}
+
+#[test]
+fn exact_estimates_do_at_least_as_well_as_any_estimator_on_the_means() {
+    // The paper's order, on the means of 20 replays under carma's own
+    // rules: MAGM with the measured peaks ends each data trace no later
+    // than with any published estimator or none. It did not while the
+    // gate judged a GPU by a window of its past alone: exact estimates
+    // let a whole backlog onto one GPU at one instant.
+    let config = crate::config::Config::load(None).unwrap();
+    for name in ["philly_mix_90.csv", "philly_t1_60.csv"] {
+        let replays: Vec<Vec<TraceTask>> = (1..=20)
+            .map(|seed| trace::jittered(&shared_trace(name), 60.0, seed))
+            .collect();
+        let mean = |estimator: MemoryLine| {
+            let setup = Setup {
+                gpus: vec![Declared::whole(40 * GIB); 4],
+                estimator,
+                rules: config.rules(),
+                model: config.simulate.clone(),
+            };
+            let total: f64 = replays.iter().map(|t| run(t, &setup).total_time_s).sum();
+            total / replays.len() as f64
+        };
+        let exact = mean(MemoryLine::Oracle);
+        for estimator in [
+            MemoryLine::Horus,
+            MemoryLine::Faketensor,
+            MemoryLine::Gpumemnet,
+            MemoryLine::None,
+        ] {
+            let estimated = mean(estimator);
+            assert!(
+                exact <= estimated,
+                "{name}: oracle {exact:.0} s, {estimator:?} {estimated:.0} s"
+            );
+        }
+    }
 }
 
 #[test]
