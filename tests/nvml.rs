@@ -436,8 +436,13 @@ fn magm_places_a_job_on_the_gpu_with_the_most_free_memory() {
 fn per_process_memory_is_attributed_to_the_job_that_owns_it() {
     // Two jobs share one GPU. NVML lists each job's process and one
     // stranger (pid 1, in no job's session): each job's peak is its own
-    // process's memory, and history learns it.
-    let (spool, mut nvml) = start("", vec![FakeGpu::a100(0)]);
+    // process's memory, and history learns it. The fake shows no process
+    // until told: the GPU takes the second job without waiting to see the
+    // first (placement.await_activity_s = 0).
+    let (spool, mut nvml) = start(
+        "[placement]\nawait_activity_s = 0\n",
+        vec![FakeGpu::a100(0)],
+    );
     spool.submit("small.rad", &waiting_job(&spool, "small", "1G"));
     spool.submit("large.rad", &waiting_job(&spool, "large", "1G"));
     let small = job_pid(&spool, "small");

@@ -57,7 +57,12 @@ fn submit(spool: &Spool, rad: &Path) {
 fn every_published_workload_is_accepted_and_placed_by_the_server_policy() {
     // Four A100-40GB, as in the paper. Seven GPUs' worth of jobs (xlnet
     // takes two): some must share, which line 7's `exclusive` would forbid.
-    let mut spool = Spool::with_config("4x40000MiB", "[placement]\npolicy = \"best-fit\"\n");
+    // The staged jobs hold no GPU memory, so a GPU would wait 30 s for
+    // each to show (placement.await_activity_s) and they end first.
+    let mut spool = Spool::with_config(
+        "4x40000MiB",
+        "[placement]\npolicy = \"best-fit\"\nawait_activity_s = 0\n",
+    );
     spool.start_daemon();
     let rads = stage_all(&spool, 3.0);
     for rad in &rads {
@@ -83,7 +88,9 @@ fn every_published_workload_is_accepted_and_placed_by_the_server_policy() {
 
 #[test]
 fn two_small_legacy_jobs_share_one_gpu() {
-    let mut spool = Spool::new("40000MiB");
+    // The staged jobs hold no GPU memory: without await_activity_s = 0 the
+    // GPU would wait 30 s to see the first before it took the second.
+    let mut spool = Spool::with_config("40000MiB", "[placement]\nawait_activity_s = 0\n");
     spool.start_daemon();
     let rads = stage_all(&spool, 4.0);
     let small: Vec<&PathBuf> = rads

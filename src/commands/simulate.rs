@@ -22,7 +22,8 @@ pub struct Args {
     trace: Option<PathBuf>,
     /// Instead of one run: the published CARMA results beside the
     /// simulator's, as a Markdown table, from the traces in DIR (the
-    /// data's `carma/traces/`).
+    /// data's `carma/traces/`): means and spreads over --replicas replays
+    /// [default: 20], submissions moved by up to --jitter-s.
     #[arg(long, value_name = "DIR", conflicts_with = "trace")]
     compare_paper: Option<PathBuf>,
     /// GPUs and their memory, e.g. 4x40GiB or 2x40GiB,2x80GiB; a GPU
@@ -72,7 +73,7 @@ pub struct Args {
     #[arg(long, value_name = "N", conflicts_with = "plot")]
     replicas: Option<u64>,
     /// How far --replicas moves each submission, seconds, either way.
-    #[arg(long, default_value_t = 60.0, requires = "replicas")]
+    #[arg(long, default_value_t = 60.0)]
     jitter_s: f64,
 }
 
@@ -104,7 +105,16 @@ pub enum SharingArg {
 pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config)?;
     if let Some(dir) = &args.compare_paper {
-        let rows = simulate::paper::compare(dir, &config.rules(), &config.simulate)
+        let replays = simulate::paper::Replays {
+            count: args
+                .replicas
+                .unwrap_or(simulate::paper::Replays::DEFAULT.count),
+            jitter_s: args.jitter_s,
+        };
+        if !(replays.jitter_s.is_finite() && replays.jitter_s >= 0.0) || replays.count == 0 {
+            anyhow::bail!("--replicas needs N >= 1 and --jitter-s >= 0");
+        }
+        let rows = simulate::paper::compare(dir, &config.rules(), &config.simulate, replays)
             .map_err(anyhow::Error::msg)?;
         print!("{}", simulate::paper::Table(&rows));
         return Ok(ExitCode::SUCCESS);

@@ -1,31 +1,46 @@
 //! Backfill: starting tasks from behind a blocked head without delaying it.
 //!
-//! When the head of the queue cannot be placed, the core works out when
-//! and where it could be: each GPU is free for it when every task on it
-//! has ended, by its expected end (its start plus its time limit, history
-//! or the configured default); a GPU with a task of unknown end, or that
-//! fails the head's needs for reasons no task of ours explains, cannot be
-//! counted on. The GPUs that free up first are reserved for the head,
-//! from the time the last of them does (the shadow time, as in Slurm's
-//! EASY backfill).
+//! When the head of the queue cannot be placed, the core works out the
+//! earliest time it could be (the shadow time, as in Slurm's EASY
+//! backfill): each GPU could take it from the time something there may
+//! change for it by plan — at once if it passes now; else, for a head that
+//! needs a GPU to itself, when every task there has ended (by its expected
+//! end: its start plus its time limit, history or the configured
+//! default); for a head that shares, when the first of them ends, a
+//! memory booking there lapses, its gate opens or its newcomer's wait
+//! lapses. A task there whose end is unknown may end at any time. The
+//! shadow time is the latest of the head's GPU count of earliest such
+//! times.
 //!
-//! A task further back may then start now if it fits and either ends by
-//! the shadow time, or stays off the reserved GPUs. Either way the head
-//! finds its GPUs as the reservation planned. Time limits are upper
-//! bounds, so planning with them never reserves too late; history is an
-//! expectation, and a task that overruns it can still delay the head.
-//! [`Scheduler::backfill_delays_head`] measures whether that happens.
+//! A task further back may then start now if it fits on GPUs that hold no
+//! task and ends by the shadow time. Alone there it runs as fast as it
+//! ever does, slows nobody, and no one joins it while the head waits, so
+//! under the simulator's model (no task runs faster than alone, and alone
+//! at its history's pace) it has left before the head could start: the
+//! head is never delayed. The rule that let a task share a reserved GPU
+//! when it ended before the tasks there, as sharing was taken to slow all
+//! alike, delayed the head as soon as sharing slowed light tasks more
+//! than busy ones; a task kept off the reserved GPUs but running past the
+//! shadow time delayed it when a reserved GPU's tasks overran, slowed by
+//! sharing.
+//!
+//! The head can still be delayed when a plan is wrong: a task ends before
+//! its expected end (an OOM crash; in the daemon, a task under a time
+//! limit that ends early, or one faster than its history), memory is
+//! freed by something carma does not run, an unreadable GPU comes back,
+//! or a task that goes ahead of the head later (a higher priority, a
+//! re-run after a crash) takes GPUs it was not planned for. A time limit
+//! is an upper bound, so there the head still starts by its shadow time
+//! at the latest. [`Scheduler::backfill_delays_head`] measures whether it
+//! could have started sooner.
 
-use super::{Activity, Scheduler, TaskId, Time};
+use super::{Scheduler, TaskId, Time, Want};
 
-/// Where and from when the head of the queue is expected to start.
+/// When the head of the queue could start at the earliest.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Reservation {
     /// The shadow time.
     pub at: Time,
-    /// The GPUs held for the head, each with the time it is expected to
-    /// be free for it.
-    pub gpus: Vec<(usize, Time)>,
 }
 
 impl Scheduler {
@@ -33,30 +48,46 @@ impl Scheduler {
     pub(super) fn reservation(&self, head: TaskId) -> Option<Reservation> {
         let t = self.tasks.get(&head)?;
         let want = self.want(&t.demand, t.crashes);
-        let mut free_at: Vec<(Time, usize)> = Vec::new();
-        for (g, gpu) in self.gpus.iter().enumerate() {
-            if self.passes(g, &t.demand, self.on_gpu(want, g)).is_some() {
-                free_at.push((self.now, g));
-                continue;
-            }
-            if !gpu.healthy || gpu.occupants.is_empty() {
-                continue;
-            }
-            let ends: Option<Vec<Time>> = gpu
-                .occupants
-                .iter()
-                .map(|o| self.expected_end(o.task))
-                .collect();
-            if let Some(end) = ends.and_then(|e| e.into_iter().max()) {
-                free_at.push((end, g));
-            }
-        }
+        let mut free_at: Vec<Time> = self
+            .gpus
+            .iter()
+            .enumerate()
+            .filter_map(|(g, _)| self.earliest_for(g, &t.demand, self.on_gpu(want, g)))
+            .collect();
         free_at.sort_unstable();
-        let chosen = free_at.get(..t.demand.gpus as usize)?;
         Some(Reservation {
-            at: chosen.last()?.0,
-            gpus: chosen.iter().map(|&(at, g)| (g, at)).collect(),
+            at: *free_at.get(t.demand.gpus as usize - 1)?,
         })
+    }
+
+    /// The earliest time GPU `g` could take a task that asks `want` of
+    /// it, by plan; `None` if nothing carma plans frees it.
+    fn earliest_for(&self, g: usize, demand: &super::Demand, want: Want) -> Option<Time> {
+        if self.passes(g, demand, want).is_some() {
+            return Some(self.now);
+        }
+        let gpu = &self.gpus[g];
+        if !gpu.healthy || gpu.occupants.is_empty() || (gpu.mig_instance && demand.gpus > 1) {
+            return None;
+        }
+        let ends = gpu.occupants.iter().map(|o| self.expected_end(o.task));
+        let Some(ends) = ends.collect::<Option<Vec<Time>>>() else {
+            return Some(self.now);
+        };
+        if want.is_sole() {
+            return ends.into_iter().max();
+        }
+        let p = &self.rules.placement;
+        let opens = p
+            .refuses(&gpu.activity.load(self.now, p))
+            .then(|| gpu.activity.opens_at(self.now, p))
+            .flatten();
+        ends.into_iter()
+            .chain(self.ledger.lapses_on(g, self.now))
+            .chain(opens)
+            .chain(gpu.activity.awaits(self.now))
+            .chain((gpu.settles_at > self.now).then_some(gpu.settles_at))
+            .min()
     }
 
     /// When a running task is expected to end (not before now).
@@ -67,30 +98,23 @@ impl Scheduler {
     }
 
     /// The GPUs a task from behind the head must stay off to start now:
-    /// the reserved ones, except those it would leave in time. A task
-    /// leaves an idle reserved GPU in time if it ends by the shadow time;
-    /// one that is busy, also before the tasks there are expected to end:
-    /// tasks sharing a GPU slow each other alike, so it then ends before
-    /// them even if all run slower than planned.
+    /// every GPU that holds a task, and all of them unless it is expected
+    /// to end by the shadow time.
     pub(super) fn off_limits(&self, task: TaskId, r: &Reservation) -> Vec<usize> {
         let run = self
             .tasks
             .get(&task)
             .and_then(|t| self.rules.queue.expected_run(&t.demand));
-        r.gpus
-            .iter()
-            .filter(|&&(g, free_at)| {
-                let end = run.map(|run| self.now + run);
-                let busy = !self.gpus[g].occupants.is_empty();
-                !end.is_some_and(|end| end <= r.at && (!busy || end <= free_at))
-            })
-            .map(|&(g, _)| g)
+        let in_time = run.is_some_and(|run| self.now + run <= r.at);
+        (0..self.gpus.len())
+            .filter(|&g| !in_time || !self.gpus[g].occupants.is_empty())
             .collect()
     }
 
     /// Whether the head of the queue could start now but for tasks that
     /// were backfilled: the delay backfill must not cause, measured (the
-    /// simulator sums the time it is true).
+    /// simulator sums the time it is true). The backfilled tasks are
+    /// forgotten whole, their SM activity included.
     pub fn backfill_delays_head(&self) -> bool {
         if self.backfilled.is_empty() {
             return false;
@@ -106,20 +130,14 @@ impl Scheduler {
     }
 
     /// Takes a running task off its GPUs as if it had never run: its
-    /// occupancy, bookings and the memory the GPUs last showed for it.
-    /// Its SM activity stays in the GPUs' windows: the measure asks
-    /// whether the head's memory and GPUs were taken, not whether the
-    /// gate would have let it in.
+    /// occupancy, bookings, activity and the memory the GPUs last showed
+    /// for it.
     fn forget_running(&mut self, task: TaskId) {
         for gpu in &mut self.gpus {
             if let Some(&(_, mib)) = gpu.seen.iter().find(|(t, _)| *t == task) {
                 gpu.used_mib = gpu.used_mib.saturating_sub(mib);
             }
         }
-        let activity: Vec<Activity> = self.gpus.iter().map(|g| g.activity.clone()).collect();
         self.stop_running(task);
-        for (gpu, activity) in self.gpus.iter_mut().zip(activity) {
-            gpu.activity = activity;
-        }
     }
 }

@@ -54,6 +54,12 @@ impl Scheduler {
                     p.settle_s.get() - (gpu.settles_at - self.now).as_secs_f64(),
                     (gpu.settles_at - self.now).as_secs_f64()
                 ),
+                Want::Free { .. } if gpu.activity.awaits(self.now).is_some() => format!(
+                    "took a task whose activity its readings do not show yet; takes none for at most {:.0} s more (placement.await_activity_s)",
+                    gpu.activity
+                        .awaits(self.now)
+                        .map_or(0.0, |t| (t - self.now).as_secs_f64())
+                ),
                 Want::Idle(_) if !gpu.occupants.is_empty() => {
                     format!("not idle: carma tasks run there{whole}")
                 }

@@ -58,6 +58,15 @@ pub(super) struct Load {
 /// shows it, which is then taken for the whole window (it shows only the
 /// tasks that stayed, and anything carma does not run); a GPU left with no
 /// task is idle at once.
+///
+/// Nor may it average away a task that has just come: a window of the
+/// past says nothing of a task placed a moment ago, so a GPU judged by it
+/// alone takes a whole backlog at one instant (nine tasks asking four
+/// GPUs' worth of SMs, in the simulator, where exact estimates let memory
+/// stop nothing). Like the memory ledger, the gate therefore waits for the
+/// GPU's readings to show a newcomer: until a sample attributes memory to
+/// it (or `placement.await_activity_s` passes) the GPU takes no other
+/// shared task, and at that sample what came before is forgotten.
 #[derive(Debug, Clone)]
 pub(super) struct Activity {
     smact: SmactWindow,
@@ -66,6 +75,9 @@ pub(super) struct Activity {
     /// Tasks that left since the last sample that no longer showed them:
     /// each sample restarts the window until one does.
     left: Vec<TaskId>,
+    /// Tasks placed here that no sample has shown yet, each with the time
+    /// the wait for it lapses.
+    joined: Vec<(TaskId, Time)>,
 }
 
 impl Activity {
@@ -75,11 +87,34 @@ impl Activity {
             occupancy: SmactWindow::new(width_s),
             dram: SmactWindow::new(width_s),
             left: Vec::new(),
+            joined: Vec::new(),
         }
+    }
+
+    /// `task` was placed here; the GPU is judged without it until a sample
+    /// shows it, so it takes no other shared task before that or `until`.
+    pub fn task_joined(&mut self, task: TaskId, until: Time) {
+        self.joined.push((task, until));
+    }
+
+    /// Until when the GPU waits for a newcomer to show in its samples, if
+    /// it does at `now`.
+    pub fn awaits(&self, now: Time) -> Option<Time> {
+        self.joined
+            .iter()
+            .map(|&(_, until)| until)
+            .filter(|&until| until > now)
+            .max()
+    }
+
+    /// Stops waiting for `task`, which is no longer here.
+    pub fn forget_joined(&mut self, task: TaskId) {
+        self.joined.retain(|&(t, _)| t != task);
     }
 
     /// `task` left the GPU at `at`; `emptied` when it was the last one.
     pub fn task_left(&mut self, at: Time, task: TaskId, emptied: bool) {
+        self.forget_joined(task);
         self.left.push(task);
         if emptied {
             for window in [&mut self.smact, &mut self.occupancy, &mut self.dram] {
@@ -101,11 +136,17 @@ impl Activity {
     pub fn record(&mut self, at: Time, sample: &GpuSample) -> bool {
         let occupancy = sample.occupancy.unwrap_or(1.0);
         let dram = sample.dram.unwrap_or(1.0);
-        let calmer = !self.left.is_empty()
+        let shown = |task: &TaskId| sample.tasks.iter().any(|(t, _)| t == task);
+        let awaited = self.joined.len();
+        self.joined
+            .retain(|(task, until)| *until > at && !shown(task));
+        let arrived = self.joined.len() < awaited;
+        let calmer = arrived
+            || !self.left.is_empty()
             || sample.smact < self.smact.last()
             || occupancy < self.occupancy.last()
             || dram < self.dram.last();
-        if !self.left.is_empty() {
+        if !self.left.is_empty() || arrived {
             for window in [&mut self.smact, &mut self.occupancy, &mut self.dram] {
                 window.restart(at, 0.0);
             }

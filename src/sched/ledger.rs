@@ -89,6 +89,16 @@ impl Ledger {
             .sum()
     }
 
+    /// When a booking on `gpu` next lapses with part of it unseen (more
+    /// memory then counts as free there), if one does after `now`.
+    pub fn lapses_on(&self, gpu: usize, now: Time) -> Option<Time> {
+        self.per_gpu[gpu]
+            .iter()
+            .filter(|b| b.until > now && b.seen_mib < b.mib)
+            .map(|b| b.until)
+            .min()
+    }
+
     /// When the next booking lapses, if any.
     pub fn next_lapse(&self) -> Option<Time> {
         self.per_gpu.iter().flatten().map(|b| b.until).min()

@@ -19,11 +19,13 @@
 //! per-user limit are passed over without blocking anyone. Otherwise only
 //! the head is placed: if it cannot be, nothing behind it is (head-of-line
 //! blocking keeps large jobs from starving), except that with
-//! `queue.backfill` a task that ends before the head's reservation may go
-//! ahead ([`backfill`]). A GPU takes the head when it is healthy, the
-//! interference gate lets it ([`gate`]: by default the prototype's rule on
-//! SM activity, occupancy and DRAM, averaged over a window that forgets
-//! tasks that left the GPU), and its free memory after outstanding
+//! `queue.backfill` a task that ends before the head could start, on GPUs
+//! that hold no task, may go ahead ([`backfill`]). A GPU takes the head
+//! when it is healthy, the interference gate lets it ([`gate`]: by default
+//! the prototype's rule on SM activity, occupancy and DRAM, averaged over a
+//! window that forgets tasks that left the GPU; a GPU that took a task
+//! takes no other shared one until its readings show the newcomer), and
+//! its free memory after outstanding
 //! reservations covers the task's estimate plus a margin. Idle GPUs go
 //! first (`placement.idle_first`). Tasks that need a whole GPU, ask for
 //! exclusivity, run under the `exclusive` policy or recover in `exclusive`
@@ -400,10 +402,12 @@ impl Scheduler {
             // below the cap even after rounding.
             .map(|t| t + Duration::from_millis(1));
         let settling = self.gpus.iter().map(|g| g.settles_at);
+        let awaiting = self.gpus.iter().filter_map(|g| g.activity.awaits(self.now));
         lapse
             .into_iter()
             .chain(cooling)
             .chain(settling)
+            .chain(awaiting)
             .filter(|&t| t > self.now)
             .min()
     }

@@ -118,8 +118,12 @@ impl Scheduler {
         self.occupy(task, user, &placed, want);
         let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
         let settle = self.rules.placement.settle_s.duration();
+        let awaited = self.now + self.rules.placement.await_activity_s.duration();
         for &g in &gpus {
             self.gpus[g].settles_at = self.now + settle;
+            if awaited > self.now {
+                self.gpus[g].activity.task_joined(task, awaited);
+            }
         }
         if let Some(t) = self.tasks.get_mut(&task) {
             t.running = true;
@@ -251,7 +255,7 @@ impl Scheduler {
         }
         // Only now, as most GPUs of a busy server fail on memory.
         let load = gpu.activity.load(self.now, p);
-        if !want.is_sole() && p.refuses(&load) {
+        if !want.is_sole() && (gpu.activity.awaits(self.now).is_some() || p.refuses(&load)) {
             return None;
         }
         Some(Candidate {

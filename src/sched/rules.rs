@@ -139,6 +139,7 @@ pub struct PlacementRules {
     pub margin_mib: u64,
     pub unknown_margin_mib: u64,
     pub reservation_ramp_s: Seconds,
+    pub await_activity_s: Seconds,
     pub settle_s: Seconds,
     pub idle_used_mib: u64,
     /// Jobs of different users never share a GPU. Not a setting of its

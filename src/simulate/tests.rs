@@ -41,6 +41,9 @@ fn setup(gpus: usize, policy: Policy, estimator: MemoryLine, sharing: Sharing) -
     model.fragmentation_mib = 0;
     model.warmup_s = 40.0;
     model.warmup_start = 0.5;
+    // Tasks join a shared GPU at once, without waiting for the readings
+    // to show the one before.
+    rules.placement.await_activity_s = crate::wall_time::Seconds::ZERO;
     Setup {
         gpus: vec![Declared::whole(40 * GIB); gpus],
         estimator,
@@ -424,32 +427,82 @@ fn backfill_fills_the_hole_before_a_blocked_head_without_delaying_it() {
 
 #[test]
 fn the_paper_comparison_fills_every_row_and_keeps_the_calibrated_ones() {
-    // The calibration targets the model was fitted to stay met: the
-    // headline figures of the 60-task trace and time-slicing against
-    // exclusive. The full table is in docs/simulation.md.
+    // The figures the model was fitted to, on the means of 20 replays,
+    // stay met: the two trace-time headlines, the 60-task trace's energy,
+    // and time-slicing against exclusive on both traces. The full table
+    // is in docs/simulation.md.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/carma/traces");
     let config = crate::config::Config::load(None).unwrap();
-    let rows = super::paper::compare(&dir, &config.rules(), &config.simulate).unwrap();
-    assert!(rows.len() >= 30, "{rows:?}");
+    let rows = super::paper::compare(
+        &dir,
+        &config.rules(),
+        &config.simulate,
+        super::paper::Replays::DEFAULT,
+    )
+    .unwrap();
+    assert_eq!(rows.len(), 32, "{rows:?}");
     for row in &rows {
-        assert!(!row.simulated.is_empty() && row.met.is_some(), "{row:?}");
+        assert!(
+            row.simulated.contains(" ± ") && row.met.is_some(),
+            "{row:?}"
+        );
     }
-    let met = |start: &str| {
-        rows.iter()
-            .filter(|r| r.figure.starts_with(start))
-            .all(|r| r.met == Some(true))
+    let met = |figure: &str| {
+        let matching: Vec<&super::paper::Row> = rows
+            .iter()
+            .filter(|r| r.figure.starts_with(figure))
+            .collect();
+        !matching.is_empty() && matching.iter().all(|r| r.met == Some(true))
     };
-    assert!(
-        met("philly_t1_60, MAGM + GPUMemNet vs exclusive"),
-        "{rows:?}"
-    );
-    // philly_mix_90's time-sliced row (+3.9% before) misses since a GPU
-    // whose tasks left is idle at once (+16.3%): round-robin now packs
-    // freed GPUs, which time-slicing punishes. Its calibration was held up
-    // by the stale window; refitting the model is issue 29's.
-    assert!(met("philly_t1_60, round-robin time-sliced"), "{rows:?}");
+    for figure in [
+        "philly_t1_60, MAGM + GPUMemNet vs exclusive: trace time",
+        "philly_t1_60, MAGM + GPUMemNet vs exclusive: GPU energy",
+        "philly_mix_90, MAGM + oracle vs exclusive: trace time",
+        "philly_mix_90, round-robin time-sliced",
+        "philly_t1_60, round-robin time-sliced",
+    ] {
+        assert!(met(figure), "{figure}: {rows:?}");
+    }
     let table = super::paper::Table(&rows).to_string();
     assert!(table.starts_with("| figure | published | carma simulate | target met |\n"));
+}
+
+#[test]
+fn exact_estimates_do_at_least_as_well_as_any_estimator_on_the_means() {
+    // The paper's order, on the means of 20 replays under carma's own
+    // rules: MAGM with the measured peaks ends each data trace no later
+    // than with any published estimator or none. It did not while the
+    // gate judged a GPU by a window of its past alone: exact estimates
+    // let a whole backlog onto one GPU at one instant.
+    let config = crate::config::Config::load(None).unwrap();
+    for name in ["philly_mix_90.csv", "philly_t1_60.csv"] {
+        let replays: Vec<Vec<TraceTask>> = (1..=20)
+            .map(|seed| trace::jittered(&shared_trace(name), 60.0, seed))
+            .collect();
+        let mean = |estimator: MemoryLine| {
+            let setup = Setup {
+                gpus: vec![Declared::whole(40 * GIB); 4],
+                estimator,
+                rules: config.rules(),
+                model: config.simulate.clone(),
+            };
+            let total: f64 = replays.iter().map(|t| run(t, &setup).total_time_s).sum();
+            total / replays.len() as f64
+        };
+        let exact = mean(MemoryLine::Oracle);
+        for estimator in [
+            MemoryLine::Horus,
+            MemoryLine::Faketensor,
+            MemoryLine::Gpumemnet,
+            MemoryLine::None,
+        ] {
+            let estimated = mean(estimator);
+            assert!(
+                exact <= estimated,
+                "{name}: oracle {exact:.0} s, {estimator:?} {estimated:.0} s"
+            );
+        }
+    }
 }
 
 #[test]
@@ -505,4 +558,63 @@ fn mig_instances_run_tasks_apart_on_their_share_of_the_sms() {
     assert_eq!(m.failed, 1, "{m:?}");
     assert!(close(m.total_time_s, 140.0), "{m:?}");
     assert!(close(m.avg_exec_s, 120.0), "{m:?}");
+}
+
+/// A random trace on `gpus` GPUs: tasks of one or two GPUs, of light to
+/// heavy SM activity, from a few hundred MiB to nearly a whole GPU.
+fn random_trace(gpus: u32) -> impl proptest::strategy::Strategy<Value = Vec<TraceTask>> {
+    use proptest::prelude::*;
+    let one = (
+        0.0f64..3000.0,
+        1u32..=gpus.min(2),
+        50.0f64..3000.0,
+        256.0f64..39_000.0,
+        prop::sample::select(vec![0.3, 0.7, 0.85, 1.0]),
+    );
+    prop::collection::vec(one, 2..16).prop_map(|tasks| {
+        let mut trace: Vec<TraceTask> = tasks
+            .into_iter()
+            .enumerate()
+            .map(|(n, (at, gpus, duration, memory, smact))| {
+                let mut t = task(at.round(), gpus, duration.round(), memory.round(), smact);
+                t.task = format!("t{n}.rad");
+                t
+            })
+            .collect();
+        trace.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
+        trace
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Backfill's promise under the simulator's model, interference
+    /// included: a task started from behind a blocked head has left
+    /// before the head could start, whatever the policy. Only a plan
+    /// that is wrong breaks it, and with exact estimates nothing crashes.
+    #[test]
+    fn backfill_never_delays_the_head_under_the_model(
+        trace in random_trace(3),
+        gpus in 1usize..=3,
+        policy in proptest::sample::select(Policy::ALL.to_vec()),
+    ) {
+        let config = crate::config::Config::load(None).unwrap();
+        let mut rules = config.rules();
+        rules.placement.policy = policy;
+        rules.queue.backfill = true;
+        let trace: Vec<TraceTask> = trace
+            .into_iter()
+            .filter(|t| t.gpus as usize <= gpus)
+            .collect();
+        let setup = Setup {
+            gpus: vec![Declared::whole(40 * GIB); gpus],
+            estimator: MemoryLine::Oracle,
+            rules,
+            model: config.simulate,
+        };
+        let m = run(&trace, &setup);
+        proptest::prop_assert_eq!(m.oom_crashes, 0, "{:?}", m);
+        proptest::prop_assert_eq!(m.head_delay_s, 0.0, "{:?}", m);
+    }
 }

@@ -248,6 +248,8 @@ fn rules() -> Rules {
     rules.placement.policy = Policy::FirstFit;
     rules.placement.idle_first = false;
     rules.placement.gate = Gate::Smact;
+    // Tasks join a GPU at once here, as the expectations say.
+    rules.placement.await_activity_s = crate::wall_time::Seconds::ZERO;
     rules
 }
 

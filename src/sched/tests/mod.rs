@@ -19,6 +19,9 @@ fn rules(policy: Policy) -> Rules {
     r.placement.idle_first = false;
     r.placement.gate = Gate::Smact;
     r.placement.smact_window_s = Seconds::of(60.0);
+    // Worked out with tasks joining a GPU at once; waiting for a
+    // newcomer's activity has tests of its own.
+    r.placement.await_activity_s = Seconds::ZERO;
     r
 }
 

@@ -337,6 +337,56 @@ fn a_gpu_that_just_took_a_task_settles_first() {
 }
 
 #[test]
+fn a_gpu_waits_for_its_newcomer_to_show_before_it_takes_another() {
+    // await_activity_s = 60, SMACT cap 0.8: three 1 GiB tasks arrive
+    // together on a GPU at SMACT 0.3. The window knows nothing of task 1
+    // yet, so the GPU takes no second task at that instant (the deadline
+    // is the wait's lapse, and the head says why). The first sample that
+    // shows task 1 (SMACT 0.6) starts the window afresh from it: task 2
+    // joins at once. Once a sample shows it at SMACT 0.9, the cap refuses
+    // task 3 at once, not 30 s later when a window of the past would.
+    let mut r = rules(Policy::FirstFit);
+    r.placement.await_activity_s = Seconds::of(60.0);
+    let mut core = Scheduler::new(r, &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 0, 0.3)]));
+    assert_eq!(
+        launched(&queue(&mut core, 100.0, 1, Need::Mib(GIB))).len(),
+        1
+    );
+    assert!(launched(&queue(&mut core, 100.0, 2, Need::Mib(GIB))).is_empty());
+    assert!(launched(&queue(&mut core, 100.0, 3, Need::Mib(GIB))).is_empty());
+    assert_eq!(core.next_deadline(), Some(s(160.0)));
+    let why = core.head_waits_for().unwrap().why;
+    assert!(why.contains("readings do not show yet"), "{why}");
+    let shows = |core: &mut Scheduler, at: f64, smact: f64, tasks: &[u64]| {
+        let mut sample = sample(0, GIB * tasks.len() as u64, smact);
+        sample.tasks = tasks.iter().map(|&t| (TaskId(t), GIB)).collect();
+        launched(&core.step(s(at), Event::Sample(vec![sample])))
+    };
+    assert!(shows(&mut core, 101.0, 0.3, &[]).is_empty());
+    assert_eq!(shows(&mut core, 105.0, 0.6, &[1]), [(2, vec![0])]);
+    assert!(shows(&mut core, 108.0, 0.9, &[1, 2]).is_empty());
+    assert!(shows(&mut core, 120.0, 0.9, &[1, 2]).is_empty());
+}
+
+#[test]
+fn a_newcomer_that_never_shows_holds_its_gpu_back_no_longer_than_the_wait() {
+    // The same GPU, but task 1 never allocates memory: task 2 starts when
+    // the wait lapses, 60 s after task 1's launch.
+    let mut r = rules(Policy::FirstFit);
+    r.placement.await_activity_s = Seconds::of(60.0);
+    let mut core = Scheduler::new(r, &[40 * GIB]);
+    core.step(s(0.0), Event::Sample(vec![sample(0, 0, 0.3)]));
+    assert_eq!(
+        launched(&queue(&mut core, 10.0, 1, Need::Mib(GIB))).len(),
+        1
+    );
+    assert!(launched(&queue(&mut core, 10.0, 2, Need::Mib(GIB))).is_empty());
+    assert!(launched(&core.step(s(69.0), Event::Tick)).is_empty());
+    assert_eq!(launched(&core.step(s(70.0), Event::Tick)), [(2, vec![0])]);
+}
+
+#[test]
 fn fifo_head_of_line_blocks_smaller_tasks_behind() {
     // GPU has 10 GiB free. Head needs 20 GiB, the next only 1 GiB: the
     // second must not overtake the first.

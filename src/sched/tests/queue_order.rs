@@ -440,3 +440,46 @@ fn a_backfilled_task_that_overruns_is_seen_delaying_the_head() {
     assert!(launched(&core.step(s(100.0), exited)).is_empty());
     assert!(core.backfill_delays_head());
 }
+
+#[test]
+fn a_task_that_would_share_a_gpu_is_not_backfilled_even_when_it_ends_in_time() {
+    // Two GPUs, 30 GiB tasks 1 (100 s) and 2 (300 s) on one each; task 3
+    // needs both whole: shadow time 300 s. Task 4 (1 GiB, 50 s) fits
+    // beside task 1 and would end before it, but sharing slows task 1
+    // (light tasks more than busy ones), which the head waits for: it
+    // waits too. Once task 1 has ended, GPU 0 holds nothing and task 4
+    // runs there alone, ending by the shadow time.
+    let mut r = rules(Policy::FirstFit);
+    r.queue.backfill = true;
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    let task = |id: u64, need: Need, gpus: u32, run_s: u64| Event::Queued {
+        task: TaskId(id),
+        demand: Demand {
+            gpus,
+            history: Some(Duration::from_secs(run_s)),
+            ..Demand::new(need)
+        },
+    };
+    let actions = core.step_all(
+        s(0.0),
+        [
+            task(1, Need::Mib(30 * GIB), 1, 100),
+            task(2, Need::Mib(30 * GIB), 1, 300),
+        ],
+    );
+    assert_eq!(launched(&actions), [(1, vec![0]), (2, vec![1])]);
+    let actions = core.step_all(
+        s(1.0),
+        [
+            task(3, Need::WholeGpu, 2, 10),
+            task(4, Need::Mib(GIB), 1, 50),
+        ],
+    );
+    assert!(launched(&actions).is_empty());
+    let exited = Event::Exited {
+        task: TaskId(1),
+        exit: Exit::Success,
+    };
+    assert_eq!(launched(&core.step(s(100.0), exited)), [(4, vec![0])]);
+    assert!(!core.backfill_delays_head());
+}
