@@ -594,7 +594,7 @@ fn only_carma_writes(path: &Path) -> Option<fs::File> {
     let meta = file.metadata().ok()?;
     if meta.uid() != nix::unistd::geteuid().as_raw()
         || meta.nlink() != 1
-        || meta.mode() & 0o022 != 0
+        || refuse_shared_writes(&meta).is_err()
     {
         return None;
     }
@@ -650,11 +650,11 @@ pub(super) fn fill_job(
     make_dir(&job, 0o700)?;
     let linked = original.is_some_and(|original| {
         only_carma_writes(original).is_some_and(|open| {
-            // Private, as carma's copies are.
-            fs::hard_link(original, job.join(file)).is_ok()
-                && open
-                    .set_permissions(fs::Permissions::from_mode(0o600))
-                    .is_ok()
+            // Private, as carma's copies are, before it has the job's name:
+            // either step failing leaves the name free for a copy.
+            open.set_permissions(fs::Permissions::from_mode(0o600))
+                .is_ok()
+                && fs::hard_link(original, job.join(file)).is_ok()
         })
     });
     if !linked {
