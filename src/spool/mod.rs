@@ -38,6 +38,7 @@
 
 pub mod archive;
 mod array;
+mod arrivals;
 mod atomic;
 mod claim;
 mod durable;

@@ -138,34 +138,20 @@ pub struct RunningTask {
 
 /// Waits, at most `patience`, until the daemon's status file under `spool`
 /// says what `find` looks for (a receipt, a verdict), reading it again each
-/// time the daemon replaces it: the kernel says when (`notify`), so the
-/// answer arrives as soon as it is written, not at the next poll. A daemon
-/// that rewrites it often (a queue of thousands, each taken in) is read at
-/// most every 20 ms after its first few changes, as when it was polled. Where
-/// no watch can be made (inotify's limits), it reads every 20 ms.
+/// time the daemon replaces it: the kernel says when ([`super::arrivals`]),
+/// so the answer arrives as soon as it is written, not at the next poll. A
+/// daemon that rewrites it often (a queue of thousands, each taken in) is
+/// read at most every 20 ms after its first few changes, as when it was
+/// polled. Where no watch can be made, it reads every 20 ms.
 pub fn wait_for<T>(
     spool: &super::Spool,
     patience: std::time::Duration,
     mut find: impl FnMut(Option<&Status>) -> Option<T>,
 ) -> Option<T> {
-    use notify::{Event, RecursiveMode, Watcher};
     use std::time::{Duration, Instant};
     let deadline = Instant::now() + patience;
     let file = spool.status_file();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let name = file.file_name().map(ToOwned::to_owned);
-    let watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
-        let ours = event.map_or(true, |e| {
-            e.paths.iter().any(|p| p.file_name() == name.as_deref())
-        });
-        if ours {
-            let _ = tx.send(());
-        }
-    })
-    .and_then(|mut w| {
-        w.watch(spool.root(), RecursiveMode::NonRecursive)
-            .map(|()| w)
-    });
+    let arrivals = super::arrivals::Arrivals::watch(spool.root()).ok();
     const SPACING: Duration = Duration::from_millis(20);
     const QUICK_READS: u32 = 5;
     let mut reads = 0;
@@ -178,21 +164,16 @@ pub fn wait_for<T>(
             return Some(found);
         }
         let left = deadline.checked_duration_since(Instant::now())?;
-        match &watcher {
+        match &arrivals {
             // A second at most: `find` may also watch for something that
             // writes nothing (the daemon's end).
-            Ok(_) => match rx.recv_timeout(left.min(Duration::from_secs(1))) {
-                Ok(()) => {
-                    if reads > QUICK_READS {
-                        let next = (read_at + SPACING).min(deadline);
-                        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-                    }
-                    while rx.try_recv().is_ok() {}
+            Some(arrivals) => {
+                if arrivals.wait(left.min(Duration::from_secs(1))) && reads > QUICK_READS {
+                    let next = (read_at + SPACING).min(deadline);
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
                 }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
-            },
-            Err(_) => std::thread::sleep(left.min(SPACING)),
+            }
+            None => std::thread::sleep(left.min(SPACING)),
         }
     }
 }
