@@ -437,11 +437,16 @@ fn spawn_job(
     let mut spawn = Spawn::new("bash", args, &launch.env, stdio, &launch.workdir)?;
     if let Some(user) = &run_as {
         // initgroups(3) reads the group database, which is not safe
-        // between fork and exec; its two halves are: getgrouplist now,
-        // setgroups there.
-        let name = std::ffi::CString::new(user.name.as_str())
-            .map_err(|_| io::Error::other("user name contains a NUL byte"))?;
-        let groups = getgrouplist(&name, Gid::from_raw(user.gid))?;
+        // between fork and exec; its two halves are: getgrouplist (by the
+        // daemon as it launched, or now), setgroups there.
+        let groups = match &launch.groups {
+            Some(groups) => groups.iter().copied().map(Gid::from_raw).collect(),
+            None => {
+                let name = std::ffi::CString::new(user.name.as_str())
+                    .map_err(|_| io::Error::other("user name contains a NUL byte"))?;
+                getgrouplist(&name, Gid::from_raw(user.gid))?
+            }
+        };
         spawn.user(user.uid, user.gid, &groups);
     }
     if let Some(cgroup) = &cgroup {

@@ -8,6 +8,7 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Command;
 use std::time::Duration;
 
 use common::{Spool, fake_job, stderr, stdout, two_users};
@@ -275,6 +276,52 @@ fn a_user_submit_to_a_sticky_pending_reports_success_exactly_once() {
     let name = stdout(&out).trim().to_owned();
     assert!(name.starts_with("000002-"), "{name}: {}", stderr(&out));
     spool.wait_count("done", 2, 10.0);
+}
+
+#[test]
+#[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
+fn a_job_runs_with_the_groups_its_user_has_when_it_starts() {
+    // The daemon looks the groups up as it launches (the supervisor no
+    // longer loads the name service): a group the user joined after the
+    // submission counts, and nothing of root's.
+    let (alice, _, mut spool) = shared_daemon();
+    spool.stop_daemon("TERM");
+    let group = "carma-shared";
+    let _ = Command::new("groupadd").args(["--system", group]).status();
+    let home = spool.user_dir(&alice, "alice-groups", &[("g.rad", "memory: 1G\nid -G\n")]);
+    let out = alice.carma(&spool, &format!("submit {}", home.join("g.rad").display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let joined = Command::new("usermod")
+        .args(["--append", "--groups", group, alice.name])
+        .status()
+        .unwrap();
+    assert!(joined.success(), "usermod");
+    spool.start_daemon();
+    spool.wait_count("done", 1, 10.0);
+    let _ = Command::new("gpasswd")
+        .args(["--delete", alice.name, group])
+        .output();
+    let gid = nix::unistd::Group::from_name(group)
+        .unwrap()
+        .unwrap()
+        .gid
+        .as_raw();
+    let (_, dir) = spool.find("-g").unwrap();
+    let mut seen: Vec<u32> = fs::read_to_string(dir.join("run-1/stdout"))
+        .unwrap()
+        .split_whitespace()
+        .map(|g| g.parse().unwrap())
+        .collect();
+    seen.sort_unstable();
+    let mut wanted = vec![alice.gid, gid];
+    wanted.sort_unstable();
+    assert_eq!(seen, wanted);
+    let launch: serde_json::Value =
+        serde_json::from_slice(&fs::read(dir.join("run-1/launch.json")).unwrap()).unwrap();
+    assert!(
+        launch["groups"].as_array().is_some_and(|g| g.len() == 2),
+        "{launch}"
+    );
 }
 
 #[test]

@@ -133,6 +133,13 @@ fn a_person_sees_the_queue_the_gpus_and_each_task_in_a_browser() {
     spool.wait_for("train to run and fails to fail", 30.0, || {
         spool.tasks("running").contains(&train) && spool.tasks("failed").contains(&fails)
     });
+    // The page shows the daemon's status of up to a second ago; `fails`
+    // may have waited that long for `train` to show on the GPU
+    // (placement.await_activity_s).
+    spool.wait_for("the status to show it", 10.0, || {
+        let (_, page) = get(&addr, "/");
+        page.contains("Waiting, in dispatch order (1)") && page.contains("the job failed")
+    });
 
     // The page, as a browser renders it.
     let page = browse(&spool, &format!("http://{addr}/"));

@@ -68,6 +68,15 @@ fn parse_locale(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `user`'s groups as initgroups(3) would set them, for the launch: `None`
+/// where the lookup fails, and the supervisor tries again (and says why
+/// the job cannot start).
+pub(super) fn groups(user: &RunAs) -> Option<Vec<u32>> {
+    let name = std::ffi::CString::new(user.name.as_str()).ok()?;
+    let groups = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(user.gid)).ok()?;
+    Some(groups.into_iter().map(nix::unistd::Gid::as_raw).collect())
+}
+
 /// The user this process runs as, for jobs of a daemon that is not root.
 pub(super) fn current_user() -> RunAs {
     let uid = nix::unistd::getuid();

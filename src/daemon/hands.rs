@@ -262,6 +262,7 @@ impl Hands<'_> {
                 .clone()
                 .unwrap_or_else(|| running_dir.join(WORK)),
             run_as: task.run_as.clone(),
+            groups: task.run_as.as_ref().and_then(super::environment::groups),
             env,
             grace_s: daemon.cancel_grace_s.get(),
             time_limit_s: limits.time_limit.map(|t| t.as_secs_f64()),

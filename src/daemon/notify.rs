@@ -67,6 +67,7 @@ pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing
             }
         }),
         run_as: closing.run_as.clone(),
+        groups: closing.run_as.as_ref().and_then(super::environment::groups),
         env,
         grace_s: 1.0,
         time_limit_s: Some(NOTIFY_TIME_LIMIT_S),

@@ -73,6 +73,7 @@ fn launch() -> Launch {
             home: PathBuf::from("/home/ada"),
             shell: Some(PathBuf::from("/bin/bash")),
         }),
+        groups: Some(vec![1000, 27, 44]),
         env: vec![("CUDA_VISIBLE_DEVICES".into(), "0,3".into())],
         grace_s: 10.0,
         time_limit_s: Some(7200.0),
