@@ -168,8 +168,10 @@ pub fn gather(spool: &Spool, state: State, name: &TaskName, scope: Scope) -> io:
         let uid = nix::unistd::Uid::from_raw(owner_uid?);
         Some(nix::unistd::User::from_uid(uid).ok()??.name)
     });
+    // A running task's are its run's: its record may still be the one of
+    // before the launch (written once the job is on its way).
     let gpus = match &record {
-        Some(r) if !r.gpus.is_empty() => r.gpus.clone(),
+        Some(r) if !r.gpus.is_empty() && state != State::Running => r.gpus.clone(),
         _ => runs.last().map(|r| r.gpus.clone()).unwrap_or_default(),
     };
     let run_peak = runs.iter().filter_map(|r| r.peak_mib).max();
@@ -306,5 +308,43 @@ mod tests {
         assert_eq!(last_lines(text, 10).len(), 3);
         assert!(last_lines("", 10).is_empty());
         assert!(last_lines("x\n", 0).is_empty());
+    }
+
+    #[test]
+    fn a_running_task_shows_its_runs_gpus_over_a_record_from_before_the_launch() {
+        // The daemon brings task.json up to date only once the job is on
+        // its way: in between (or after a crash there) the record still
+        // names the GPUs of the run before.
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path().join("spool"));
+        spool.create().unwrap();
+        let name = TaskName::new(7, "train");
+        let task = spool.task_dir(State::Running, &name);
+        for run in ["run-1", "run-2"] {
+            std::fs::create_dir_all(task.join(run)).unwrap();
+        }
+        let mut record = TaskRecord::new(&name, "train.rad", 1.0);
+        record.gpus = vec![0];
+        crate::spool::record::write_json(&task.join(crate::spool::record::RECORD), &record)
+            .unwrap();
+        for (run, gpu) in [(1, 0), (2, 3)] {
+            let launch = serde_json::json!({
+                "task": name.to_string(), "run": run, "gpus": [gpu], "why": "",
+                "launched_at": 2.0, "script": ["true"], "workdir": "/", "env": [], "grace_s": 1.0,
+            });
+            let path = task.join(format!("run-{run}")).join(supervisor::LAUNCH);
+            std::fs::write(path, launch.to_string()).unwrap();
+        }
+        let config = crate::config::Config::load(None).unwrap();
+        let scope = Scope {
+            tail_lines: 1,
+            oom: &config.oom,
+            status: None,
+        };
+        let view = gather(&spool, State::Running, &name, scope).unwrap();
+        assert_eq!(view.gpus, [3]);
+        std::fs::rename(&task, spool.task_dir(State::Done, &name)).unwrap();
+        let view = gather(&spool, State::Done, &name, scope).unwrap();
+        assert_eq!(view.gpus, [0], "an ended task's record is its last word");
     }
 }

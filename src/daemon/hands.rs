@@ -18,10 +18,10 @@ use crate::gpu::GpuInfo;
 use crate::lifecycle::{Closing, Limits, NotStarted, Started, Stop, Task, World};
 use crate::procfs::ProcessId;
 use crate::spool::record::{
-    Launch, REASON, RECORD, TaskRecord, WORK, give_dir_to_owner, unix_now, write_json,
+    Launch, REASON, RECORD, TaskRecord, WORK, give_dir_to_owner, to_json, unix_now, write_json,
     write_owner_copy, write_reason,
 };
-use crate::spool::{Spool, State, TASK_DIR_MODE, TaskName, make_dir, sync_dir};
+use crate::spool::{Spool, State, TASK_DIR_MODE, TaskName, make_dir, sync_dir, write_whole};
 use crate::supervisor;
 
 /// What the daemon lends the lifecycle for one step: its spool, its
@@ -86,7 +86,7 @@ impl World for Hands<'_> {
 
     /// The run directory and its `launch.json` are written, the task
     /// directory is renamed into `running/` (the commit point), and the
-    /// supervisor is started.
+    /// supervisor is started; then the task's record is brought up to date.
     fn start(
         &mut self,
         task: &Task,
@@ -115,15 +115,17 @@ impl World for Hands<'_> {
             .map_err(|e| failed("cannot create the run directory", e))?;
         write_json(&staged.join(supervisor::LAUNCH), &launch)
             .map_err(|e| failed("cannot write launch.json", e))?;
-        write_json(&from_dir.join(RECORD), &task.record)
-            .map_err(|e| failed("cannot write task.json", e))?;
+        // The run directory's own entry, before the move that makes the
+        // launch count.
+        sync_dir(&from_dir).map_err(|e| failed("cannot sync the task's directory", e))?;
         if from != State::Running {
             self.spool
                 .move_task_unsynced(name, from, State::Running)
                 .map_err(|e| failed("cannot move to running/", e))?;
             moved.set(true);
         }
-        let run_dir = self.spool.task_dir(State::Running, name).join(&run_name);
+        let running = self.spool.task_dir(State::Running, name);
+        let run_dir = running.join(&run_name);
         let child = supervisor::start(self.exe, &run_dir)
             .map_err(|e| failed("cannot start the supervisor", e))?;
         let supervisor = ProcessId::of(child.id());
@@ -139,6 +141,14 @@ impl World for Hands<'_> {
         if let Err(e) = &reaper {
             // The run is polled like an adopted one instead.
             log::warn!("{name}: no reaper thread ({e}); polling its run");
+        }
+        // The record (its estimate, this run's GPUs) once the job is on
+        // its way, off the path to its first line, and whole but not
+        // flushed into its directory: a crash may leave the record of
+        // before, and a restart reads the GPUs from launch.json and
+        // estimates the task again.
+        if let Err(e) = write_whole(&running.join(RECORD), &to_json(&task.record)) {
+            log::warn!("{name}: cannot update task.json: {e}");
         }
         let synced = sync_dir(&self.spool.dir(State::Running))
             .and_then(|()| sync_dir(&self.spool.dir(from)));

@@ -31,6 +31,17 @@ pub fn write_durable_as(
     sync_dir(parent(path))
 }
 
+/// [`write_durable`] without the directory's fsync: the content is on disk
+/// before it gets its name, so a crash leaves the old file or the new one,
+/// whole, though which is the kernel's to say. For a record brought up to
+/// date whose old content is still true enough to read (a launched task's
+/// record: its run's `launch.json` says the rest), where one flush less
+/// per job counts.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temp = write_temp(path, |file| file.write_all(bytes), true, PRIVATE, None)?;
+    renamed(&temp, path)
+}
+
 /// Writes `bytes` to `path` atomically but without forcing it to disk, with
 /// the given permission bits: for files that are caches of other state (the
 /// status file, a run's peak memory), where only a torn read would hurt.

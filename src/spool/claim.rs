@@ -298,7 +298,14 @@ impl Spool {
     }
 
     /// Puts a half-claimed drop back into `pending/` and removes the claim.
+    /// carma's copies go first: one may be a second name of the drop
+    /// itself ([`fill_job`]), which must not come back with two names.
     fn undo_claim(&self, dir: &Path) {
+        if let Err(e) = fs::remove_dir_all(dir.join(JOB)) {
+            if e.kind() != io::ErrorKind::NotFound {
+                log::warn!("cannot remove {}/{JOB}: {e}", dir.display());
+            }
+        }
         let originals = fs::read_dir(dir)
             .into_iter()
             .flatten()
@@ -412,7 +419,7 @@ impl Spool {
                     // The copy is durable (synced above): the original goes.
                     for entry in fs::read_dir(&path).into_iter().flatten().flatten() {
                         if entry.file_name().as_bytes().starts_with(ORIGINAL) {
-                            let _ = self.discard(&entry.path());
+                            forget_original(self, &entry.path());
                         }
                     }
                     State::Pending
@@ -548,6 +555,37 @@ const MAX_MODEL_PATH: usize = 1024;
 
 /// Longest file name Linux takes.
 const NAME_MAX: usize = 255;
+
+/// Removes a claimed drop's original: a file at once (it may be a second
+/// name of the job's own file, which must be left with one), anything else
+/// by way of the trash (a user's tree may be large).
+fn forget_original(spool: &Spool, path: &Path) {
+    let is_file = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file());
+    let _ = match is_file {
+        true => fs::remove_file(path),
+        false => spool.discard(path),
+    };
+}
+
+/// A task directory's leftover original of a claim a crash cut short after
+/// the task was placed (before its original's removal), when it is a
+/// second name of the job file `job`: removed, so the job's file has one
+/// name again. Whether one was.
+pub fn forget_linked_original(task_dir: &Path, job: &fs::Metadata) -> bool {
+    let linked = fs::read_dir(task_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().as_bytes().starts_with(ORIGINAL))
+        .filter(|e| {
+            fs::symlink_metadata(e.path()).is_ok_and(|m| {
+                m.file_type().is_file() && m.dev() == job.dev() && m.ino() == job.ino()
+            })
+        })
+        .map(|e| e.path())
+        .collect::<Vec<_>>();
+    linked.iter().all(|path| fs::remove_file(path).is_ok()) && !linked.is_empty()
+}
 
 fn original(dir: &Path, drop: &OsStr) -> std::path::PathBuf {
     let mut name = OsString::from(OsStr::from_bytes(ORIGINAL));

@@ -64,7 +64,10 @@ use fs2::FileExt;
 use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
 use thiserror::Error;
 
-pub use atomic::{PRIVATE, PUBLIC, sync_dir, write_durable, write_replace, write_replace_with};
+pub use atomic::{
+    PRIVATE, PUBLIC, sync_dir, write_durable, write_replace, write_replace_with, write_whole,
+};
+pub use claim::forget_linked_original;
 pub use name::TaskName;
 use record::{RECORD, TaskRecord};
 pub use submission::{Batch, Submitted};
