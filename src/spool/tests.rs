@@ -438,3 +438,26 @@ fn many_jobs_submitted_at_once_are_numbered_in_order_and_one_bad_file_submits_no
         assert_claimed_layout(&dir, &format!("{}.rad", name.name.as_ref().unwrap().stem()));
     }
 }
+
+#[test]
+fn a_placed_tasks_leftover_original_that_names_its_job_file_is_dropped_and_no_other() {
+    // A crash between placing a linked claim and removing its original
+    // leaves the job's file with two names; loading the task drops the
+    // original's, and leaves anything that is not the job's file.
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.rad");
+    fs::write(&job, "memory: 1G\ntrue\n").unwrap();
+    fs::hard_link(&job, dir.path().join(".orig-job.rad")).unwrap();
+    fs::write(dir.path().join(".orig-other.rad"), "x").unwrap();
+    let meta = fs::symlink_metadata(&job).unwrap();
+    assert!(super::forget_linked_original(dir.path(), &meta));
+    assert_eq!(fs::symlink_metadata(&job).unwrap().nlink(), 1);
+    assert!(!dir.path().join(".orig-job.rad").exists());
+    assert!(dir.path().join(".orig-other.rad").exists());
+    let meta = fs::symlink_metadata(&job).unwrap();
+    assert!(
+        !super::forget_linked_original(dir.path(), &meta),
+        "nothing left to drop"
+    );
+}
