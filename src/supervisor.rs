@@ -10,8 +10,9 @@
 //! 1. writes `launch.json` (script, user, environment, GPUs) into the run
 //!    directory;
 //! 2. opens `supervisor.lock` there and takes an exclusive `flock` on it;
-//! 3. starts `carma supervise RUN_DIR --lock-fd N` in a new session,
-//!    handing the locked descriptor down, and closes its own copy.
+//! 3. starts `carma supervise RUN_DIR --lock-fd 0`, handing the locked
+//!    descriptor down as its standard input, and closes its own copy. The
+//!    supervisor makes itself a session of its own as its first act.
 //!
 //! From then on the lock is held exactly as long as the supervisor lives:
 //! there is no moment in which a supervisor runs without holding it, so
@@ -33,9 +34,8 @@
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -43,7 +43,6 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use fs2::FileExt;
-use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Gid, Pid, Uid, fchown, getgrouplist, setsid};
 
@@ -63,35 +62,30 @@ const SCRIPT: &str = "job.sh";
 const LOG: &str = "supervisor.log";
 
 /// Starts the supervisor of the run in `run_dir` (whose `launch.json` is
-/// written) as `exe supervise`, in its own session. The returned child is
-/// the daemon's to reap; the run's fate is in `exit.json`.
+/// written) as `exe supervise`. The returned child is the daemon's to
+/// reap; the run's fate is in `exit.json`.
+///
+/// Nothing runs between fork and exec, so the standard library starts it
+/// with `posix_spawn` (a `vfork`): a fork of the daemon copied its page
+/// tables and then faulted on every page it touched before the exec, the
+/// largest part of the daemon's own time per launch. The lock goes down as
+/// standard input (the one kind of descriptor a spawn can hand down
+/// without a hook), and the new session is the supervisor's own first act:
+/// a signal to the daemon's group that meets it before then kills a
+/// supervisor that has not yet said who it is, and so has started nothing.
 pub fn start(exe: &Path, run_dir: &Path) -> io::Result<Child> {
     let lock = crate::spool::open_lock_file(&run_dir.join(LOCK))?;
     lock.try_lock_exclusive()?;
-    let fd = lock.as_raw_fd();
     let log = crate::spool::open_lock_file(&run_dir.join(LOG))?;
-    let mut command = Command::new(exe);
-    command
+    Command::new(exe)
         .arg("supervise")
         .arg(run_dir)
         .arg("--lock-fd")
-        .arg(fd.to_string())
-        .stdin(Stdio::null())
+        .arg("0")
+        .stdin(lock)
         .stdout(Stdio::null())
-        .stderr(log);
-    // SAFETY: between fork and exec only async-signal-safe calls: setsid
-    // and fcntl.
-    unsafe {
-        command.pre_exec(move || {
-            setsid()?;
-            let borrowed = std::os::fd::BorrowedFd::borrow_raw(fd);
-            fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::empty()))?;
-            Ok(())
-        });
-    }
-    let child = command.spawn()?;
-    drop(lock);
-    Ok(child)
+        .stderr(log)
+        .spawn()
 }
 
 /// The last `bytes` of a job's output file, as text: where a job says why
@@ -149,10 +143,10 @@ pub fn cancel(run_dir: &Path) -> io::Result<bool> {
 /// The supervisor process: runs the job of `run_dir` and records its end.
 /// `lock_fd` is the locked `supervisor.lock` the daemon handed down.
 pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
-    // SAFETY: the daemon passed this descriptor for us to own; it is not
-    // used anywhere else in this process.
-    let lock = unsafe { File::from_raw_fd(lock_fd) };
-    fcntl(&lock, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    // Out of the daemon's session and process group before anything else:
+    // a signal meant for the daemon must never reach its runs.
+    setsid()?;
+    let lock = take_lock(lock_fd)?;
     let stop = Arc::new(AtomicBool::new(false));
     let job_group = Arc::new(AtomicI32::new(0));
     let launch = read_state::<Launch>(&run_dir.join(LAUNCH));
@@ -249,6 +243,23 @@ pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     record_exit(run_dir, &exit);
     drop(lock);
     Ok(())
+}
+
+/// Takes the locked descriptor the daemon handed down as this process's
+/// own, closed on exec so the job never holds the run's lock, and off the
+/// standard descriptors, where standard input becomes `/dev/null` again.
+fn take_lock(fd: RawFd) -> io::Result<File> {
+    // SAFETY: the daemon passed this descriptor for us to own; it is not
+    // used anywhere else in this process.
+    let mut handed = unsafe { OwnedFd::from_raw_fd(fd) };
+    // A duplicate at 3 or above, with close-on-exec.
+    let lock = File::from(handed.try_clone()?);
+    if fd <= 2 {
+        nix::unistd::dup2(File::open("/dev/null")?, &mut handed)?;
+        // The standard descriptor stays open, on /dev/null now.
+        std::mem::forget(handed);
+    }
+    Ok(lock)
 }
 
 /// Writes `exit.json`, however long it takes: while the disk is full (or

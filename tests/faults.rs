@@ -444,15 +444,28 @@ fn a_full_disk_loses_no_task_and_everything_finishes_when_space_returns() {
 
 // ---------------------------------------------------------------- EMFILE
 
-/// The daemon's open descriptors, the fewest seen over a few looks (the
-/// GPU monitor opens two for a moment every sample).
-fn open_fds(pid: u32) -> usize {
+/// The daemon's open descriptor numbers, at the look that saw the fewest
+/// of a few (the GPU monitor opens two for a moment every sample).
+fn open_fds(pid: u32) -> Vec<u32> {
     (0..8)
         .map(|_| {
             std::thread::sleep(Duration::from_millis(15));
-            fs::read_dir(format!("/proc/{pid}/fd")).map_or(usize::MAX, |d| d.count())
+            fs::read_dir(format!("/proc/{pid}/fd")).map_or(Vec::new(), |d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
         })
-        .min()
+        .filter(|fds| !fds.is_empty())
+        .min_by_key(Vec::len)
+        .unwrap()
+}
+
+/// The soft limit that leaves exactly `free` descriptor numbers unused
+/// below it: a limit bounds the numbers, and a descriptor some library
+/// opened high (above the limit) takes none of them.
+fn limit_leaving(held: &[u32], free: usize) -> usize {
+    (0..)
+        .find(|&limit| limit - held.iter().filter(|&&fd| (fd as usize) < limit).count() == free)
         .unwrap()
 }
 
@@ -496,12 +509,12 @@ fn running_out_of_file_descriptors_fails_no_launch_and_everything_runs_once_the_
     spool.wait_for("the three long jobs to run", 20.0, || {
         accepted.iter().all(|t| ran(t))
     });
-    // Squeeze: room for what the daemon holds plus four, fewer than a
-    // launch needs at once (supervisor lock and log, /dev/null for stdin
-    // and stdout, the exec-error pipe), enough for a status write or a GPU
-    // sample.
-    let held = open_fds(pid);
-    let low = held + 4;
+    // Squeeze: room for two more descriptors, fewer than a launch needs
+    // at once (supervisor lock and log, /dev/null for stdout; the spawn
+    // is a vfork, with no exec-error pipe), enough for a status write.
+    let fds = open_fds(pid);
+    let held = fds.len();
+    let low = limit_leaving(&fds, 2);
     set_nofile(pid, low, 4096);
     let squeezed = Instant::now();
     let mut short = Vec::new();
