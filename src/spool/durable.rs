@@ -32,25 +32,37 @@ pub(super) fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// more at once, by one flush of the file system.
 const SYNCFS_FROM: usize = 16;
 
-/// Puts the trees `dirs` (made in `parent`) on disk. A few are fsynced
-/// file by file and directory by directory: a flush of the whole file
-/// system would also wait for whatever else is being written there (jobs'
-/// checkpoints, on a busy server). A burst of many is flushed with one
-/// `syncfs`, which costs less than thousands of fsyncs.
+/// Puts the trees `dirs` (made in `parent`) on disk, and their entries in
+/// `parent`: for a claim, which stays in `staging/` as the only copy of
+/// a job whose original is removed next.
 pub(super) fn make_durable(parent: &Path, dirs: &[&Path]) -> io::Result<()> {
     if dirs.is_empty() {
         return Ok(());
     }
+    make_trees_durable(dirs)?;
+    match dirs.len() >= SYNCFS_FROM {
+        // The file system's flush took the entries too.
+        true => Ok(()),
+        false => sync_dir(parent),
+    }
+}
+
+/// Puts the trees `dirs` on disk, but not their entries: for trees about
+/// to be renamed into a directory that is flushed after the renames (a
+/// flush of the one they leave would be undone by the rename). A few are
+/// fsynced file by file and directory by directory: a flush of the whole
+/// file system would also wait for whatever else is being written there
+/// (jobs' checkpoints, on a busy server). A burst of many is flushed with
+/// one `syncfs`, which costs less than thousands of fsyncs.
+pub(super) fn make_trees_durable(dirs: &[&Path]) -> io::Result<()> {
     if dirs.len() >= SYNCFS_FROM {
         // Through a tree of the batch: its maker may open it where it may
-        // not open `parent` (a user's submissions in `pending/`).
+        // not open the directory it is in (a user's submissions in
+        // `pending/`).
         let file = fs::File::open(dirs[0])?;
         return nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from);
     }
-    for dir in dirs {
-        sync_tree(dir)?;
-    }
-    sync_dir(parent)
+    dirs.iter().try_for_each(|dir| sync_tree(dir))
 }
 
 /// fsync of what carma wrote in the claim or task directory `dir`: its

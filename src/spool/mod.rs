@@ -12,7 +12,7 @@
 //!               `daemon.lock`, held by the one daemon serving the spool;
 //!               carma's alone
 //!   cancel/     requests: cancel, hold, release, priority ([`request`])
-//!   next-id     the next task number (locked while allocating)
+//!   next-id     the next task number (locked while allocating; see counter.rs)
 //!   archive.jsonl ended tasks pruned after `daemon.retention_days`
 //!               ([`archive`]); carma's alone
 //!   status.json the daemon's view, refreshed every second
@@ -41,6 +41,7 @@ mod array;
 mod arrivals;
 mod atomic;
 mod claim;
+mod counter;
 mod durable;
 pub mod json;
 mod name;
@@ -54,7 +55,7 @@ mod trash;
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -360,23 +361,29 @@ impl Spool {
 
     /// Reserves `count` consecutive task numbers and returns the first.
     /// Safe across processes (`carma submit` by carma's own user and the
-    /// daemon allocate concurrently); a lost or damaged counter is rebuilt
-    /// from the highest number in the tree.
+    /// daemon allocate concurrently) and across a power loss, with a flush
+    /// only every [`counter::RESERVE`] numbers (see [`counter`]); a lost or
+    /// damaged counter is rebuilt from the highest number in the tree.
     pub fn allocate(&self, count: u64) -> Result<u64, SpoolError> {
         let path = self.root.join("next-id");
         let mut file = open_lock_file(&path).map_err(at(&path))?;
         file.lock_exclusive().map_err(at(&path))?;
-        let mut text = String::new();
-        file.read_to_string(&mut text).map_err(at(&path))?;
-        let next = match text.trim().parse::<u64>() {
-            Ok(next) if next.checked_add(count).is_some() => next,
-            _ => self.highest_seq()?.saturating_add(1),
+        let boot = counter::this_boot();
+        let stored = counter::read(&mut file).map_err(at(&path))?;
+        let taken = match stored.and_then(|c| counter::take(c, boot.as_deref(), count)) {
+            Some(taken) => taken,
+            None => {
+                let next = self.highest_seq()?.saturating_add(1);
+                counter::take(counter::rebuilt(next), boot.as_deref(), count).ok_or_else(|| {
+                    at(&path)(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the task numbers are used up",
+                    ))
+                })?
+            }
         };
-        file.seek(io::SeekFrom::Start(0)).map_err(at(&path))?;
-        file.set_len(0).map_err(at(&path))?;
-        writeln!(file, "{}", next.saturating_add(count)).map_err(at(&path))?;
-        file.sync_data().map_err(at(&path))?;
-        Ok(next)
+        counter::write(&file, &taken).map_err(at(&path))?;
+        Ok(taken.first)
     }
 
     /// The highest number of carma's own task directories anywhere in the

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::claim::fill_job;
-use super::durable::{make_durable, write_new};
+use super::durable::{make_durable, make_trees_durable, write_new};
 use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
 use super::{
     Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
@@ -205,21 +205,21 @@ impl Spool {
             }
         }
         let pending = self.dir(State::Pending);
-        let parent = if own_spool {
-            self.staging()
-        } else {
-            pending.clone()
-        };
         let dirs: Vec<&Path> = staged.iter().map(|job| job.dir.as_path()).collect();
-        // Held across the renames: once in pending/ the daemon may claim
-        // an entry at once, and the flush below must not need its path.
+        // Only the trees: the directory they are staged in is left by the
+        // renames, and `pending/` is flushed after them. Held across the
+        // renames: once in pending/ the daemon may claim an entry at once,
+        // and the flush below must not need its path.
         let handle =
-            sync_tree_only(&parent, &dirs).and_then(|()| dirs.first().map(File::open).transpose());
+            make_trees_durable(&dirs).and_then(|()| dirs.first().map(File::open).transpose());
         let handle = match handle {
             Ok(handle) => handle,
             Err(e) => {
+                let failed = dirs
+                    .first()
+                    .map_or_else(|| pending.clone(), |d| d.to_path_buf());
                 unstage(&staged);
-                return Err(at(&parent)(e));
+                return Err(at(&failed)(e));
             }
         };
         let mut batch = Batch::default();
@@ -374,17 +374,6 @@ pub struct Batch {
 /// submitting a user's job): its content must then be that user's alone.
 fn owned_by_someone_else(meta: &fs::Metadata) -> bool {
     meta.uid() != nix::unistd::geteuid().as_raw()
-}
-
-/// Staged submissions (made in `parent`) on disk before they are renamed
-/// into `pending/` (whose own fsync comes after the renames).
-fn sync_tree_only(parent: &Path, staged: &[&Path]) -> io::Result<()> {
-    match make_durable(parent, staged) {
-        // A user may not open pending/ to fsync it: the rename's own
-        // durability step reports that, after the submission is made.
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(()),
-        other => other,
-    }
 }
 
 /// Makes a rename into `dir` durable: fsync of `dir`, or, where this user
