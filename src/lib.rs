@@ -33,6 +33,7 @@ pub mod shell;
 pub mod simulate;
 pub mod size;
 pub mod slurm;
+pub mod spare;
 pub mod spawn;
 pub mod spool;
 pub mod summary;

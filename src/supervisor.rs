@@ -74,9 +74,12 @@ const LOG: &str = "supervisor.log";
 /// a signal to the daemon's group that meets it before then kills a
 /// supervisor that has not yet said who it is, and so has started nothing.
 pub fn start(exe: &Path, run_dir: &Path) -> io::Result<Child> {
-    let lock = crate::spool::open_lock_file(&run_dir.join(LOCK))?;
-    lock.try_lock_exclusive()?;
-    let log = crate::spool::open_lock_file(&run_dir.join(LOG))?;
+    let (lock, log) = lock_run(run_dir)?;
+    spawn(exe, run_dir, lock, log)
+}
+
+/// [`start`] with the run's lock taken and its log opened ([`lock_run`]).
+pub fn spawn(exe: &Path, run_dir: &Path, lock: File, log: File) -> io::Result<Child> {
     Command::new(exe)
         .arg("supervise")
         .arg(run_dir)
@@ -86,6 +89,15 @@ pub fn start(exe: &Path, run_dir: &Path) -> io::Result<Child> {
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
+}
+
+/// The run's `supervisor.lock`, locked by the daemon for the supervisor
+/// it hands it to, and its `supervisor.log`.
+pub fn lock_run(run_dir: &Path) -> io::Result<(File, File)> {
+    let lock = crate::spool::open_lock_file(&run_dir.join(LOCK))?;
+    lock.try_lock_exclusive()?;
+    let log = crate::spool::open_lock_file(&run_dir.join(LOG))?;
+    Ok((lock, log))
 }
 
 /// The last `bytes` of a job's output file, as text: where a job says why
@@ -140,13 +152,35 @@ pub fn cancel(run_dir: &Path) -> io::Result<bool> {
     }
 }
 
-/// The supervisor process: runs the job of `run_dir` and records its end.
-/// `lock_fd` is the locked `supervisor.lock` the daemon handed down.
-pub fn supervise(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
+/// `carma supervise RUN_DIR --lock-fd N`: the supervisor of `run_dir`,
+/// started for it; `lock_fd` is the locked `supervisor.lock` the daemon
+/// handed down.
+pub fn supervise_handed(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     // Out of the daemon's session and process group before anything else:
     // a signal meant for the daemon must never reach its runs.
     setsid()?;
     let lock = take_lock(lock_fd)?;
+    supervise(run_dir, lock)
+}
+
+/// `carma supervise --spare`: a supervisor started ahead of need, which
+/// waits on its standard input (a socket to the daemon) for its run
+/// ([`crate::spare`]), and exits when the daemon goes without one.
+pub fn supervise_spare() -> io::Result<()> {
+    setsid()?;
+    let Some(handed) = crate::spare::wait_for_run(0)? else {
+        return Ok(());
+    };
+    // The socket is done with; errors go to the run's log from here on.
+    nix::unistd::dup2_stdin(File::open("/dev/null")?)?;
+    nix::unistd::dup2_stderr(&handed.log)?;
+    drop(handed.log);
+    supervise(&handed.run_dir, handed.lock)
+}
+
+/// The supervisor process: runs the job of `run_dir` and records its end,
+/// holding the run's locked `lock` throughout.
+fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let job_group = Arc::new(AtomicI32::new(0));
     let launch = read_state::<Launch>(&run_dir.join(LAUNCH));

@@ -252,11 +252,14 @@ fn submit_all(
 /// A live process and the task it belongs to.
 type Victim = (i32, String);
 
-/// Live processes of this spool: its supervisors (`carma supervise
-/// <spool>/running/<task>/run-N`) and its fake-train jobs (by
-/// `CARMA_SIMGPU`, with `CARMA_TASK_ID`).
+/// Live processes of this spool: its supervisors (`carma supervise`
+/// holding `<spool>/running/<task>/run-N/supervisor.lock` open; one the
+/// daemon started ahead of need says `--spare`, not its run, on its
+/// command line) and its fake-train jobs (by `CARMA_SIMGPU`, with
+/// `CARMA_TASK_ID`).
 fn processes_of(root: &Path) -> (Vec<Victim>, Vec<Victim>) {
     let root_text = root.display().to_string();
+    let running = fs::canonicalize(root.join("running")).unwrap_or_else(|_| root.join("running"));
     let simgpu = format!("CARMA_SIMGPU={root_text}");
     let mut supervisors = Vec::new();
     let mut jobs = Vec::new();
@@ -274,15 +277,22 @@ fn processes_of(root: &Path) -> (Vec<Victim>, Vec<Victim>) {
             .split(|&b| b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.get(1).is_some_and(|a| a == "supervise")
-            && args.get(2).is_some_and(|d| d.starts_with(&root_text))
-        {
-            if let Some(task) = Path::new(&args[2])
-                .parent()
-                .and_then(Path::file_name)
-                .and_then(|n| n.to_str())
-            {
-                supervisors.push((pid, task.to_owned()));
+        if args.get(1).is_some_and(|a| a == "supervise") {
+            let task = fs::read_dir(entry.path().join("fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|fd| fs::read_link(fd.path()).ok())
+                .find_map(|open| {
+                    let rest = open.strip_prefix(&running).ok()?;
+                    let mut parts = rest.components();
+                    let task = parts.next()?.as_os_str().to_str()?.to_owned();
+                    let _run = parts.next()?;
+                    let lock = parts.next()?;
+                    (lock.as_os_str() == "supervisor.lock").then_some(task)
+                });
+            if let Some(task) = task {
+                supervisors.push((pid, task));
             }
         } else if args.iter().any(|a| a == "fake-train") {
             let Ok(environ) = fs::read(entry.path().join("environ")) else {

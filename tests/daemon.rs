@@ -5,6 +5,7 @@
 mod common;
 
 use std::fs;
+use std::path::Path;
 use std::time::Duration;
 
 use common::{CARMA, Spool, executable, fake_job, stderr, stdout};
@@ -810,4 +811,76 @@ fn simulated_gpus_run_without_mps_when_it_cannot_start() {
         log.contains("simulated GPUs run without it, as if mps.enabled = false"),
         "{log}"
     );
+}
+
+/// The daemon's waiting spare supervisors (`carma supervise --spare`
+/// with its socket to the daemon as standard input).
+fn spares_of(daemon: u32) -> Vec<u32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(1));
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let stdin = fs::read_link(format!("/proc/{pid}/fd/0")).unwrap_or_default();
+            ppid == Some(daemon.to_string().as_str())
+                && cmdline.split(|&b| b == 0).any(|a| a == b"--spare")
+                && stdin.to_string_lossy().starts_with("socket:")
+        })
+        .collect()
+}
+
+/// The pid a run's `supervisor.json` names.
+fn supervisor_of(run_dir: &Path) -> u32 {
+    let text = fs::read_to_string(run_dir.join("supervisor.json")).unwrap();
+    let id: serde_json::Value = serde_json::from_str(&text).unwrap();
+    id["pid"].as_u64().unwrap() as u32
+}
+
+#[test]
+fn a_launch_hands_the_run_to_the_spare_a_dead_spare_is_replaced_and_a_stopped_daemon_leaves_none() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let daemon = spool.daemon_pid().unwrap();
+    spool.wait_for("a spare supervisor", 10.0, || spares_of(daemon).len() == 1);
+    let spare = spares_of(daemon)[0];
+
+    let first = spool.submit("first.rad", "memory: 1G\ntrue\n");
+    spool.wait_count("done", 1, 10.0);
+    let run = spool.root.join("done").join(&first).join("run-1");
+    assert_eq!(supervisor_of(&run), spare, "the spare ran the first job");
+
+    // A spare that died is found dead at the next launch, which starts
+    // a supervisor of its own instead.
+    spool.wait_for("a new spare", 10.0, || {
+        spares_of(daemon).iter().any(|&p| p != spare)
+    });
+    let second_spare = spares_of(daemon)[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second_spare as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let second = spool.submit("second.rad", "memory: 1G\ntrue\n");
+    spool.wait_count("done", 2, 10.0);
+    let run = spool.root.join("done").join(&second).join("run-1");
+    assert_ne!(supervisor_of(&run), second_spare);
+    assert!(
+        fs::read_to_string(run.join("exit.json"))
+            .unwrap()
+            .contains("\"code\": 0")
+    );
+
+    // The spare leaves with the daemon.
+    spool.wait_for("a third spare", 10.0, || spares_of(daemon).len() == 1);
+    let last = spares_of(daemon)[0];
+    assert!(spool.stop_daemon("TERM").success());
+    spool.wait_for("the spare to exit", 10.0, || {
+        !Path::new(&format!("/proc/{last}")).exists()
+            || fs::read_to_string(format!("/proc/{last}/stat")).is_ok_and(|s| s.contains(") Z "))
+    });
 }

@@ -509,12 +509,15 @@ fn running_out_of_file_descriptors_fails_no_launch_and_everything_runs_once_the_
     spool.wait_for("the three long jobs to run", 20.0, || {
         accepted.iter().all(|t| ran(t))
     });
-    // Squeeze: room for two more descriptors, fewer than a launch needs
-    // at once (supervisor lock and log, /dev/null for stdout; the spawn
-    // is a vfork, with no exec-error pipe), enough for a status write.
+    // Squeeze: room for one more descriptor, fewer than any launch needs
+    // at once (the supervisor's lock and log, handed to the daemon's
+    // spare supervisor; a supervisor started for the run also needs
+    // /dev/null for stdout), enough for a status write. A GPU sample (a
+    // lock and the state file) fails too, from the next one on; the
+    // submissions come before it, so the launches meet the limit first.
     let fds = open_fds(pid);
     let held = fds.len();
-    let low = limit_leaving(&fds, 2);
+    let low = limit_leaving(&fds, 1);
     set_nofile(pid, low, 4096);
     let squeezed = Instant::now();
     let mut short = Vec::new();

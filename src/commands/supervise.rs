@@ -1,4 +1,5 @@
-//! `carma supervise` (hidden): the per-run supervisor the daemon starts.
+//! `carma supervise` (hidden): the per-run supervisor the daemon starts,
+//! for a run or as a spare that waits for one.
 
 use std::os::fd::RawFd;
 use std::path::PathBuf;
@@ -9,13 +10,20 @@ use anyhow::Result;
 #[derive(clap::Args)]
 pub struct Args {
     /// The run directory holding `launch.json`.
-    run_dir: PathBuf,
+    #[arg(required_unless_present = "spare")]
+    run_dir: Option<PathBuf>,
     /// The locked `supervisor.lock` the daemon handed down.
-    #[arg(long)]
-    lock_fd: RawFd,
+    #[arg(long, required_unless_present = "spare")]
+    lock_fd: Option<RawFd>,
+    /// Wait on standard input, a socket to the daemon, for a run.
+    #[arg(long, conflicts_with_all = ["run_dir", "lock_fd"])]
+    spare: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    carma::supervisor::supervise(&args.run_dir, args.lock_fd)?;
+    match (args.run_dir, args.lock_fd) {
+        (Some(run_dir), Some(lock_fd)) => carma::supervisor::supervise_handed(&run_dir, lock_fd)?,
+        _ => carma::supervisor::supervise_spare()?,
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -17,6 +17,7 @@ use crate::estimate::Chain;
 use crate::gpu::GpuInfo;
 use crate::lifecycle::{Closing, Limits, NotStarted, Started, Stop, Task, World};
 use crate::procfs::ProcessId;
+use crate::spare::Supervisors;
 use crate::spool::record::{
     Launch, REASON, RECORD, TaskRecord, WORK, give_dir_to_owner, to_json, unix_now, write_json,
     write_owner_copy, write_reason,
@@ -35,8 +36,8 @@ pub(super) struct Hands<'a> {
     /// Jobs run under MPS (where not on a MIG instance).
     pub mps: bool,
     pub job_cgroup: Option<&'a Path>,
-    /// The carma binary, started again as `carma supervise`.
-    pub exe: &'a Path,
+    /// How supervisors are started: the carma binary, and its spare.
+    pub supervisors: &'a mut Supervisors,
     pub tx: &'a Sender<Msg>,
     pub chain: &'a Chain,
     /// Tasks to take in again once the step is over.
@@ -126,7 +127,9 @@ impl World for Hands<'_> {
         }
         let running = self.spool.task_dir(State::Running, name);
         let run_dir = running.join(&run_name);
-        let child = supervisor::start(self.exe, &run_dir)
+        let child = self
+            .supervisors
+            .start(&run_dir)
             .map_err(|e| failed("cannot start the supervisor", e))?;
         let supervisor = ProcessId::of(child.id());
         let tx = self.tx.clone();
@@ -196,7 +199,7 @@ impl World for Hands<'_> {
     }
 
     fn notify(&mut self, closing: &Closing) {
-        super::notify::send(self.spool, self.config, self.exe, closing);
+        super::notify::send(self.spool, self.config, self.supervisors.exe(), closing);
     }
 
     fn take_in(&mut self, name: &TaskName, state: State) {

@@ -63,6 +63,7 @@ use crate::http::Feed;
 use crate::lifecycle::{Backoff, Backoffs, Ending, Lifecycle, Moment, Task};
 use crate::mps::Mps;
 use crate::sched::{Scheduler, Time};
+use crate::spare::Supervisors;
 use crate::spool::record::unix_now;
 use crate::spool::{Spool, State};
 use hands::Hands;
@@ -126,8 +127,9 @@ struct Daemon {
     gpu_logged_at: f64,
     /// The last GPU log write failed (its warning was logged).
     gpu_log_failing: bool,
-    /// The carma binary, started again as `carma supervise`.
-    exe: PathBuf,
+    /// The carma binary, started again as `carma supervise`, and its
+    /// spare.
+    supervisors: Supervisors,
     tx: Sender<Msg>,
     /// Files created in `pending/` whose writer has not closed them yet.
     unfinished: HashMap<String, Instant>,
@@ -264,7 +266,9 @@ pub fn run(options: Options) -> Result<()> {
         gpu_log,
         gpu_logged_at: 0.0,
         gpu_log_failing: false,
-        exe: std::env::current_exe().context("cannot find the carma binary")?,
+        supervisors: Supervisors::new(
+            std::env::current_exe().context("cannot find the carma binary")?,
+        ),
         tx: tx.clone(),
         unfinished: HashMap::new(),
         loose: loose::Loose::default(),
@@ -394,7 +398,7 @@ impl Daemon {
             backend_env: &self.backend_env,
             mps: self.mps.is_some(),
             job_cgroup: self.job_cgroup.as_deref(),
-            exe: &self.exe,
+            supervisors: &mut self.supervisors,
             tx: &self.tx,
             chain: &self.chain,
             take_in: Vec::new(),
@@ -448,6 +452,8 @@ impl Daemon {
             self.step();
             self.note_dispatches();
             self.housekeeping();
+            // The next launch's supervisor, started while nothing waits.
+            self.supervisors.refill();
         }
     }
 
