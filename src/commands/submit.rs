@@ -122,12 +122,13 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         .iter()
         .map(|(file, spec)| (file.as_path(), spec))
         .collect();
-    let batch = spool.submit(&jobs, &after).context("nothing submitted")?;
+    let mut batch = spool.submit(&jobs, &after).context("nothing submitted")?;
     if let Some(warning) = &batch.warning {
         eprintln!("carma: {warning}");
     }
     let mut unnumbered = 0;
-    for submitted in &batch.submitted {
+    let handed = std::mem::take(&mut batch.submitted);
+    for submitted in &handed {
         let name = submitted
             .name
             .clone()
@@ -136,6 +137,9 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
             (Some(name), true) => println!("{}", name.seq()),
             (Some(name), false) => println!("{name}"),
             (None, parsable) => {
+                if let Some(warning) = batch.flush() {
+                    eprintln!("carma: {warning}");
+                }
                 eprintln!(
                     "carma: submitted as pending/{}; the daemon gives it a task number when \
                      it takes it in",
@@ -149,7 +153,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
     }
     if let Some(e) = batch.failed {
-        let left = args.files.len() - batch.submitted.len();
+        let left = args.files.len() - handed.len();
         eprintln!("carma: {e}; the last {left} file(s) were not submitted");
         return Ok(ExitCode::FAILURE);
     }

@@ -206,12 +206,17 @@ impl Spool {
         }
         let pending = self.dir(State::Pending);
         let dirs: Vec<&Path> = staged.iter().map(|job| job.dir.as_path()).collect();
-        // Only the trees: the directory they are staged in is left by the
-        // renames, and `pending/` is flushed after them. Held across the
-        // renames: once in pending/ the daemon may claim an entry at once,
-        // and the flush below must not need its path.
-        let handle =
-            make_trees_durable(&dirs).and_then(|()| dirs.first().map(File::open).transpose());
+        // carma's own submissions: only the trees, since the directory
+        // they are staged in is left by the renames and `pending/` is
+        // flushed after them. Anyone else's are flushed only if the
+        // daemon does not take them in ([`Batch::flush`]). The handle is
+        // held across the renames: once in pending/ the daemon may claim
+        // an entry at once, and a flush after must not need its path.
+        let trees = match own_spool {
+            true => make_trees_durable(&dirs),
+            false => Ok(()),
+        };
+        let handle = trees.and_then(|()| dirs.first().map(File::open).transpose());
         let handle = match handle {
             Ok(handle) => handle,
             Err(e) => {
@@ -244,13 +249,12 @@ impl Spool {
             }
         }
         unstage(jobs.as_slice());
-        if let (Some(handle), false) = (handle, batch.submitted.is_empty()) {
-            batch.warning = durable_entry(&pending, &handle).err().map(|e| {
-                format!(
-                    "submitted, but the submissions could not be made durable ({e}); \
-                     a power loss now could lose them"
-                )
-            });
+        match (handle, batch.submitted.is_empty(), own_spool) {
+            (Some(handle), false, true) => {
+                batch.warning = durable_entry(&pending, &handle).err().map(not_durable);
+            }
+            (Some(handle), false, false) => batch.unflushed = Some(handle),
+            _ => {}
         }
         Ok(batch)
     }
@@ -368,6 +372,33 @@ pub struct Batch {
     /// A step after the submissions that could not be taken (making the
     /// renames durable): the jobs are submitted all the same.
     pub warning: Option<String>,
+    /// A user's submissions, not flushed: the daemon's claim puts a copy
+    /// on disk before it names the task (the name is the receipt), so
+    /// flushing the user's copy too only made the submitter wait. One
+    /// that gets no name in time is flushed by [`Batch::flush`] before the
+    /// command reports it submitted.
+    unflushed: Option<File>,
+}
+
+impl Batch {
+    /// Puts on disk the submissions the daemon did not name (a flush of
+    /// the file system through one of them: a user may not open
+    /// `pending/`); a warning when that fails.
+    pub fn flush(&mut self) -> Option<String> {
+        let handle = self.unflushed.take()?;
+        nix::unistd::syncfs(handle.as_fd())
+            .map_err(io::Error::from)
+            .err()
+            .map(not_durable)
+    }
+}
+
+/// The warning for submissions that could not be made durable.
+fn not_durable(e: io::Error) -> String {
+    format!(
+        "submitted, but the submissions could not be made durable ({e}); \
+         a power loss now could lose them"
+    )
 }
 
 /// Whether a file carma's own user submits belongs to someone else (root
