@@ -22,8 +22,14 @@ fn a_job_past_its_time_limit_is_stopped_even_while_the_daemon_is_down() {
         "name: stubborn\nmemory: 1G\ntime: 2s\ntrap '' TERM\nsleep 60\n",
     );
     spool.wait_count("running", 1, 10.0);
-    spool.stop_daemon("KILL");
+    // Killed once the supervisor has the run: a daemon killed between the
+    // move to running/ and the hand-over leaves a run nobody started,
+    // which the next daemon starts again.
     let run = spool.root.join("running").join(&name).join("run-1");
+    spool.wait_for("the supervisor to take the run", 10.0, || {
+        run.join("supervisor.json").exists()
+    });
+    spool.stop_daemon("KILL");
     spool.wait_for("the supervisor to record the end", 20.0, || {
         run.join("exit.json").exists()
     });

@@ -140,13 +140,14 @@ impl Daemon {
                     self.adopted.pop_front();
                 }
                 // The submitter waits for this receipt.
-                self.status_due();
+                self.receipt_due = true;
                 self.take_with(c.name, State::Pending, Some(c.record));
             }
             Err(SpoolError::Refused { name, reason }) => {
                 log::error!("{name}: refused: {reason}");
                 self.adopted
                     .push_back((entry.to_string(), name.to_string()));
+                self.receipt_due = true;
                 self.life.refused_drop(name, unix_now());
             }
             Err(e) => self.entry_failed(

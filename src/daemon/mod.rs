@@ -142,6 +142,9 @@ struct Daemon {
     cancel_due: bool,
     sample_interval_ms: Arc<AtomicU64>,
     status_written: Instant,
+    /// A submission was adopted this turn: its submitter waits for the
+    /// status file to name its task.
+    receipt_due: bool,
     /// The last status write failed (its warning was logged).
     status_failing: bool,
     metrics_written: Instant,
@@ -276,6 +279,7 @@ pub fn run(options: Options) -> Result<()> {
         cancel_due: false,
         sample_interval_ms: Arc::clone(&interval_ms),
         status_written: Instant::now(),
+        receipt_due: false,
         status_failing: false,
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
@@ -442,6 +446,13 @@ impl Daemon {
                 return;
             }
             self.take_arrivals();
+            // Before this turn's launches, not after them: the receipt is
+            // all the submitter waits for. Written again after them, for
+            // those who look for the new tasks among the waiting ones.
+            if std::mem::take(&mut self.receipt_due) {
+                self.write_status();
+                self.status_due();
+            }
             if std::mem::take(&mut self.cancel_due) {
                 self.cancel_requests();
             }
