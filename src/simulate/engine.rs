@@ -171,6 +171,11 @@ struct Sim<'a> {
     head_delay_s: f64,
     /// What pictures show, when asked for ([`run_pictured`]).
     picture: Option<plot::Run>,
+    /// When the last task so far completed or failed: the trace's end,
+    /// where energy stops being counted. The clock itself may run on
+    /// through happenings that turn out stale (a finish booked before a
+    /// neighbour left and the task sped up).
+    ended_at: f64,
 }
 
 /// Runs the trace to the end, the core told the setup's trace column as
@@ -269,6 +274,7 @@ fn simulate<E>(
             gpu_count: count,
             span: 0.0,
         }),
+        ended_at: 0.0,
     };
     sim.flush();
     let mut next = rows.next().transpose()?;
@@ -290,7 +296,7 @@ fn simulate<E>(
             }
         }
     }
-    let end = sim.now;
+    let end = sim.ended_at;
     for g in 0..sim.gpus.len() {
         sim.integrate(g, end);
     }
@@ -406,11 +412,13 @@ impl Sim<'_> {
                     Action::Complete { task } => {
                         self.records[task.0 as usize].completed(self.now);
                         self.tasks.remove(&(task.0 as usize));
+                        self.ended_at = self.now;
                     }
                     Action::Recover { .. } => {}
                     Action::Fail { task, .. } => {
                         self.records[task.0 as usize].failed(self.now);
                         self.tasks.remove(&(task.0 as usize));
+                        self.ended_at = self.now;
                     }
                 }
             }

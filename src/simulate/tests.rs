@@ -211,6 +211,12 @@ fn rates_change_when_a_neighbour_leaves() {
     let m = run(&trace, &s);
     assert!(close(m.total_time_s, 106.0), "{m:?}");
     assert!(close(m.avg_exec_s, (106.0 + 36.0) / 2.0), "{m:?}");
+    // Energy ends with A at 106 s, not at 120 s, where the finish booked
+    // for it before B left still stands: 36 s at SMACT 1.0 (400 W), then
+    // 70 s at 0.6 (14 s more at 55 W idle would be 770 J).
+    let alone = 55.0 + 345.0 * 0.6f64.powf(config_exponent());
+    let joules = 36.0 * 400.0 + 70.0 * alone;
+    assert!((m.energy_mj * 1e6 - joules).abs() < 1.0, "{m:?}");
 }
 
 #[test]
