@@ -10,8 +10,8 @@
 //!   step over its warm-up ([`Model::held_after`]). A step that does not
 //!   fit on one of its GPUs kills it with OOM, its work lost, and the core
 //!   decides what happens next; its neighbours keep running.
-//! - A GPU's SM activity is the sum of its tasks' SM activity times their
-//!   speed, at most 1; its power follows [`crate::gpu::power`].
+//! - A GPU's SM activity is the sum of what its tasks keep busy
+//!   ([`Model::busy`]), at most 1; its power follows [`crate::gpu::power`].
 //! - A task launched with a wall-time limit is stopped when the limit
 //!   passes (the daemon's supervisor would do the same), its grace period
 //!   not modelled: it ends there, failed with "time limit".
@@ -567,7 +567,11 @@ impl Sim<'_> {
             let busy: f64 = self.gpus[g]
                 .tasks
                 .iter()
-                .filter_map(|&n| Some(self.smact_on(g, n) * self.runs.get(&n)?.rate))
+                .filter_map(|&n| {
+                    let rate = self.runs.get(&n)?.rate;
+                    let (own, others) = self.demands_on(g, n);
+                    Some(self.setup.model.busy(own, others, rate))
+                })
                 .sum();
             self.gpus[g].smact = busy.min(1.0);
             self.note(g);
@@ -576,13 +580,20 @@ impl Sim<'_> {
 
     /// How fast task `n` runs on GPU `g` beside the tasks there.
     fn speed_on(&self, g: usize, n: usize) -> f64 {
+        let (own, others) = self.demands_on(g, n);
+        self.setup.model.speed(own, others)
+    }
+
+    /// The SM activity task `n` asks of GPU `g`, and the sum its
+    /// neighbours there ask.
+    fn demands_on(&self, g: usize, n: usize) -> (f64, f64) {
         let others: f64 = self.gpus[g]
             .tasks
             .iter()
             .filter(|&&m| m != n)
             .map(|&m| self.smact_on(g, m))
             .sum();
-        self.setup.model.speed(self.smact_on(g, n), others)
+        (self.smact_on(g, n), others)
     }
 
     /// Task `n`'s SM activity as GPU `g` sees it: alone on a board it
