@@ -26,7 +26,7 @@ use std::fmt;
 use std::path::Path;
 
 use super::trace::{self, TraceTask};
-use super::{Metrics, Model, Setup, Sharing, run};
+use super::{Metrics, Model, Readings, Setup, Sharing, run};
 use crate::gpu::sim::spec::Declared;
 use crate::rad::MemoryLine;
 use crate::sched::{Gate, Policy, Rules};
@@ -164,12 +164,14 @@ impl Runs {
 }
 
 /// Runs every row's simulations on `replays` of the traces in `dir` (the
-/// data's `carma/traces/`), with carma's `rules` and `model` as the base.
+/// data's `carma/traces/`), with carma's `rules` and `model` as the base,
+/// the emulated prototype reading the GPUs as `monitor` says.
 pub fn compare(
     dir: &Path,
     rules: &Rules,
     model: &Model,
     replays: Replays,
+    monitor: Readings,
 ) -> Result<Vec<Row>, String> {
     let load = |name: &str| {
         let path = dir.join(name);
@@ -198,6 +200,14 @@ pub fn compare(
         p.settle_s = Seconds::ZERO;
         p.launch_gap_s = Seconds::of(35.0);
         p.shared_launch_gap_s = Seconds::of(65.0);
+        if let Readings::Blocks { .. } = monitor {
+            // Its gate read the monitor's last block as it was, with no
+            // window of its own; it found idle GPUs by their process
+            // list, read afresh at every turn, whatever the last block
+            // said of their memory.
+            p.smact_window_s = Seconds::ZERO;
+            p.idle_used_mib = u64::MAX;
+        }
         let mut model = model.clone();
         model.sharing = how.sharing;
         let setup = Setup {
@@ -205,6 +215,7 @@ pub fn compare(
             estimator: how.estimator,
             rules,
             model,
+            readings: monitor,
         };
         Runs(replayed.iter().map(|trace| run(trace, &setup)).collect())
     };
