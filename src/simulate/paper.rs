@@ -15,6 +15,12 @@
 //! 60-task trace, which is not in the data, run `philly_t1_60` instead
 //! and say so.
 //!
+//! The GPUs are read as they are, or, with `--prototype-monitor`, as the
+//! prototype's monitor published them ([`Readings::PROTOTYPE`]): the
+//! more faithful emulation meets more of the OOM rows but moves
+//! `philly_t1_60`'s trace-time headline out of its target, so it is not
+//! the default (docs/simulation.md says why).
+//!
 //! Every figure is a mean over replays of the trace with each submission
 //! moved a little ([`Replays`]), with its spread: one replay's makespan
 //! moves by several percent when one collocation more or less happens

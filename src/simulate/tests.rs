@@ -668,18 +668,24 @@ proptest::proptest! {
 
     /// Backfill's promise under the simulator's model, interference
     /// included: a task started from behind a blocked head has left
-    /// before the head could start, whatever the policy. Only a plan
-    /// that is wrong breaks it, and with exact estimates nothing crashes.
+    /// before the head could start, whatever the policy, and launches
+    /// paced or not. Only a plan that is wrong breaks it, and with exact
+    /// estimates nothing crashes.
     #[test]
     fn backfill_never_delays_the_head_under_the_model(
         trace in random_trace(3),
         gpus in 1usize..=3,
         policy in proptest::sample::select(Policy::ALL.to_vec()),
+        paced in proptest::bool::ANY,
     ) {
         let config = crate::config::Config::load(None).unwrap();
         let mut rules = config.rules();
         rules.placement.policy = policy;
         rules.queue.backfill = true;
+        if paced {
+            rules.placement.launch_gap_s = crate::wall_time::Seconds::of(35.0);
+            rules.placement.shared_launch_gap_s = crate::wall_time::Seconds::of(65.0);
+        }
         let trace: Vec<TraceTask> = trace
             .into_iter()
             .filter(|t| t.gpus as usize <= gpus)
