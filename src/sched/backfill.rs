@@ -8,14 +8,14 @@
 //! end: its start plus its time limit, history or the configured
 //! default); for a head that shares, when the first of them ends, a
 //! memory booking there lapses, its gate opens, its newcomer's wait
-//! lapses or the pause after the last launch ends. A task there whose end is unknown may end at any time. The
-//! shadow time is the latest of the head's GPU count of earliest such
-//! times.
+//! lapses or the pause after the last launch ends. A task there whose
+//! end is unknown may end at any time. The shadow time is the latest of
+//! the head's GPU count of earliest such times.
 //!
 //! A task further back may then start now if it fits on GPUs that hold no
 //! task, ends by the shadow time, and the pause its launch puts on the
-//! head ([`super::pace`]) is over by then too. Alone there it runs as fast as it
-//! ever does, slows nobody, and no one joins it while the head waits, so
+//! head ([`super::pace`]) is over by then too. Alone there it runs as fast
+//! as it ever does, slows nobody, and no one joins it while the head waits, so
 //! under the simulator's model (no task runs faster than alone, and alone
 //! at its history's pace) it has left before the head could start: the
 //! head is never delayed. The rule that let a task share a reserved GPU
