@@ -89,6 +89,7 @@ fn library() {
             estimator,
             rules,
             model: config.simulate.clone(),
+            readings: carma::simulate::Readings::Live,
         };
         let start = Instant::now();
         let m = simulate::run(&trace, &setup);

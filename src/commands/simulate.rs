@@ -26,6 +26,11 @@ pub struct Args {
     /// [default: 20], submissions moved by up to --jitter-s.
     #[arg(long, value_name = "DIR", conflicts_with = "trace")]
     compare_paper: Option<PathBuf>,
+    /// With --compare-paper: the emulated prototype reads the GPUs as its
+    /// monitor published them, once every 1.5 minutes (the block's mean
+    /// SM activity, its last memory reading), not as they are.
+    #[arg(long, requires = "compare_paper")]
+    prototype_monitor: bool,
     /// GPUs and their memory, e.g. 4x40GiB or 2x40GiB,2x80GiB; a GPU
     /// cut into MIG instances as `1x40GiB:mig=3g.20gb+2g.10gb+1g.5gb`
     /// (each instance a GPU of its own, for single-GPU tasks).
@@ -114,8 +119,13 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         if !(replays.jitter_s.is_finite() && replays.jitter_s >= 0.0) || replays.count == 0 {
             anyhow::bail!("--replicas needs N >= 1 and --jitter-s >= 0");
         }
-        let rows = simulate::paper::compare(dir, &config.rules(), &config.simulate, replays)
-            .map_err(anyhow::Error::msg)?;
+        let monitor = match args.prototype_monitor {
+            true => simulate::Readings::PROTOTYPE,
+            false => simulate::Readings::Live,
+        };
+        let rows =
+            simulate::paper::compare(dir, &config.rules(), &config.simulate, replays, monitor)
+                .map_err(anyhow::Error::msg)?;
         print!("{}", simulate::paper::Table(&rows));
         return Ok(ExitCode::SUCCESS);
     }
@@ -144,6 +154,7 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         estimator: MemoryLine::None,
         rules,
         model,
+        readings: simulate::Readings::Live,
     };
     let jobs = args.jobs.clone().unwrap_or_else(|| {
         trace_path

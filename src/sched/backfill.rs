@@ -7,14 +7,15 @@
 //! needs a GPU to itself, when every task there has ended (by its expected
 //! end: its start plus its time limit, history or the configured
 //! default); for a head that shares, when the first of them ends, a
-//! memory booking there lapses, its gate opens or its newcomer's wait
-//! lapses. A task there whose end is unknown may end at any time. The
-//! shadow time is the latest of the head's GPU count of earliest such
-//! times.
+//! memory booking there lapses, its gate opens, its newcomer's wait
+//! lapses or the pause after the last launch ends. A task there whose
+//! end is unknown may end at any time. The shadow time is the latest of
+//! the head's GPU count of earliest such times.
 //!
 //! A task further back may then start now if it fits on GPUs that hold no
-//! task and ends by the shadow time. Alone there it runs as fast as it
-//! ever does, slows nobody, and no one joins it while the head waits, so
+//! task, ends by the shadow time, and the pause its launch puts on the
+//! head ([`super::pace`]) is over by then too. Alone there it runs as fast
+//! as it ever does, slows nobody, and no one joins it while the head waits, so
 //! under the simulator's model (no task runs faster than alone, and alone
 //! at its history's pace) it has left before the head could start: the
 //! head is never delayed. The rule that let a task share a reserved GPU
@@ -41,6 +42,8 @@ use super::{Scheduler, TaskId, Time, Want};
 pub(super) struct Reservation {
     /// The shadow time.
     pub at: Time,
+    /// How long a launch keeps the head from starting ([`super::pace`]).
+    pub pause: Time,
 }
 
 impl Scheduler {
@@ -57,6 +60,7 @@ impl Scheduler {
         free_at.sort_unstable();
         Some(Reservation {
             at: *free_at.get(t.demand.gpus as usize - 1)?,
+            pause: self.pause_on(want),
         })
     }
 
@@ -87,6 +91,7 @@ impl Scheduler {
             .chain(opens)
             .chain(gpu.activity.awaits(self.now))
             .chain((gpu.settles_at > self.now).then_some(gpu.settles_at))
+            .chain(self.sharing_pause())
             .min()
     }
 
@@ -99,13 +104,14 @@ impl Scheduler {
 
     /// The GPUs a task from behind the head must stay off to start now:
     /// every GPU that holds a task, and all of them unless it is expected
-    /// to end by the shadow time.
+    /// to end by the shadow time and its launch's pause to be over by
+    /// then.
     pub(super) fn off_limits(&self, task: TaskId, r: &Reservation) -> Vec<usize> {
         let run = self
             .tasks
             .get(&task)
             .and_then(|t| self.rules.queue.expected_run(&t.demand));
-        let in_time = run.is_some_and(|run| self.now + run <= r.at);
+        let in_time = run.is_some_and(|run| self.now + run <= r.at) && self.now + r.pause <= r.at;
         (0..self.gpus.len())
             .filter(|&g| !in_time || !self.gpus[g].occupants.is_empty())
             .collect()
@@ -114,7 +120,8 @@ impl Scheduler {
     /// Whether the head of the queue could start now but for tasks that
     /// were backfilled: the delay backfill must not cause, measured (the
     /// simulator sums the time it is true). The backfilled tasks are
-    /// forgotten whole, their SM activity included.
+    /// forgotten whole, their SM activity and the pauses their launches
+    /// set included.
     pub fn backfill_delays_head(&self) -> bool {
         if self.backfilled.is_empty() {
             return false;
@@ -126,7 +133,8 @@ impl Scheduler {
         for &task in &self.backfilled {
             without.forget_running(task);
         }
-        without.place(head, &[]).is_some()
+        without.forget_backfilled_launches();
+        without.launch_pause().is_none() && without.place(head, &[]).is_some()
     }
 
     /// Takes a running task off its GPUs as if it had never run: its

@@ -34,6 +34,13 @@ impl Scheduler {
             );
             return Some(Waiting { task, why });
         }
+        if let Some(until) = self.launch_pause() {
+            let why = format!(
+                "waits: launches paused for {:.0} s more after the last one (placement.launch_gap_s)",
+                (until - self.now).as_secs_f64()
+            );
+            return Some(Waiting { task, why });
+        }
         let want = self.want(&t.demand, t.crashes);
         let p = &self.rules.placement;
         let mut reasons = Vec::new();
@@ -53,6 +60,11 @@ impl Scheduler {
                     "took a task {:.0} s ago; takes none for {:.0} s more (placement.settle_s)",
                     p.settle_s.get() - (gpu.settles_at - self.now).as_secs_f64(),
                     (gpu.settles_at - self.now).as_secs_f64()
+                ),
+                Want::Free { .. } if !self.is_idle(g) && self.sharing_pause().is_some() => format!(
+                    "runs tasks; none joins them for {:.0} s more after the last launch (placement.shared_launch_gap_s)",
+                    self.sharing_pause()
+                        .map_or(0.0, |t| (t - self.now).as_secs_f64())
                 ),
                 Want::Free { .. } if gpu.activity.awaits(self.now).is_some() => format!(
                     "took a task whose activity its readings do not show yet; takes none for at most {:.0} s more (placement.await_activity_s)",

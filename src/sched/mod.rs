@@ -30,7 +30,9 @@
 //! first (`placement.idle_first`). Tasks that need a whole GPU, ask for
 //! exclusivity, run under the `exclusive` policy or recover in `exclusive`
 //! mode take only idle GPUs; under MPS a GPU serves one user at a time.
-//! Among the passing GPUs the policy chooses ([`policy`]).
+//! Among the passing GPUs the policy chooses ([`policy`]). Launches may be
+//! paced for the whole server, as the research prototype's loop was
+//! ([`pace`]; off by default).
 //!
 //! Invariants: a task is in exactly one of the queues, running, or gone; a
 //! running task is listed on each of its GPUs; the ledger holds bookings
@@ -42,6 +44,7 @@ mod explain;
 mod gate;
 mod ledger;
 mod limits;
+mod pace;
 mod placement;
 mod policy;
 mod queue;
@@ -272,6 +275,8 @@ pub struct Scheduler {
     now: Time,
     /// No launch before this time (see [`Event::NotStarted`]).
     hold_until: Option<Time>,
+    /// The last launches, for the pause after each ([`pace`]).
+    launches: pace::Launches,
     /// The last dispatch launched nothing, and nothing since could change
     /// that ([`stuck`]).
     stuck: Option<stuck::Stuck>,
@@ -309,6 +314,7 @@ impl Scheduler {
             cursor: 0,
             now: Time::ZERO,
             hold_until: None,
+            launches: pace::Launches::default(),
             stuck: None,
         }
     }
@@ -373,8 +379,9 @@ impl Scheduler {
 
     /// When the core next wants a [`Event::Tick`] although no event comes:
     /// the earliest time a waiting task might fit because a reservation
-    /// lapses or a GPU's windowed SM activity falls to the cap. `None` when
-    /// nothing waits or only an event can help.
+    /// lapses, a GPU's windowed SM activity falls to the cap or a pause
+    /// after a launch ends. `None` when nothing waits or only an event can
+    /// help.
     pub fn next_deadline(&self) -> Option<Time> {
         match self.stuck_deadline() {
             Some(deadline) => deadline,
@@ -403,11 +410,13 @@ impl Scheduler {
             .map(|t| t + Duration::from_millis(1));
         let settling = self.gpus.iter().map(|g| g.settles_at);
         let awaiting = self.gpus.iter().filter_map(|g| g.activity.awaits(self.now));
+        let pausing = self.launch_pause().into_iter().chain(self.sharing_pause());
         lapse
             .into_iter()
             .chain(cooling)
             .chain(settling)
             .chain(awaiting)
+            .chain(pausing)
             .filter(|&t| t > self.now)
             .min()
     }

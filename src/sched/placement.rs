@@ -20,8 +20,12 @@ impl Scheduler {
         }
         // Placing a task changes no other task's rank: one order serves a
         // pass. A launch may free a task that waits `after:` it, further
-        // back, so passes repeat while they launch.
+        // back, so passes repeat while they launch, unless a launch pauses
+        // the server ([`pace`]).
         loop {
+            if self.launch_pause().is_some() {
+                return;
+            }
             let waiting = std::mem::take(&mut self.waiting);
             let (launched, stopped_at) = self.pass(&waiting, actions);
             self.waiting = waiting;
@@ -80,9 +84,13 @@ impl Scheduler {
                     action
                 }
             };
+            self.note_launch(reserved.is_some());
             launched.push(task);
             self.note_started(task);
             actions.push(action);
+            if self.launch_pause().is_some() {
+                break;
+            }
         }
         (launched, None)
     }
@@ -251,6 +259,10 @@ impl Scheduler {
             }
         };
         if !ok {
+            return None;
+        }
+        let sharing = !want.is_sole() && !self.is_idle(index);
+        if sharing && self.sharing_pause().is_some() {
             return None;
         }
         // Only now, as most GPUs of a busy server fail on memory.

@@ -141,6 +141,8 @@ pub struct PlacementRules {
     pub reservation_ramp_s: Seconds,
     pub await_activity_s: Seconds,
     pub settle_s: Seconds,
+    pub launch_gap_s: Seconds,
+    pub shared_launch_gap_s: Seconds,
     pub idle_used_mib: u64,
     /// Jobs of different users never share a GPU. Not a setting of its
     /// own: an MPS server serves one user at a time, so this is on exactly

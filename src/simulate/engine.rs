@@ -10,8 +10,8 @@
 //!   step over its warm-up ([`Model::held_after`]). A step that does not
 //!   fit on one of its GPUs kills it with OOM, its work lost, and the core
 //!   decides what happens next; its neighbours keep running.
-//! - A GPU's SM activity is the sum of its tasks' SM activity times their
-//!   speed, at most 1; its power follows [`crate::gpu::power`].
+//! - A GPU's SM activity is the sum of what its tasks keep busy
+//!   ([`Model::busy`]), at most 1; its power follows [`crate::gpu::power`].
 //! - A task launched with a wall-time limit is stopped when the limit
 //!   passes (the daemon's supervisor would do the same), its grace period
 //!   not modelled: it ends there, failed with "time limit".
@@ -21,7 +21,9 @@
 //!   tasks is summed as the head's delay.
 //! - The core sees a GPU sample whenever a GPU's state changes; since the
 //!   state is constant in between, that is exactly what 1 s sampling would
-//!   show, at a fraction of the cost.
+//!   show, at a fraction of the cost. Emulating the research prototype, it
+//!   sees instead every GPU once a block, as the prototype's monitor
+//!   published them ([`Readings`]).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -35,6 +37,7 @@ use super::Model;
 use super::estimates::{Columns, Estimates};
 use super::metrics::{LowerBound, Metrics, TaskTimes};
 use super::model::WARMUP_STEPS;
+use super::readings::{Block, Readings};
 use super::trace::TraceTask;
 use crate::gpu::sim::spec::{Declared, MIG_SLICES};
 use crate::plot;
@@ -52,6 +55,8 @@ pub struct Setup {
     pub estimator: MemoryLine,
     pub rules: Rules,
     pub model: Model,
+    /// When the core reads the GPUs.
+    pub readings: Readings,
 }
 
 /// Things that happen by themselves in virtual time (arrivals come from
@@ -66,6 +71,8 @@ enum Happening {
     TimeLimit(usize, u32),
     /// The core asked to be woken.
     Tick,
+    /// A block of readings ends ([`Readings::Blocks`]).
+    Reading,
 }
 
 /// A task while it runs.
@@ -105,6 +112,8 @@ struct VirtualGpu {
     board: usize,
     /// Its part of the board's SMs: 1, or an instance's slices / 7.
     share: f64,
+    /// Its SM activity over the block of readings under way.
+    block: Block,
 }
 
 /// A physical GPU: power and utilization are the board's.
@@ -165,12 +174,21 @@ struct Sim<'a> {
     next_tick: Option<u64>,
     /// GPUs whose state changed since the core last saw them.
     dirty: Vec<usize>,
+    /// In block readings: the core reads every GPU now (a block ended),
+    /// and when the next block ends, if one is booked.
+    reading: bool,
+    next_reading: Option<f64>,
     /// Since when backfilled tasks keep the head of the queue from
     /// starting, and the time they did so before.
     delayed_since: Option<f64>,
     head_delay_s: f64,
     /// What pictures show, when asked for ([`run_pictured`]).
     picture: Option<plot::Run>,
+    /// When the last task so far completed or failed: the trace's end,
+    /// where energy stops being counted. The clock itself may run on
+    /// through happenings that turn out stale (a finish booked before a
+    /// neighbour left and the task sped up).
+    ended_at: f64,
 }
 
 /// Runs the trace to the end, the core told the setup's trace column as
@@ -255,6 +273,8 @@ fn simulate<E>(
         now: 0.0,
         next_tick: None,
         dirty: (0..count).collect(),
+        reading: true,
+        next_reading: None,
         delayed_since: None,
         head_delay_s: 0.0,
         picture: pictured.then(|| plot::Run {
@@ -269,6 +289,7 @@ fn simulate<E>(
             gpu_count: count,
             span: 0.0,
         }),
+        ended_at: 0.0,
     };
     sim.flush();
     let mut next = rows.next().transpose()?;
@@ -290,7 +311,7 @@ fn simulate<E>(
             }
         }
     }
-    let end = sim.now;
+    let end = sim.ended_at;
     for g in 0..sim.gpus.len() {
         sim.integrate(g, end);
     }
@@ -334,6 +355,7 @@ impl Sim<'_> {
         self.records[n] = TaskTimes::submitted(t.submit_s);
         self.bound.add(&t);
         self.tasks.insert(n, t);
+        self.book_reading();
         self.feed(Event::Queued {
             task: TaskId(n as u64),
             demand,
@@ -376,6 +398,59 @@ impl Sim<'_> {
                 self.next_tick = None;
                 self.feed(Event::Tick);
             }
+            Happening::Reading => {
+                let now = self.now;
+                for gpu in &mut self.gpus {
+                    gpu.block.add(gpu.smact, now);
+                }
+                self.reading = true;
+                self.next_reading = None;
+                self.flush();
+                for gpu in &mut self.gpus {
+                    gpu.block.restart(now);
+                }
+                self.book_reading();
+            }
+        }
+    }
+
+    /// Books the end of the block under way, in block readings, while
+    /// tasks are in the system: the monitor runs from the start, so
+    /// blocks end at multiples of their length.
+    fn book_reading(&mut self) {
+        let Readings::Blocks { every_s } = self.setup.readings else {
+            return;
+        };
+        if self.next_reading.is_some() || self.tasks.is_empty() {
+            return;
+        }
+        let at = ((self.now / every_s).floor() + 1.0) * every_s;
+        self.next_reading = Some(at);
+        self.schedule(at, Happening::Reading);
+    }
+
+    /// Which GPUs the core reads now: those that changed, or in block
+    /// readings every GPU when a block ends and none in between.
+    fn due(&mut self) -> Vec<usize> {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        match self.setup.readings {
+            Readings::Live => {
+                dirty.sort_unstable();
+                dirty.dedup();
+                dirty
+            }
+            Readings::Blocks { .. } if std::mem::take(&mut self.reading) => {
+                (0..self.gpus.len()).collect()
+            }
+            Readings::Blocks { .. } => Vec::new(),
+        }
+    }
+
+    /// Whether the core has readings to take.
+    fn readings_due(&self) -> bool {
+        match self.setup.readings {
+            Readings::Live => !self.dirty.is_empty(),
+            Readings::Blocks { .. } => self.reading,
         }
     }
 
@@ -389,11 +464,9 @@ impl Sim<'_> {
     /// and books the core's wake-up.
     fn feed(&mut self, event: impl Into<Option<Event>>) {
         let mut event = event.into();
-        while event.is_some() || !self.dirty.is_empty() {
-            let mut dirty = std::mem::take(&mut self.dirty);
-            dirty.sort_unstable();
-            dirty.dedup();
-            let sample = (!dirty.is_empty()).then(|| Event::Sample(self.samples(&dirty)));
+        while event.is_some() || self.readings_due() {
+            let due = self.due();
+            let sample = (!due.is_empty()).then(|| Event::Sample(self.samples(&due)));
             let events = event.take().into_iter().chain(sample);
             for action in self.core.step_all(to_time(self.now), events) {
                 match action {
@@ -406,11 +479,13 @@ impl Sim<'_> {
                     Action::Complete { task } => {
                         self.records[task.0 as usize].completed(self.now);
                         self.tasks.remove(&(task.0 as usize));
+                        self.ended_at = self.now;
                     }
                     Action::Recover { .. } => {}
                     Action::Fail { task, .. } => {
                         self.records[task.0 as usize].failed(self.now);
                         self.tasks.remove(&(task.0 as usize));
+                        self.ended_at = self.now;
                     }
                 }
             }
@@ -559,7 +634,11 @@ impl Sim<'_> {
             let busy: f64 = self.gpus[g]
                 .tasks
                 .iter()
-                .filter_map(|&n| Some(self.smact_on(g, n) * self.runs.get(&n)?.rate))
+                .filter_map(|&n| {
+                    let rate = self.runs.get(&n)?.rate;
+                    let (own, others) = self.demands_on(g, n);
+                    Some(self.setup.model.busy(own, others, rate))
+                })
                 .sum();
             self.gpus[g].smact = busy.min(1.0);
             self.note(g);
@@ -568,13 +647,20 @@ impl Sim<'_> {
 
     /// How fast task `n` runs on GPU `g` beside the tasks there.
     fn speed_on(&self, g: usize, n: usize) -> f64 {
+        let (own, others) = self.demands_on(g, n);
+        self.setup.model.speed(own, others)
+    }
+
+    /// The SM activity task `n` asks of GPU `g`, and the sum its
+    /// neighbours there ask.
+    fn demands_on(&self, g: usize, n: usize) -> (f64, f64) {
         let others: f64 = self.gpus[g]
             .tasks
             .iter()
             .filter(|&&m| m != n)
             .map(|&m| self.smact_on(g, m))
             .sum();
-        self.setup.model.speed(self.smact_on(g, n), others)
+        (self.smact_on(g, n), others)
     }
 
     /// Task `n`'s SM activity as GPU `g` sees it: alone on a board it
@@ -634,10 +720,12 @@ impl Sim<'_> {
         });
     }
 
-    /// Accumulates the energy and SMACT-seconds of GPU `g`'s board up to
-    /// `t`.
+    /// Accumulates the energy and SMACT-seconds of GPU `g`'s board, and
+    /// `g`'s own SM activity over its block of readings, up to `t`.
     fn integrate(&mut self, g: usize, t: f64) {
         let power = self.setup.model.power();
+        let gpu = &mut self.gpus[g];
+        gpu.block.add(gpu.smact, t);
         let board = &mut self.boards[self.gpus[g].board];
         let smact: f64 = board
             .units
@@ -657,7 +745,10 @@ impl Sim<'_> {
                 GpuSample {
                     gpu: g,
                     used_mib: gpu.used_mib,
-                    smact: gpu.smact,
+                    smact: match self.setup.readings {
+                        Readings::Live => gpu.smact,
+                        Readings::Blocks { .. } => gpu.block.mean(gpu.smact),
+                    },
                     occupancy: None,
                     dram: None,
                     healthy: true,

@@ -337,6 +337,40 @@ fn a_gpu_that_just_took_a_task_settles_first() {
 }
 
 #[test]
+fn launches_are_paced_server_wide_and_longer_beside_other_tasks() {
+    // launch_gap_s = 35, shared_launch_gap_s = 65, idle GPUs first: three
+    // 1 GiB tasks arrive together on two idle GPUs. Task 1 takes GPU 0 at
+    // once; task 2 takes idle GPU 1 35 s later; task 3 must share, which
+    // it may 65 s after the last launch: at 100 s. The deadlines and the
+    // head's reasons say so.
+    let mut r = rules(Policy::FirstFit);
+    r.placement.idle_first = true;
+    r.placement.launch_gap_s = Seconds::of(35.0);
+    r.placement.shared_launch_gap_s = Seconds::of(65.0);
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    assert_eq!(
+        launched(&queue(&mut core, 0.0, 1, Need::Mib(GIB))),
+        [(1, vec![0])]
+    );
+    assert!(launched(&queue(&mut core, 0.0, 2, Need::Mib(GIB))).is_empty());
+    assert!(launched(&queue(&mut core, 0.0, 3, Need::Mib(GIB))).is_empty());
+    assert_eq!(core.next_deadline(), Some(s(35.0)));
+    let why = core.head_waits_for().unwrap().why;
+    assert!(why.contains("paused for 35 s more"), "{why}");
+    assert_eq!(launched(&core.step(s(35.0), Event::Tick)), [(2, vec![1])]);
+    assert_eq!(core.next_deadline(), Some(s(70.0)));
+    assert!(launched(&core.step(s(70.0), Event::Tick)).is_empty());
+    assert_eq!(core.next_deadline(), Some(s(100.0)));
+    let why = core.head_waits_for().unwrap().why;
+    assert!(why.contains("none joins them for 30 s more"), "{why}");
+    assert_eq!(launched(&core.step(s(100.0), Event::Tick)), [(3, vec![0])]);
+}
+
+#[test]
 fn a_gpu_waits_for_its_newcomer_to_show_before_it_takes_another() {
     // await_activity_s = 60, SMACT cap 0.8: three 1 GiB tasks arrive
     // together on a GPU at SMACT 0.3. The window knows nothing of task 1

@@ -411,6 +411,31 @@ fn backfill_starts_what_ends_before_the_heads_reservation_and_nothing_else() {
 }
 
 #[test]
+fn backfill_starts_no_task_whose_launch_pause_outlasts_the_shadow_time() {
+    // Task 1 (limit 1000 s) holds GPU 0 from t=0; at 500 s task 2 needs
+    // both GPUs whole (shadow time 1000 s) and task 3 (50 s) would end on
+    // GPU 1 by then. Launched at 500 s it pauses the server for
+    // launch_gap_s: 400 s are over by 1000 s and it starts; 600 s would
+    // keep the head from starting at 1000 s and it waits. Either way the
+    // head starts when task 1 ends.
+    for (gap, backfilled) in [(400.0, vec![3]), (600.0, vec![])] {
+        let mut r = rules(Policy::Exclusive);
+        r.queue.backfill = true;
+        r.placement.launch_gap_s = Seconds::of(gap);
+        let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+        core.step(s(0.0), limited(1, 1, Some(1000)));
+        let actions = core.step_all(s(500.0), [limited(2, 2, Some(10)), limited(3, 1, Some(50))]);
+        let started: Vec<u64> = launched(&actions).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(started, backfilled, "gap {gap}");
+        assert!(!core.backfill_delays_head(), "gap {gap}");
+        if !backfilled.is_empty() {
+            assert!(finish(&mut core, 550.0, 3).is_empty());
+        }
+        assert_eq!(finish(&mut core, 1000.0, 1), [2], "gap {gap}");
+    }
+}
+
+#[test]
 fn a_backfilled_task_that_overruns_is_seen_delaying_the_head() {
     // History says task 3 runs 50 s, but it is still there when task 1
     // ends at 100 s: the head could start but for it.
