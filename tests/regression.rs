@@ -194,6 +194,55 @@ fn a_torn_launch_record_never_launches_a_live_job_twice() {
 }
 
 #[test]
+fn a_started_run_whose_move_into_running_was_lost_is_not_launched_again() {
+    // A launch renames the task into running/ and flushes that directory
+    // while its job starts. A power loss in between leaves the task in
+    // pending/ with a run that named its supervisor (so its job started)
+    // and recorded no end. That run is settled as one found in running/
+    // (its supervisor died: the task fails), never launched a second time.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let ledger = spool.dir.path().join("ledger");
+    let name = spool.submit(
+        "t.rad",
+        &format!(
+            "name: t\nmemory: 1G\necho start >> {}\nsleep 30\n",
+            ledger.display()
+        ),
+    );
+    spool.wait_for("the job to start", 10.0, || ledger.exists());
+    // The power loss: the daemon and the supervisor die at once.
+    spool.stop_daemon("KILL");
+    let running = spool.root.join("running").join(&name);
+    let supervisor = {
+        let text = fs::read_to_string(running.join("run-1/supervisor.json")).unwrap();
+        let id: serde_json::Value = serde_json::from_str(&text).unwrap();
+        id["pid"].as_i64().unwrap() as i32
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    spool.wait_for("the supervisor to die", 10.0, || {
+        fs::read_to_string(format!("/proc/{supervisor}/stat"))
+            .map_or(true, |stat| stat.contains(") Z "))
+    });
+    // ... and the rename into running/ was never flushed.
+    fs::rename(&running, spool.root.join("pending").join(&name)).unwrap();
+    spool.start_daemon();
+    spool.wait_count("failed", 1, 15.0);
+    let dir = spool.root.join("failed").join(&name);
+    assert!(!dir.join("run-2").exists(), "launched again");
+    assert_eq!(fs::read_to_string(&ledger).unwrap(), "start\n");
+    let log = spool.daemon_log();
+    assert!(
+        log.contains("its launch's move into running/ was lost"),
+        "{log}"
+    );
+}
+
+#[test]
 #[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn another_user_cannot_read_or_list_a_running_jobs_files() {
     // Hole 3: while alice's job runs, bob can neither list its task

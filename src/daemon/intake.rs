@@ -284,6 +284,14 @@ impl Daemon {
     /// claim), which spares reading it back.
     fn take_with(&mut self, name: TaskName, state: State, record: Option<TaskRecord>) {
         match self.load(&name, state, record) {
+            Ok(task)
+                if super::restore::started_unended(
+                    &self.spool.task_dir(state, &name),
+                    task.run,
+                ) =>
+            {
+                self.resume_unended(name, state);
+            }
             Ok(task) => {
                 self.fresh.push(name.seq());
                 if self.life.admit(task) {

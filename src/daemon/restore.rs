@@ -10,7 +10,10 @@
 //! a supervisor that holds the lock is alive, whatever any file says, and
 //! its run is re-attached, never launched again. Only a run whose lock is
 //! free and that left no sign of a supervisor (no `supervisor.json`, no
-//! `exit.json`) never started, and goes back to the queue.
+//! `exit.json`) never started, and goes back to the queue. A run that
+//! started is settled so wherever its task is found: a power loss may
+//! undo a launch's move into `running/` (flushed while the job starts),
+//! and such a task, found waiting, must not be launched a second time.
 
 use std::collections::HashMap;
 use std::fs;
@@ -180,6 +183,20 @@ impl Daemon {
         }
     }
 
+    /// Settles a task found waiting in `state` whose last run started and
+    /// recorded no end: a power loss lost the launch's move into
+    /// `running/` (flushed while the job starts), not the run. It is
+    /// settled as a run found in `running/` is, never launched again.
+    pub(super) fn resume_unended(&mut self, name: TaskName, state: State) {
+        log::warn!("{name}: its last run started, but its launch's move into running/ was lost");
+        match self.spool.move_task(&name, state, State::Running) {
+            Ok(()) => self.restore_running(name),
+            // Left where it is, not queued: the next look at the spool
+            // tries again.
+            Err(e) => log::error!("{name}: cannot move into running/: {e}"),
+        }
+    }
+
     /// A running task whose directory no longer loads (its owner's account
     /// is gone, its record is damaged): what its launch and record say is
     /// enough to see the run to its end.
@@ -271,6 +288,16 @@ impl Daemon {
             self.take(name.clone(), State::Running);
         }
     }
+}
+
+/// Whether run `run` of the task directory `dir` started its job (its
+/// supervisor named itself, which it does before it starts the job) and
+/// recorded no end.
+pub(super) fn started_unended(dir: &Path, run: u32) -> bool {
+    let run_dir = dir.join(format!("run-{run}"));
+    run > 0
+        && run_dir.join(supervisor::IDENTITY).exists()
+        && !run_dir.join(supervisor::EXIT).exists()
 }
 
 /// Sends SIGKILL to every process of the job's user whose environment
