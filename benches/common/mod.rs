@@ -16,12 +16,15 @@ pub const CARMA: &str = env!("CARGO_BIN_EXE_carma");
 pub struct Daemon {
     pub child: Child,
     pub log: PathBuf,
+    spool: PathBuf,
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A killed daemon leaves its jobs' cgroup behind.
+        carma::cgroup::clear_for(&self.spool);
     }
 }
 
@@ -53,7 +56,11 @@ pub fn spawn(dir: &Path, gpus: &str) -> Daemon {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    Daemon { child, log }
+    Daemon {
+        child,
+        log,
+        spool: dir.join("spool"),
+    }
 }
 
 /// Unix time in seconds, as `date +%s.%N` prints it inside a job.
