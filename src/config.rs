@@ -28,6 +28,22 @@ use crate::simulate::Model;
 /// The default configuration, documented key by key.
 pub const DEFAULT_TOML: &str = include_str!("config/default.toml");
 
+/// [`DEFAULT_TOML`] without its comment and blank lines, nine tenths of
+/// its bytes: every carma process parses the defaults, and the parser's
+/// time goes with the bytes. The defaults hold no multi-line string, where
+/// a line that starts with `#` would be text (a test compares both
+/// parses).
+fn defaults_without_comments() -> String {
+    DEFAULT_TOML
+        .lines()
+        .filter(|line| {
+            let line = line.trim_start();
+            !line.is_empty() && !line.starts_with('#')
+        })
+        .flat_map(|line| [line, "\n"])
+        .collect()
+}
+
 /// Everything carma can be configured with.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -96,7 +112,7 @@ impl Config {
             path: origin.as_ref().to_owned(),
             message,
         };
-        let mut table: toml::Table = DEFAULT_TOML
+        let mut table: toml::Table = defaults_without_comments()
             .parse()
             .map_err(|e| invalid(format!("built-in defaults: {e}")))?;
         let overrides: toml::Table = text.parse().map_err(|e| invalid(format!("{e}")))?;
@@ -162,6 +178,14 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 mod tests {
     use super::*;
     use crate::sched::Policy;
+
+    #[test]
+    fn the_defaults_without_comments_say_what_the_documented_defaults_say() {
+        let whole: toml::Table = DEFAULT_TOML.parse().unwrap();
+        let stripped: toml::Table = defaults_without_comments().parse().unwrap();
+        assert_eq!(whole, stripped);
+        assert!(defaults_without_comments().len() * 4 < DEFAULT_TOML.len());
+    }
 
     #[test]
     fn defaults_load() {
