@@ -136,6 +136,15 @@ fn replicas_replay_jittered_arrivals_and_report_their_spread() {
     assert!((mean - times.iter().sum::<f64>() / 3.0).abs() < 1e-6);
     let (ok, _, err) = carma(&["simulate", "--trace", &trace, "--replicas", "0"]);
     assert!(!ok && err.contains("--replicas needs N >= 1"), "{err}");
+    // Without replays there is nothing to move: said, not ignored.
+    let (ok, _, err) = carma(&["simulate", "--trace", &trace, "--jitter-s", "5"]);
+    assert!(
+        !ok && err.contains("--jitter-s moves the submissions"),
+        "{err}"
+    );
+    let args = ["--replicas", "2", "--jitter-s=-1"];
+    let (ok, _, err) = carma(&[&["simulate", "--trace", &trace][..], &args].concat());
+    assert!(!ok && err.contains("--jitter-s: expected seconds"), "{err}");
 }
 
 /// `carma train --real-jobs`: the real workloads' measured peaks (from

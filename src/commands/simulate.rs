@@ -77,9 +77,33 @@ pub struct Args {
     /// estimators are compared on the mean.
     #[arg(long, value_name = "N", conflicts_with = "plot")]
     replicas: Option<u64>,
-    /// How far --replicas moves each submission, seconds, either way.
-    #[arg(long, default_value_t = 60.0)]
-    jitter_s: f64,
+    /// How far --replicas (or --compare-paper) moves each submission,
+    /// seconds, either way [default: 60].
+    #[arg(long, value_name = "S")]
+    jitter_s: Option<f64>,
+}
+
+/// How far replays move each submission: checked once, for --replicas
+/// and --compare-paper alike, and refused where nothing is replayed (one
+/// run takes the trace as written, and a flag it ignored would mislead).
+fn replay_jitter(args: &Args) -> Result<f64> {
+    let replayed = args.replicas.is_some() || args.compare_paper.is_some();
+    if args.jitter_s.is_some() && !replayed {
+        anyhow::bail!(
+            "--jitter-s moves the submissions of --replicas or --compare-paper; \
+             one run replays the trace as it is written"
+        );
+    }
+    let jitter_s = args
+        .jitter_s
+        .unwrap_or(simulate::paper::Replays::DEFAULT.jitter_s);
+    if !(jitter_s.is_finite() && jitter_s >= 0.0) {
+        anyhow::bail!("--jitter-s: expected seconds, 0 or more, found {jitter_s}");
+    }
+    if args.replicas == Some(0) {
+        anyhow::bail!("--replicas needs N >= 1");
+    }
+    Ok(jitter_s)
 }
 
 /// A trace column, or carma's own chain.
@@ -109,16 +133,14 @@ pub enum SharingArg {
 
 pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config)?;
+    let jitter_s = replay_jitter(&args)?;
     if let Some(dir) = &args.compare_paper {
         let replays = simulate::paper::Replays {
             count: args
                 .replicas
                 .unwrap_or(simulate::paper::Replays::DEFAULT.count),
-            jitter_s: args.jitter_s,
+            jitter_s,
         };
-        if !(replays.jitter_s.is_finite() && replays.jitter_s >= 0.0) || replays.count == 0 {
-            anyhow::bail!("--replicas needs N >= 1 and --jitter-s >= 0");
-        }
         let monitor = match args.prototype_monitor {
             true => simulate::Readings::PROTOTYPE,
             false => simulate::Readings::Live,
@@ -213,12 +235,9 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
     }
     let trace = simulate::trace::load(&trace_path)?;
     if let Some(n) = args.replicas {
-        if !(args.jitter_s.is_finite() && args.jitter_s >= 0.0) || n == 0 {
-            anyhow::bail!("--replicas needs N >= 1 and --jitter-s >= 0");
-        }
         let mut runs = Vec::new();
         for seed in 1..=n {
-            let moved = simulate::trace::jittered(&trace, args.jitter_s, seed);
+            let moved = simulate::trace::jittered(&trace, jitter_s, seed);
             let (m, _, _) = simulate(&mut setup, &moved)?;
             runs.push((m.total_time_s, m.oom_crashes));
         }
@@ -228,7 +247,7 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
         let crashes = runs.iter().map(|r| f64::from(r.1)).sum::<f64>() / n as f64;
         if args.json {
             let json = serde_json::json!({
-                "replicas": n, "jitter_s": args.jitter_s, "total_time_s": times,
+                "replicas": n, "jitter_s": jitter_s, "total_time_s": times,
                 "mean_total_time_s": mean, "sd_total_time_s": sd, "mean_oom_crashes": crashes,
             });
             println!("{json}");
@@ -239,7 +258,7 @@ pub fn run(config: Option<&Path>, args: Args) -> Result<ExitCode> {
                  OOM crashes       mean {crashes:.2}",
                 trace_path.display(),
                 args.gpus,
-                args.jitter_s,
+                jitter_s,
                 times.iter().copied().fold(f64::INFINITY, f64::min),
                 times.iter().copied().fold(0.0, f64::max),
             );
