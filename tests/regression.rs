@@ -160,23 +160,28 @@ fn a_user_file_named_like_carmas_record_cannot_forge_the_owner() {
     );
 }
 
+/// A daemon killed (SIGKILL) while its job runs: the job wrote `start`
+/// into the ledger its script names and goes on with `rest` (where
+/// `LEDGER` stands for the ledger's path). The spool, the task's name and
+/// the ledger.
+fn killed_while_running(rest: &str) -> (Spool, String, std::path::PathBuf) {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let ledger = spool.dir.path().join("ledger");
+    let script = format!("name: t\nmemory: 1G\necho start >> LEDGER\n{rest}")
+        .replace("LEDGER", &ledger.display().to_string());
+    let name = spool.submit("t.rad", &script);
+    spool.wait_for("the job to start", 10.0, || ledger.exists());
+    spool.stop_daemon("KILL");
+    (spool, name, ledger)
+}
+
 #[test]
 fn a_torn_launch_record_never_launches_a_live_job_twice() {
     // Hole 2: the daemon dies while a job runs and its launch.json (and
     // supervisor.json) are torn. The live supervisor wins: the run is
     // re-attached, never started again.
-    let mut spool = Spool::new("1x40GiB");
-    spool.start_daemon();
-    let ledger = spool.dir.path().join("ledger");
-    let name = spool.submit(
-        "t.rad",
-        &format!(
-            "name: t\nmemory: 1G\necho start >> {0}\nsleep 2\necho end >> {0}\n",
-            ledger.display()
-        ),
-    );
-    spool.wait_for("the job to start", 10.0, || ledger.exists());
-    spool.stop_daemon("KILL");
+    let (mut spool, name, ledger) = killed_while_running("sleep 2\necho end >> LEDGER\n");
     let run = spool.root.join("running").join(&name).join("run-1");
     for file in ["launch.json", "supervisor.json"] {
         let text = fs::read(run.join(file)).unwrap();
@@ -200,19 +205,8 @@ fn a_started_run_whose_move_into_running_was_lost_is_not_launched_again() {
     // pending/ with a run that named its supervisor (so its job started)
     // and recorded no end. That run is settled as one found in running/
     // (its supervisor died: the task fails), never launched a second time.
-    let mut spool = Spool::new("1x40GiB");
-    spool.start_daemon();
-    let ledger = spool.dir.path().join("ledger");
-    let name = spool.submit(
-        "t.rad",
-        &format!(
-            "name: t\nmemory: 1G\necho start >> {}\nsleep 30\n",
-            ledger.display()
-        ),
-    );
-    spool.wait_for("the job to start", 10.0, || ledger.exists());
     // The power loss: the daemon and the supervisor die at once.
-    spool.stop_daemon("KILL");
+    let (mut spool, name, ledger) = killed_while_running("sleep 30\n");
     let running = spool.root.join("running").join(&name);
     let supervisor = {
         let text = fs::read_to_string(running.join("run-1/supervisor.json")).unwrap();

@@ -240,6 +240,10 @@ impl Hands<'_> {
         env.extend([
             ("CUDA_VISIBLE_DEVICES".to_string(), devices.join(",")),
             ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
+            (
+                "CARMA_SPOOL".to_string(),
+                self.spool.root().display().to_string(),
+            ),
             ("CARMA_TASK_ID".to_string(), name.to_string()),
             ("CARMA_RUN".to_string(), run.to_string()),
             ("CARMA_GPUS".to_string(), indices.join(",")),

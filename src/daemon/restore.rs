@@ -301,15 +301,20 @@ pub(super) fn started_unended(dir: &Path, run: u32) -> bool {
 }
 
 /// Sends SIGKILL to every process of the job's user whose environment
-/// names this task's run (`CARMA_TASK_ID`, `CARMA_RUN`): the job's
-/// processes carry both, whatever became of their pids' sessions. Anyone
-/// may set those variables, so a process that is not wholly the job's
-/// user's (another user's, a set-user-ID program) is never touched.
-pub(super) fn kill_leftovers(name: &TaskName, run: u32, user: u32) -> usize {
-    let task_var = format!("CARMA_TASK_ID={name}");
-    let run_var = format!("CARMA_RUN={run}");
+/// names this task's run of this spool (`CARMA_SPOOL`, `CARMA_TASK_ID`,
+/// `CARMA_RUN`): the job's processes carry all three, whatever became of
+/// their pids' sessions, and another spool's task of the same name is
+/// never touched. Anyone may set those variables, so a process that is
+/// not wholly the job's user's (another user's, a set-user-ID program) is
+/// never touched either.
+pub(super) fn kill_leftovers(spool: &Path, name: &TaskName, run: u32, user: u32) -> usize {
+    let vars = [
+        format!("CARMA_SPOOL={}", spool.display()),
+        format!("CARMA_TASK_ID={name}"),
+        format!("CARMA_RUN={run}"),
+    ];
     crate::procfs::processes()
-        .filter(|(_, dir)| runs_only_as(dir, user) && environ_has(dir, &task_var, &run_var))
+        .filter(|(_, dir)| runs_only_as(dir, user) && environ_has(dir, &vars))
         .filter(|&(pid, _)| kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok())
         .count()
 }
@@ -329,10 +334,10 @@ fn runs_only_as(proc_dir: &Path, user: u32) -> bool {
         })
 }
 
-fn environ_has(proc_dir: &Path, a: &str, b: &str) -> bool {
+fn environ_has(proc_dir: &Path, wanted: &[String]) -> bool {
     let Ok(environ) = fs::read(proc_dir.join("environ")) else {
         return false;
     };
     let vars: Vec<&[u8]> = environ.split(|&c| c == 0).collect();
-    vars.contains(&a.as_bytes()) && vars.contains(&b.as_bytes())
+    wanted.iter().all(|w| vars.contains(&w.as_bytes()))
 }

@@ -79,7 +79,7 @@ impl Daemon {
             }
             Err(_) => {
                 // Whatever is left of the job goes with its supervisor.
-                let killed = super::restore::kill_leftovers(&name, run, user);
+                let killed = super::restore::kill_leftovers(self.spool.root(), &name, run, user);
                 if killed > 0 {
                     log::warn!("{name}: stopped {killed} processes its dead supervisor left");
                 }
