@@ -522,15 +522,12 @@ fn a_job_gets_its_owners_login_environment_and_nothing_of_the_daemons() {
     let env = fs::read_to_string(spool.root.join("done").join(&name).join("run-1/stdout")).unwrap();
     let vars: std::collections::BTreeMap<&str, &str> =
         env.lines().filter_map(|l| l.split_once('=')).collect();
-    for gone in [
-        "PYENV_ROOT",
-        "DAEMON_SECRET",
-        "CARMA_CONFIG",
-        "CARMA_SPOOL",
-        "RUST_LOG",
-    ] {
+    for gone in ["PYENV_ROOT", "DAEMON_SECRET", "CARMA_CONFIG", "RUST_LOG"] {
         assert!(!vars.contains_key(gone), "{gone} leaked: {env}");
     }
+    // Set by carma itself (a job's own `carma submit` reaches its spool),
+    // not passed through from the daemon's environment.
+    assert_eq!(vars["CARMA_SPOOL"], spool.root.to_str().unwrap());
     assert_eq!(vars["PATH"], "/usr/local/bin:/usr/bin:/bin");
     assert_eq!(vars["USER"], alice.name);
     assert_eq!(vars["LOGNAME"], alice.name);
