@@ -136,6 +136,37 @@ pub fn clear_for(spool: &Path) {
     remove_parent(&parent);
 }
 
+/// The name of the cgroup of run `run` of the task named `task`, under
+/// the jobs' cgroup: the supervisor makes it, and the daemon finds it when
+/// the supervisor is gone.
+pub fn run_name(task: &str, run: u32) -> String {
+    format!("{task}-run-{run}")
+}
+
+/// How long the daemon waits for a dead supervisor's run cgroup to empty
+/// after `cgroup.kill`: a killed process goes in milliseconds, and the
+/// daemon's loop waits meanwhile.
+const ORPHAN_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Ends what the run cgroup `name` under `parent` still holds once its
+/// supervisor died without ending it, and removes the cgroup: every
+/// process the job started is in it, whatever it did to its session or its
+/// environment. How many processes it held; `None` when there is no such
+/// cgroup (the run had none, or it was removed already).
+pub fn end_orphaned_run(parent: &Path, name: &str) -> Option<usize> {
+    let cgroup = RunCgroup::open(parent.join(name)).ok()?;
+    let held = pids(cgroup.dir()).len();
+    let dir = cgroup.dir().to_owned();
+    let (_, empty) = cgroup.finish(ORPHAN_PATIENCE);
+    if !empty {
+        log::error!(
+            "{}: processes outlived cgroup.kill (stuck in the kernel); the cgroup stays",
+            dir.display()
+        );
+    }
+    Some(held)
+}
+
 /// The period of `cpu.max`, microseconds (the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
 

@@ -385,7 +385,7 @@ const CGROUP_PATIENCE: Duration = Duration::from_secs(10);
 /// said on the supervisor's stderr) when it cannot be made.
 fn run_cgroup(launch: &Launch) -> Option<RunCgroup> {
     let parent = launch.cgroup.as_ref()?;
-    let name = format!("{}-run-{}", launch.task, launch.run);
+    let name = crate::cgroup::run_name(&launch.task, launch.run);
     match RunCgroup::create(parent, &name) {
         Ok(cgroup) => {
             let _ = JOB_CGROUP.set(cgroup.dir().to_owned());

@@ -577,6 +577,55 @@ fn sleepers(seconds: &str) -> Vec<u32> {
 
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_dead_supervisors_job_ends_however_it_hid_its_processes() {
+    // A job whose supervisor dies (SIGKILL, the OOM killer) is ended by
+    // the daemon. Its leftovers were found by the variables every job
+    // carries, which a job can drop: `env -i setsid sleep` outlived its
+    // task. The run's cgroup holds it whatever it changed.
+    let (alice, _bob, spool) = shared_daemon("");
+    let log = spool.daemon_log();
+    assert!(log.contains("jobs run in cgroups under"), "{log}");
+    let name = spool.submit_as(
+        &alice,
+        "alice-hide",
+        &[(
+            "h.rad",
+            "memory: 1G\nenv -i setsid sleep 424205 > /dev/null 2>&1 < /dev/null &\nsleep 60\n",
+        )],
+    );
+    spool.wait_for("the job to start its escapee", 10.0, || {
+        !sleepers("424205").is_empty()
+    });
+    let identity = spool
+        .root
+        .join("running")
+        .join(&name)
+        .join("run-1/supervisor.json");
+    let id: serde_json::Value = serde_json::from_slice(&fs::read(identity).unwrap()).unwrap();
+    let supervisor = id["pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    spool.wait_for("the task to fail", 15.0, || {
+        spool.root.join("failed").join(&name).exists()
+    });
+    assert!(
+        sleepers("424205").is_empty(),
+        "the hidden sleep outlived its task"
+    );
+    assert!(
+        spool
+            .daemon_log()
+            .contains("processes its dead supervisor left"),
+        "{}",
+        spool.daemon_log()
+    );
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn a_jobs_background_processes_end_with_it() {
     // Hole 10: `setsid sleep 4242 &` left the job's process group and
     // outlived its time limit, its cancellation and its task.

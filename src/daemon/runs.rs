@@ -78,8 +78,17 @@ impl Daemon {
                 return self.ended(seq, RunEnd::NotStarted(why.into()));
             }
             Err(_) => {
-                // Whatever is left of the job goes with its supervisor.
-                let killed = super::restore::kill_leftovers(self.spool.root(), &name, run, user);
+                // Whatever is left of the job goes with its supervisor:
+                // all of its run's cgroup, then (where jobs have no
+                // cgroups) the processes that still say they are the run.
+                let in_cgroup = self.job_cgroup.as_deref().and_then(|parent| {
+                    crate::cgroup::end_orphaned_run(
+                        parent,
+                        &crate::cgroup::run_name(name.as_str(), run),
+                    )
+                });
+                let killed = in_cgroup.unwrap_or(0)
+                    + super::restore::kill_leftovers(self.spool.root(), &name, run, user);
                 if killed > 0 {
                     log::warn!("{name}: stopped {killed} processes its dead supervisor left");
                 }
