@@ -6,12 +6,16 @@
 //! - `lock`: empty; holding an exclusive `flock` on it is the right to read
 //!   and change the state. A separate file, because the state file itself
 //!   is replaced on every write and a lock on a replaced file guards nothing.
-//! - `state.json`: per GPU (per unit: a whole GPU or a MIG instance) its
-//!   name in `CUDA_VISIBLE_DEVICES`, its memory and the claims on it.
+//! - `state.0.json` and `state.1.json`: per GPU (per unit: a whole GPU or a
+//!   MIG instance) its name in `CUDA_VISIBLE_DEVICES`, its memory and the
+//!   claims on it, with the write's generation. Writes alternate between
+//!   the two and a read takes the newest whole one: a fake job killed while
+//!   it writes (a cancellation's `cgroup.kill`) leaves a torn file, and the
+//!   state as it was before that write stays in the other.
 //!
 //! The state is not durable (a lost file only loses claims of fake jobs), so
 //! writes skip fsync; every reader and writer holds the lock, so no reader
-//! sees half a write.
+//! sees a write under way.
 //!
 //! The directory is world-writable on purpose: the daemon may run as root
 //! and launch jobs as their owners, and every owner's fake job must be able
@@ -231,7 +235,24 @@ pub const DRAM_PER_SMACT: f64 = 0.45;
 /// stuck, and the daemon's monitor must not hang on it.
 const LOCK_PATIENCE: Duration = Duration::from_secs(5);
 const LOCK_FILE: &str = "lock";
-const STATE_FILE: &str = "state.json";
+/// The two files writes alternate between, by generation.
+pub(super) const STATE_FILES: [&str; 2] = ["state.0.json", "state.1.json"];
+
+/// A state file's content: the state and the write it came from.
+#[derive(Deserialize)]
+struct Stamped {
+    generation: u64,
+    #[serde(flatten)]
+    state: State,
+}
+
+/// [`Stamped`], as written.
+#[derive(Serialize)]
+struct StampedRef<'a> {
+    generation: u64,
+    #[serde(flatten)]
+    state: &'a State,
+}
 
 /// A state directory, created or found.
 #[derive(Debug, Clone)]
@@ -316,44 +337,70 @@ impl StateDir {
 }
 
 impl Locked<'_> {
-    /// The state as last written.
+    /// The state as last written whole.
     pub fn read(&self) -> Result<State, SimError> {
-        let path = self.dir.dir.join(STATE_FILE);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(SimError::Missing {
-                    dir: self.dir.dir.clone(),
-                });
-            }
-            Err(source) => return Err(SimError::Io { path, source }),
-        };
-        let state: State = serde_json::from_str(&text).map_err(|e| SimError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        if state.gpus.is_empty() {
-            return Err(SimError::Corrupt {
-                path,
-                message: "no GPUs".into(),
-            });
+        let (newest, corrupt) = self.slots()?;
+        match (newest, corrupt) {
+            (Some(stamped), _) => Ok(stamped.state),
+            (None, Some(corrupt)) => Err(corrupt),
+            (None, None) => Err(SimError::Missing {
+                dir: self.dir.dir.clone(),
+            }),
         }
-        Ok(state)
     }
 
-    /// Writes the state in place. Readers hold the lock too, so none sees
-    /// half of it; a writer killed midway leaves a file that reads as
-    /// corrupt until the next write. Not a rename over the old file: in
-    /// this sticky directory, only the file's owner could rename over it,
-    /// and every user's fake jobs write here.
+    /// The newest whole state file, and the error of a file that is not
+    /// one (torn, or written by someone else).
+    fn slots(&self) -> Result<(Option<Stamped>, Option<SimError>), SimError> {
+        let mut newest: Option<Stamped> = None;
+        let mut corrupt = None;
+        for name in STATE_FILES {
+            let path = self.dir.dir.join(name);
+            let bytes = match fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(source) => return Err(SimError::Io { path, source }),
+            };
+            let parsed = serde_json::from_slice::<Stamped>(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|stamped| match stamped.state.gpus.is_empty() {
+                    true => Err("no GPUs".to_string()),
+                    false => Ok(stamped),
+                });
+            match parsed {
+                Ok(stamped)
+                    if newest
+                        .as_ref()
+                        .is_none_or(|n| stamped.generation > n.generation) =>
+                {
+                    newest = Some(stamped)
+                }
+                Ok(_) => {}
+                Err(message) => corrupt = Some(SimError::Corrupt { path, message }),
+            }
+        }
+        Ok((newest, corrupt))
+    }
+
+    /// Writes the state into the file the newest one is not in, in place.
+    /// Readers hold the lock too, so none sees a write under way; a writer
+    /// killed midway leaves that file torn, and the newest whole one is the
+    /// state before its write. Not a rename over the old file: in this
+    /// sticky directory, only the file's owner could rename over it, and
+    /// every user's fake jobs write here.
     pub fn write(&self, state: &State) -> Result<(), SimError> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let path = self.dir.dir.join(STATE_FILE);
+        let generation = self.slots()?.0.map_or(0, |n| n.generation) + 1;
+        let path = self
+            .dir
+            .dir
+            .join(STATE_FILES[(generation % STATE_FILES.len() as u64) as usize]);
         let io = |source| SimError::Io {
             path: path.clone(),
             source,
         };
-        let text = serde_json::to_vec_pretty(state).map_err(|e| io(e.into()))?;
+        let text = serde_json::to_vec_pretty(&StampedRef { generation, state })
+            .map_err(|e| io(e.into()))?;
         // Never through a link someone planted at the name in this
         // world-writable directory.
         let mut file = OpenOptions::new()
@@ -465,6 +512,29 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names.len(), 2, "no temporary file left: {names:?}");
+    }
+
+    #[test]
+    fn a_write_cut_short_leaves_the_state_before_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::create(tmp.path()).unwrap();
+        let locked = dir.lock().unwrap();
+        let before = State::whole(&[40960]);
+        locked.write(&before).unwrap();
+        let mut after = before.clone();
+        after.claim(&[0], me(), 1024, 0.5).unwrap();
+        locked.write(&after).unwrap();
+        assert_eq!(locked.read().unwrap(), after);
+        // The second write's file, as a writer killed midway leaves it.
+        let torn = tmp.path().join(STATE_FILES[0]);
+        let text = fs::read(&torn).unwrap();
+        fs::write(&torn, &text[..text.len() / 2]).unwrap();
+        assert_eq!(locked.read().unwrap(), before);
+        // The next write goes where the torn one was, and is read.
+        locked.write(&after).unwrap();
+        assert_eq!(locked.read().unwrap(), after);
+        fs::write(tmp.path().join(STATE_FILES[1]), "garbage").unwrap();
+        assert_eq!(locked.read().unwrap(), after);
     }
 
     #[test]

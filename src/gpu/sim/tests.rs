@@ -81,7 +81,7 @@ fn job_env_points_at_an_absolute_state_dir() {
     assert_eq!(env[0].0, STATE_DIR_VAR);
     let dir = PathBuf::from(&env[0].1);
     assert!(dir.is_absolute());
-    assert!(dir.join("state.json").is_file());
+    assert!(state::STATE_FILES.iter().any(|f| dir.join(f).is_file()));
 }
 
 #[test]
@@ -205,9 +205,11 @@ fn a_corrupt_state_gives_error_readings_then_recovers() {
     let mut gpus = open(spool.path(), &[40 * GIB, 40 * GIB]);
     let t0 = Instant::now();
     let good = gpus.sample_at(t0);
-    let file = spool.path().join(STATE_DIR).join("state.json");
-    let saved = fs::read(&file).unwrap();
-    fs::write(&file, b"{\"gpus\": [{\"total_mib\": 40").unwrap();
+    let files = state::STATE_FILES.map(|f| spool.path().join(STATE_DIR).join(f));
+    let saved = files.each_ref().map(|f| fs::read(f).ok());
+    for file in &files {
+        fs::write(file, b"{\"generation\": 9, \"gpus\": [{\"total_mib\": 40").unwrap();
+    }
     let bad = gpus.sample_at(t0 + Duration::from_secs(1));
     assert_eq!(bad.len(), 2);
     for (bad, good) in bad.iter().zip(&good) {
@@ -215,7 +217,12 @@ fn a_corrupt_state_gives_error_readings_then_recovers() {
         assert!(error.contains("not a simulated-GPU state"), "{error}");
         assert_eq!(bad.energy_j, good.energy_j, "last known values");
     }
-    fs::write(&file, saved).unwrap();
+    for (file, saved) in files.iter().zip(saved) {
+        match saved {
+            Some(saved) => fs::write(file, saved).unwrap(),
+            None => fs::remove_file(file).unwrap(),
+        }
+    }
     let again = gpus.sample_at(t0 + Duration::from_secs(4));
     assert_eq!(again[0].error, None);
     assert_eq!(
@@ -245,7 +252,9 @@ fn a_vanished_state_gives_error_readings() {
 fn a_corrupt_state_is_replaced_on_open() {
     let spool = tempfile::tempdir().unwrap();
     fs::create_dir_all(spool.path().join(STATE_DIR)).unwrap();
-    fs::write(spool.path().join(STATE_DIR).join("state.json"), "garbage").unwrap();
+    for file in state::STATE_FILES {
+        fs::write(spool.path().join(STATE_DIR).join(file), "garbage").unwrap();
+    }
     let mut gpus = open(spool.path(), &[40 * GIB]);
     assert_eq!(gpus.sample()[0].error, None);
 }
