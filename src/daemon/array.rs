@@ -20,7 +20,7 @@ impl Daemon {
         let Some(task) = self.life.tasks.get(&seq) else {
             return;
         };
-        let (Some(spec), Some(member)) = (task.spec.array, task.record.array) else {
+        let (Some(spec), Some(member)) = (task.job.array, task.record.array) else {
             return;
         };
         if member.job != seq || member.expanded {

@@ -234,7 +234,7 @@ impl Hands<'_> {
             .collect();
         let name = &task.name;
         let indices: Vec<String> = gpus.iter().map(ToString::to_string).collect();
-        let user = task.run_as.clone().unwrap_or_else(current_user);
+        let user = task.run_as.as_deref().cloned().unwrap_or_else(current_user);
         let mut env = super::environment::login_env(&user, &daemon.job_path);
         env.extend(carma_env);
         env.extend([
@@ -259,8 +259,8 @@ impl Hands<'_> {
         let host = self
             .config
             .queue
-            .host_limits(task.spec.host)
-            .unwrap_or(task.spec.host);
+            .host_limits(task.job.host)
+            .unwrap_or(task.job.host);
         let running_dir = self.spool.task_dir(State::Running, name);
         Launch {
             task: name.to_string(),
@@ -270,7 +270,7 @@ impl Hands<'_> {
             why: why.to_string(),
             launched_at: unix_now(),
             script: crate::job_script::build(
-                &task.spec.script,
+                &task.job.script,
                 &crate::job_script::conda::Search::new(&daemon.conda, &user.home),
             ),
             workdir: task
@@ -278,8 +278,8 @@ impl Hands<'_> {
                 .workdir
                 .clone()
                 .unwrap_or_else(|| running_dir.join(WORK)),
-            run_as: task.run_as.clone(),
-            groups: task.run_as.as_ref().and_then(super::environment::groups),
+            run_as: task.run_as.as_deref().cloned(),
+            groups: task.run_as.as_deref().and_then(super::environment::groups),
             env,
             grace_s: daemon.cancel_grace_s.get(),
             time_limit_s: limits.time_limit.map(|t| t.as_secs_f64()),

@@ -10,6 +10,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::unistd::{Uid, User};
@@ -234,11 +235,16 @@ impl Daemon {
 
     /// Claims `drops` and takes the tasks made of them, a slice of
     /// [`CLAIMS_AT_ONCE`] at a time: a burst of 10,000 drops never holds
-    /// all its claims in memory beside the tasks made of them, and its
-    /// first tasks queue while the rest are claimed.
+    /// all its claims in memory beside the tasks made of them, nor all
+    /// their arrivals for the core, and its first tasks are queued (and
+    /// may start) while the rest are claimed.
     pub(super) fn claim_drops(&mut self, drops: Vec<OsString>) {
-        for slice in drops.chunks(CLAIMS_AT_ONCE) {
+        let mut slices = drops.chunks(CLAIMS_AT_ONCE).peekable();
+        while let Some(slice) = slices.next() {
             self.claim_slice(slice);
+            if slices.peek().is_some() {
+                self.step();
+            }
         }
     }
 
@@ -305,7 +311,7 @@ impl Daemon {
     /// Builds the daemon's view of a task from its directory (and its
     /// record, when the caller has it: a fresh claim, which never ran).
     pub(super) fn load(
-        &self,
+        &mut self,
         name: &TaskName,
         state: State,
         record: Option<TaskRecord>,
@@ -440,7 +446,7 @@ impl Daemon {
         Ok(Task {
             name: name.clone(),
             state,
-            spec,
+            job: spec.into(),
             record,
             demand,
             run_as,
@@ -497,7 +503,16 @@ impl Daemon {
 
     /// Who a job owned by `uid` runs as: itself when the daemon is root
     /// (root's own jobs only when allowed), else the daemon's user.
-    fn run_as(&self, uid: u32) -> Result<(Option<RunAs>, String), String> {
+    fn run_as(&mut self, uid: u32) -> Result<(Option<Arc<RunAs>>, String), String> {
+        if let Some(known) = self.accounts.get(&uid) {
+            return Ok(known.clone());
+        }
+        let account = self.look_up_account(uid)?;
+        self.accounts.insert(uid, account.clone());
+        Ok(account)
+    }
+
+    fn look_up_account(&self, uid: u32) -> Result<(Option<Arc<RunAs>>, String), String> {
         let user = User::from_uid(Uid::from_raw(uid))
             .ok()
             .flatten()
@@ -518,7 +533,7 @@ impl Daemon {
             home: user.dir,
             shell: Some(user.shell),
         };
-        Ok((Some(run_as), user.name))
+        Ok((Some(Arc::new(run_as)), user.name))
     }
 
     /// Moves a task that never reached the core to `failed/`.

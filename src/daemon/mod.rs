@@ -64,7 +64,7 @@ use crate::lifecycle::{Backoff, Backoffs, Ending, Lifecycle, Moment, Task};
 use crate::mps::Mps;
 use crate::sched::{Scheduler, Time};
 use crate::spare::Supervisors;
-use crate::spool::record::unix_now;
+use crate::spool::record::{RunAs, unix_now};
 use crate::spool::{Spool, State};
 use hands::Hands;
 use watch::Change;
@@ -109,6 +109,10 @@ struct Daemon {
     origin: Instant,
     /// The last ended task looked at for pruning.
     prune_cursor: u64,
+    /// Jobs' accounts looked up in this turn of the loop, by uid: a burst
+    /// of one user's jobs shares one lookup and one [`RunAs`]. Cleared at
+    /// every turn, so an account changed since is seen at the next.
+    accounts: HashMap<u32, (Option<Arc<RunAs>>, String)>,
     /// The cgroup each run's own cgroup is made under; none where no
     /// cgroup v2 is writable (jobs run in process groups only).
     job_cgroup: Option<PathBuf>,
@@ -238,6 +242,7 @@ pub fn run(options: Options) -> Result<()> {
         config_path: options.config_path,
         origin: Instant::now(),
         prune_cursor: 0,
+        accounts: HashMap::new(),
         job_cgroup: match crate::cgroup::jobs_parent(spool_root.as_path()) {
             Ok(dir) => {
                 log::info!("jobs run in cgroups under {}", dir.display());
@@ -445,6 +450,7 @@ impl Daemon {
                 }
                 return;
             }
+            self.accounts.clear();
             self.take_arrivals();
             // Before this turn's launches, not after them: the receipt is
             // all the submitter waits for. Written again after them, for
@@ -504,7 +510,7 @@ impl Daemon {
 
     /// Steps the lifecycle: the core hears what happened and its actions
     /// are carried out.
-    fn step(&mut self) {
+    pub(super) fn step(&mut self) {
         self.with_world(|life, now, world| life.step(now, Vec::new(), world));
     }
 

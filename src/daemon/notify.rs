@@ -39,7 +39,11 @@ pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing
         .as_ref()
         .and_then(|o| o.reason.as_deref());
     let dir = spool.task_dir(state, name);
-    let user = closing.run_as.clone().unwrap_or_else(current_user);
+    let user = closing
+        .run_as
+        .as_deref()
+        .cloned()
+        .unwrap_or_else(current_user);
     let mut env = super::environment::login_env(&user, &config.daemon.job_path);
     env.extend([
         ("CARMA_TASK_ID".to_string(), name.to_string()),
@@ -66,8 +70,11 @@ pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing
                 false => user.home.clone(),
             }
         }),
-        run_as: closing.run_as.clone(),
-        groups: closing.run_as.as_ref().and_then(super::environment::groups),
+        run_as: closing.run_as.as_deref().cloned(),
+        groups: closing
+            .run_as
+            .as_deref()
+            .and_then(super::environment::groups),
         env,
         grace_s: 1.0,
         time_limit_s: Some(NOTIFY_TIME_LIMIT_S),

@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -79,7 +80,7 @@ impl Daemon {
             };
             let entry = peaks
                 .entry(fingerprint.key())
-                .or_insert((fingerprint, 0, 0, None));
+                .or_insert((*fingerprint, 0, 0, None));
             entry.1 = entry.1.max(peak);
             entry.2 += 1;
             entry.3 = match (entry.3, record.run_s) {
@@ -214,7 +215,7 @@ impl Daemon {
                 launch.map(|l| l.script.clone()).unwrap_or_default(),
             )
         };
-        let fingerprint = record.fingerprint.clone().unwrap_or_else(|| {
+        let fingerprint = record.fingerprint.as_deref().cloned().unwrap_or_else(|| {
             EstimateInput {
                 command: spec.script.join("\n"),
                 user: record.owner.and_then(|o| self.history_user(o)),
@@ -222,7 +223,7 @@ impl Daemon {
             }
             .fingerprint()
         });
-        let run_as = launch.and_then(|l| l.run_as.clone());
+        let run_as = launch.and_then(|l| l.run_as.clone()).map(Arc::new);
         Task {
             name: name.clone(),
             state: State::Running,
@@ -243,7 +244,7 @@ impl Daemon {
                     at_once: a.at_once,
                 }),
             },
-            spec,
+            job: spec.into(),
             user: run_as.as_ref().map_or_else(
                 || {
                     record

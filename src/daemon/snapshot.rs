@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use serde::{Serialize, Serializer};
+
 use super::{Daemon, Task};
 use crate::http::Published;
 use crate::sched::{DependencyKind, Place, Precedence, TaskId};
@@ -13,18 +15,51 @@ use crate::spool::record::unix_now;
 use crate::spool::status::{GpuStatus, RunningTask, Status, WaitingTask};
 use crate::spool::{PUBLIC, State, write_replace_with};
 
+/// Every waiting task's place in the queue, in dispatch order.
+type Places = [(TaskId, Place)];
+
+/// The waiting tasks of a status file, each made as it is written: with
+/// thousands waiting, the whole list beside the file being written was
+/// the daemon's largest allocation.
+struct Waiting<'a> {
+    daemon: &'a Daemon,
+    places: &'a Places,
+}
+
+impl Serialize for Waiting<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(
+            self.places
+                .iter()
+                .filter_map(|(id, place)| self.daemon.waiting_task(*id, place)),
+        )
+    }
+}
+
 impl Daemon {
+    /// The status, every waiting task in it.
     pub(super) fn status(&self) -> Status {
+        let places = self.life.core.places();
+        let waiting = places
+            .iter()
+            .filter_map(|(id, place)| self.waiting_task(*id, place))
+            .collect();
+        self.status_with(&places, waiting)
+    }
+
+    /// The status with the waiting tasks at `places` as `waiting` holds
+    /// them.
+    fn status_with<W>(&self, places: &Places, waiting: W) -> Status<W> {
         let mut by_state: BTreeMap<(State, u64), &Task> = BTreeMap::new();
         for t in self.life.tasks.values() {
             by_state.insert((t.state, t.name.seq()), t);
         }
-        let waiting = self.waiting();
         let names = |state: State| -> Vec<String> {
-            waiting
+            places
                 .iter()
-                .filter(|(s, _)| *s == state)
-                .map(|(_, w)| w.name.clone())
+                .filter_map(|(id, _)| self.life.tasks.get(&id.0))
+                .filter(|t| waits_in(t) == state)
+                .map(|t| t.name.to_string())
                 .collect()
         };
         let running: Vec<&Task> = by_state
@@ -78,7 +113,7 @@ impl Daemon {
                 .collect(),
             recovery: names(State::Recovery),
             pending: names(State::Pending),
-            waiting: waiting.into_iter().map(|(_, w)| w).collect(),
+            waiting,
             head_waits_for: self.life.core.head_waits_for().map(|w| {
                 let name = self
                     .life
@@ -98,71 +133,61 @@ impl Daemon {
         }
     }
 
-    /// Waiting tasks in dispatch order, each with the state directory it
-    /// waits in and why it waits.
-    pub(super) fn waiting(&self) -> Vec<(State, WaitingTask)> {
+    /// The waiting task `id` at `place`, with why it waits.
+    fn waiting_task(&self, id: TaskId, place: &Place) -> Option<WaitingTask> {
         let name = |id: TaskId| {
             self.life
                 .tasks
                 .get(&id.0)
                 .map_or_else(|| format!("task {}", id.0), |t| t.name.to_string())
         };
-        let head_why = self.life.core.head_waits_for().map(|w| w.why);
-        self.life
-            .core
-            .places()
-            .into_iter()
-            .filter_map(|(id, place)| {
-                let t = self.life.tasks.get(&id.0)?;
-                let why = match place {
-                    Place::Held => format!("held (carma release {} lets it run)", t.name),
-                    Place::Waiting(d) => {
-                        let until = match d.kind {
-                            DependencyKind::After => "start",
-                            DependencyKind::AfterOk => "succeed",
-                            DependencyKind::AfterAny => "end",
-                            DependencyKind::AfterNotOk => "fail",
-                        };
-                        format!("waits for {} to {until} ({})", name(d.task), d.kind.key())
-                    }
-                    Place::Head => head_why.clone().unwrap_or_default(),
-                    Place::OverLimit(why) => format!("waits: {why}"),
-                    Place::Behind { head, by } => {
-                        let ahead = self.life.tasks.get(&head.0);
-                        let why = match by {
-                            Precedence::Recovery => "recovering from an OOM crash".to_string(),
-                            Precedence::Priority => format!(
-                                "priority {} > {}",
-                                ahead.map_or(0, |h| h.demand.priority),
-                                t.demand.priority
-                            ),
-                            Precedence::FairShare => format!(
-                                "fair share: {} used the GPUs less lately than {}",
-                                ahead.map_or("its user", |h| h.user.as_str()),
-                                t.user
-                            ),
-                            Precedence::Arrival => "submitted earlier".to_string(),
-                        };
-                        format!("behind {} ({why})", name(head))
-                    }
+        let t = self.life.tasks.get(&id.0)?;
+        let why = match place {
+            Place::Held => format!("held (carma release {} lets it run)", t.name),
+            Place::Waiting(d) => {
+                let until = match d.kind {
+                    DependencyKind::After => "start",
+                    DependencyKind::AfterOk => "succeed",
+                    DependencyKind::AfterAny => "end",
+                    DependencyKind::AfterNotOk => "fail",
                 };
-                let task = WaitingTask {
-                    name: t.name.to_string(),
-                    user: t.user.clone(),
-                    priority: t.demand.priority,
-                    held: t.record.held,
-                    array: t.array_label(),
-                    why,
-                    estimate: t.record.estimate.clone(),
+                format!("waits for {} to {until} ({})", name(d.task), d.kind.key())
+            }
+            Place::Head => self
+                .life
+                .core
+                .head_waits_for()
+                .map(|w| w.why)
+                .unwrap_or_default(),
+            Place::OverLimit(why) => format!("waits: {why}"),
+            Place::Behind { head, by } => {
+                let ahead = self.life.tasks.get(&head.0);
+                let why = match by {
+                    Precedence::Recovery => "recovering from an OOM crash".to_string(),
+                    Precedence::Priority => format!(
+                        "priority {} > {}",
+                        ahead.map_or(0, |h| h.demand.priority),
+                        t.demand.priority
+                    ),
+                    Precedence::FairShare => format!(
+                        "fair share: {} used the GPUs less lately than {}",
+                        ahead.map_or("its user", |h| h.user.as_str()),
+                        t.user
+                    ),
+                    Precedence::Arrival => "submitted earlier".to_string(),
                 };
-                // A recovering task whose move failed waits in running/.
-                let state = match t.state {
-                    State::Running => State::Recovery,
-                    state => state,
-                };
-                Some((state, task))
-            })
-            .collect()
+                format!("behind {} ({why})", name(*head))
+            }
+        };
+        Some(WaitingTask {
+            name: t.name.to_string(),
+            user: t.user.clone(),
+            priority: t.demand.priority,
+            held: t.record.held,
+            array: t.array_label(),
+            why,
+            estimate: t.record.estimate.clone(),
+        })
     }
 
     /// Has the status file written at the next turn of the loop, not up
@@ -176,10 +201,25 @@ impl Daemon {
 
     pub(super) fn write_status(&mut self) {
         self.status_written = Instant::now();
-        let status = self.status();
-        let written = write_replace_with(&self.spool.status_file(), PUBLIC, |out| {
-            serde_json::to_writer_pretty(out, &status).map_err(std::io::Error::other)
-        });
+        // The status page keeps a whole status; without one, the waiting
+        // tasks are made as the file is written.
+        let (written, status) = match self.feed.is_some() {
+            true => {
+                let status = self.status();
+                (self.write_status_file(&status), Some(status))
+            }
+            false => {
+                let places = self.life.core.places();
+                let waiting = Waiting {
+                    daemon: self,
+                    places: &places,
+                };
+                (
+                    self.write_status_file(&self.status_with(&places, waiting)),
+                    None,
+                )
+            }
+        };
         match written {
             // Once per run of failures: a full disk would repeat it every
             // second.
@@ -190,7 +230,15 @@ impl Daemon {
             Err(_) => {}
             Ok(()) => self.status_failing = false,
         }
-        self.publish(status);
+        if let Some(status) = status {
+            self.publish(status);
+        }
+    }
+
+    fn write_status_file<W: Serialize>(&self, status: &Status<W>) -> std::io::Result<()> {
+        write_replace_with(&self.spool.status_file(), PUBLIC, |out| {
+            serde_json::to_writer_pretty(out, status).map_err(std::io::Error::other)
+        })
     }
 
     /// Hands `status` to the status page, when it is served, with what
@@ -218,5 +266,14 @@ impl Daemon {
             backlog: self.unfinished.len() + self.loose.waiting() + self.entry_retry.len(),
             ..Published::default()
         });
+    }
+}
+
+/// The queue a waiting task is listed in: a recovering task whose move
+/// failed waits in `running/`.
+fn waits_in(t: &Task) -> State {
+    match t.state {
+        State::Running => State::Recovery,
+        state => state,
     }
 }

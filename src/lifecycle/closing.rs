@@ -31,7 +31,7 @@ impl Lifecycle {
         let mut record = task.record;
         record.peak_mib = (task.peak_mib > 0).then_some(task.peak_mib);
         record.run_s = task.run_s.filter(|_| to == State::Done);
-        record.fingerprint = Some(task.fingerprint);
+        record.fingerprint = Some(Box::new(task.fingerprint));
         self.metrics.ended(to, &task.user);
         if let (Some(Need::Mib(need)), true) = (
             record.estimate.as_ref().map(|e| e.need),
@@ -64,7 +64,7 @@ impl Lifecycle {
                 to,
                 run: task.run,
                 retry: Backoff::default(),
-                notify: task.spec.notify,
+                notify: task.job.notify,
                 run_as: task.run_as,
             },
             world,

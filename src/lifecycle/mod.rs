@@ -50,7 +50,7 @@ pub use tasks::{Holding, Tasks};
 use crate::estimate::Fingerprint;
 use crate::metrics::Metrics;
 use crate::procfs::ProcessId;
-use crate::rad::TaskSpec;
+use crate::rad::{ArraySpec, HostLimits, TaskSpec};
 use crate::sched::{Action, Demand, Event, Exit, FailReason, Scheduler, TaskId, Time};
 use crate::spool::record::{Outcome, RunAs, TaskRecord};
 use crate::spool::{State, TaskName};
@@ -61,11 +61,13 @@ pub struct Task {
     pub name: TaskName,
     /// Where its directory is now: pending, recovery or running.
     pub state: State,
-    pub spec: TaskSpec,
+    /// What the job file says that is needed after intake.
+    pub job: Job,
     pub record: TaskRecord,
     pub demand: Demand,
-    /// Who the job runs as, when the daemon is root.
-    pub run_as: Option<RunAs>,
+    /// Who the job runs as, when the daemon is root (shared by a user's
+    /// tasks taken in together).
+    pub run_as: Option<Arc<RunAs>>,
     /// Owner's name, for logs and status.
     pub user: String,
     /// The current (or last) run's number; 0 before the first.
@@ -89,6 +91,29 @@ pub struct Task {
     pub fingerprint: Fingerprint,
     /// Bytes of its job files in the spool.
     pub bytes: u64,
+}
+
+/// The parts of a job file's [`TaskSpec`] that a waiting or running task
+/// still needs (to launch it, to expand its array, to say its end); the
+/// rest went into its demand and estimate at intake. A queue of thousands
+/// holds these, not whole specs.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub script: Vec<String>,
+    pub notify: Option<String>,
+    pub array: Option<ArraySpec>,
+    pub host: HostLimits,
+}
+
+impl From<TaskSpec> for Job {
+    fn from(spec: TaskSpec) -> Job {
+        Job {
+            script: spec.script,
+            notify: spec.notify,
+            array: spec.array,
+            host: spec.host,
+        }
+    }
 }
 
 impl Task {
@@ -117,7 +142,7 @@ pub struct Closing {
     /// The job file's own `notify:` command, if any.
     pub notify: Option<String>,
     /// Who the notification runs as.
-    pub run_as: Option<RunAs>,
+    pub run_as: Option<Arc<RunAs>>,
 }
 
 /// When an input happens: the core's clock, and the wall clock for what

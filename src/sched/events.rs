@@ -52,7 +52,7 @@ impl Scheduler {
             started: self.now,
         };
         self.waiting.insert(task, &t);
-        self.tasks.insert(task, t);
+        self.tasks.insert(task, Box::new(t));
     }
 
     pub(super) fn arrive(&mut self) -> u64 {
@@ -97,7 +97,7 @@ impl Scheduler {
             started: self.now,
         };
         self.loads.launched(&t);
-        self.tasks.insert(task, t);
+        self.tasks.insert(task, Box::new(t));
     }
 
     /// Takes a running task off its GPUs and out of the ledger; false

@@ -252,7 +252,7 @@ pub struct Scheduler {
     /// The memory of the largest GPU: only there does a need fill a GPU
     /// (see `on_gpu`, on every placement's path).
     largest_mib: u64,
-    tasks: FxHashMap<TaskId, Task>,
+    tasks: FxHashMap<TaskId, Box<Task>>,
     /// Tasks waiting to be launched, in dispatch order (see [`queue`]).
     waiting: Queue,
     /// What each user has running, for their limits and fair share.

@@ -196,7 +196,7 @@ impl Queue {
     /// task may not start at all, if it may not.
     pub fn places(
         &self,
-        tasks: &FxHashMap<TaskId, Task>,
+        tasks: &FxHashMap<TaskId, Box<Task>>,
         usage: &dyn Fn(Option<u32>) -> f64,
         blocked: impl Fn(TaskId, &Task) -> Option<Place>,
     ) -> Vec<(TaskId, Place)> {
@@ -334,7 +334,10 @@ mod tests {
     }
 
     /// The order the queue promises, by sorting everything.
-    fn sorted(tasks: &FxHashMap<TaskId, Task>, usage: &dyn Fn(Option<u32>) -> f64) -> Vec<TaskId> {
+    fn sorted(
+        tasks: &FxHashMap<TaskId, Box<Task>>,
+        usage: &dyn Fn(Option<u32>) -> f64,
+    ) -> Vec<TaskId> {
         let mut ids: Vec<TaskId> = tasks.keys().copied().collect();
         ids.sort_by(|a, b| {
             let (ta, tb) = (&tasks[a], &tasks[b]);
@@ -364,7 +367,7 @@ mod tests {
                 // Arrival numbers need not follow ids.
                 let t = task(1000 - n as u64 % 7, crashes, priority, user);
                 queue.insert(id, &t);
-                tasks.insert(id, t);
+                tasks.insert(id, Box::new(t));
             }
             for &(n, priority) in &moves {
                 if let Some(t) = tasks.get_mut(&TaskId(n as u64)) {

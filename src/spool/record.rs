@@ -94,9 +94,10 @@ pub struct TaskRecord {
     /// live run is even if its `launch.json` cannot be read.
     #[serde(default)]
     pub gpus: Vec<usize>,
-    /// The job's identity in the estimators' history.
+    /// The job's identity in the estimators' history, once the task ended
+    /// (boxed: a waiting task's record holds none).
     #[serde(default)]
-    pub fingerprint: Option<Fingerprint>,
+    pub fingerprint: Option<Box<Fingerprint>>,
     /// The most GPU memory the job was seen to use, MiB (once it ended).
     /// With the fingerprint, what a restarted daemon rebuilds history from.
     #[serde(default)]

@@ -11,9 +11,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::MetricSource;
 
-/// The whole status file.
+/// The whole status file. `W` is how the waiting tasks are held: a list
+/// for those who read the file, and for the daemon that writes it with
+/// many tasks waiting, anything that serialises as one (made one task at a
+/// time as it is written, never all at once).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Status {
+pub struct Status<W = Vec<WaitingTask>> {
     /// When it was written (Unix seconds).
     pub updated_at: f64,
     pub daemon_pid: u32,
@@ -31,7 +34,7 @@ pub struct Status {
     /// Every waiting task in the order it will be placed (recovery first),
     /// with its priority, hold and why it waits.
     #[serde(default)]
-    pub waiting: Vec<WaitingTask>,
+    pub waiting: W,
     /// Why the head of the queue waits, when something waits: its name and
     /// what it needs, then per GPU what is missing (`000042-resnet50 needs
     /// 8GiB free on a GPU; GPU 0: 3GiB free < 8GiB`).

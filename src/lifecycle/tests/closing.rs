@@ -92,7 +92,7 @@ fn an_oom_crash_on_a_full_disk_reruns_from_running_where_the_directory_stayed() 
 fn a_notification_waits_for_the_move_it_announces() {
     let mut story = Story::new();
     let mut t = task(1, "a", ALICE, 4);
-    t.spec.notify = Some("notify-send done".into());
+    t.job.notify = Some("notify-send done".into());
     let a = story.submit(t);
     story.world.disk_full = true;
     story.later(5.0).exits(&a, Exit::Success, 1);

@@ -224,7 +224,7 @@ fn task(seq: u64, stem: &str, owner: u32, gib: u64) -> Task {
     Task {
         name,
         state: State::Pending,
-        spec: TaskSpec::new(Syntax::Keyed, vec!["train".into()]),
+        job: TaskSpec::new(Syntax::Keyed, vec!["train".into()]).into(),
         record,
         demand,
         run_as: None,

@@ -192,7 +192,7 @@ fn the_end_of_a_run_the_daemon_does_not_know_changes_nothing() {
 fn a_job_with_notify_is_notified_once_it_has_landed_and_one_without_is_not() {
     let mut story = Story::new();
     let mut t = task(1, "a", ALICE, 4);
-    t.spec.notify = Some("mail -s done alice".into());
+    t.job.notify = Some("mail -s done alice".into());
     let a = story.submit(t);
     let b = story.submit(task(2, "b", ALICE, 4));
     story.later(5.0).exits(&a, Exit::Success, 1);
