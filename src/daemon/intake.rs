@@ -503,7 +503,7 @@ impl Daemon {
 
     /// Who a job owned by `uid` runs as: itself when the daemon is root
     /// (root's own jobs only when allowed), else the daemon's user.
-    fn run_as(&mut self, uid: u32) -> Result<(Option<Arc<RunAs>>, String), String> {
+    fn run_as(&mut self, uid: u32) -> Result<(Option<Arc<RunAs>>, Arc<str>), String> {
         if let Some(known) = self.accounts.get(&uid) {
             return Ok(known.clone());
         }
@@ -512,13 +512,13 @@ impl Daemon {
         Ok(account)
     }
 
-    fn look_up_account(&self, uid: u32) -> Result<(Option<Arc<RunAs>>, String), String> {
+    fn look_up_account(&self, uid: u32) -> Result<(Option<Arc<RunAs>>, Arc<str>), String> {
         let user = User::from_uid(Uid::from_raw(uid))
             .ok()
             .flatten()
             .ok_or_else(|| format!("its owner (uid {uid}) has no account on this machine"))?;
         if !Uid::effective().is_root() {
-            return Ok((None, user.name));
+            return Ok((None, user.name.into()));
         }
         if uid == 0 && !self.config.daemon.allow_root_jobs {
             return Err(
@@ -533,7 +533,7 @@ impl Daemon {
             home: user.dir,
             shell: Some(user.shell),
         };
-        Ok((Some(Arc::new(run_as)), user.name))
+        Ok((Some(Arc::new(run_as)), user.name.into()))
     }
 
     /// Moves a task that never reached the core to `failed/`.

@@ -112,7 +112,7 @@ struct Daemon {
     /// Jobs' accounts looked up in this turn of the loop, by uid: a burst
     /// of one user's jobs shares one lookup and one [`RunAs`]. Cleared at
     /// every turn, so an account changed since is seen at the next.
-    accounts: HashMap<u32, (Option<Arc<RunAs>>, String)>,
+    accounts: HashMap<u32, (Option<Arc<RunAs>>, Arc<str>)>,
     /// The cgroup each run's own cgroup is made under; none where no
     /// cgroup v2 is writable (jobs run in process groups only).
     job_cgroup: Option<PathBuf>,

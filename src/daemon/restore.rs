@@ -245,14 +245,17 @@ impl Daemon {
                 }),
             },
             job: spec.into(),
-            user: run_as.as_ref().map_or_else(
-                || {
-                    record
-                        .owner
-                        .map_or("unknown".into(), |uid| format!("uid {uid}"))
-                },
-                |u| u.name.clone(),
-            ),
+            user: run_as
+                .as_ref()
+                .map_or_else(
+                    || {
+                        record
+                            .owner
+                            .map_or("unknown".into(), |uid| format!("uid {uid}"))
+                    },
+                    |u| u.name.clone(),
+                )
+                .into(),
             record,
             run_as,
             run: 0,

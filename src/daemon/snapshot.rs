@@ -108,7 +108,7 @@ impl Daemon {
                     time_limit_s: t.time_limit_s,
                     array: t.array_label(),
                     peak_mib: t.peak_mib,
-                    user: t.user.clone(),
+                    user: t.user.to_string(),
                 })
                 .collect(),
             recovery: names(State::Recovery),
@@ -171,7 +171,7 @@ impl Daemon {
                     ),
                     Precedence::FairShare => format!(
                         "fair share: {} used the GPUs less lately than {}",
-                        ahead.map_or("its user", |h| h.user.as_str()),
+                        ahead.map_or("its user", |h| &*h.user),
                         t.user
                     ),
                     Precedence::Arrival => "submitted earlier".to_string(),
@@ -181,7 +181,7 @@ impl Daemon {
         };
         Some(WaitingTask {
             name: t.name.to_string(),
-            user: t.user.clone(),
+            user: t.user.to_string(),
             priority: t.demand.priority,
             held: t.record.held,
             array: t.array_label(),

@@ -43,7 +43,7 @@ impl Lifecycle {
         self.endings.push(Ending {
             name: task.name.clone(),
             state: to,
-            user: Some(task.user.clone()),
+            user: Some(task.user.to_string()),
             at: Some(now.unix),
             why: reason.map(public_reason),
         });

@@ -68,8 +68,8 @@ pub struct Task {
     /// Who the job runs as, when the daemon is root (shared by a user's
     /// tasks taken in together).
     pub run_as: Option<Arc<RunAs>>,
-    /// Owner's name, for logs and status.
-    pub user: String,
+    /// Owner's name, for logs and status (shared as its account is).
+    pub user: Arc<str>,
     /// The current (or last) run's number; 0 before the first.
     pub run: u32,
     /// GPUs of the current run.

@@ -228,7 +228,7 @@ fn task(seq: u64, stem: &str, owner: u32, gib: u64) -> Task {
         record,
         demand,
         run_as: None,
-        user: format!("uid {owner}"),
+        user: format!("uid {owner}").into(),
         run: 0,
         gpus: Vec::new(),
         supervisor: None,
