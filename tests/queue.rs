@@ -920,3 +920,41 @@ fn submit_refuses_a_directory_that_is_not_a_spool() {
     assert!(said.contains("nothing submitted"), "{said}");
     assert_eq!(fs::read_dir(empty.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn a_hold_left_while_no_daemon_ran_acts_before_a_burst_of_drops_is_placed() {
+    // A start claims the drops it finds a slice at a time, and while
+    // serving the core places tasks between slices. At a start it must
+    // not: a hold left while no daemon ran is read after the intake, and
+    // the held task would have started first.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    spool.submit("blocker.rad", "name: blocker\nmemory: whole\nsleep 1\n");
+    let held = spool.submit("held.rad", "name: held\nmemory: whole\ntrue\n");
+    spool.stop_daemon("TERM");
+    fs::write(spool.root.join("cancel").join(format!("hold.{held}")), "").unwrap();
+    for i in 0..600 {
+        fs::write(
+            spool.root.join("pending").join(format!("burst{i:03}.rad")),
+            "memory: 1G\ntrue\n",
+        )
+        .unwrap();
+    }
+    // The blocker ends while no daemon runs: the GPU is free at the start.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    spool.start_daemon();
+    spool.wait_count("done", 601, 60.0);
+    assert!(
+        spool.root.join("pending").join(&held).exists(),
+        "the held task left pending/: {}",
+        spool.daemon_log()
+    );
+    assert!(
+        !spool
+            .root
+            .join("pending")
+            .join(&held)
+            .join("run-1")
+            .exists()
+    );
+}

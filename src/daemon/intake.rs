@@ -237,12 +237,13 @@ impl Daemon {
     /// [`CLAIMS_AT_ONCE`] at a time: a burst of 10,000 drops never holds
     /// all its claims in memory beside the tasks made of them, nor all
     /// their arrivals for the core, and its first tasks are queued (and
-    /// may start) while the rest are claimed.
+    /// may start) while the rest are claimed. Not at a start: nothing is
+    /// placed before the requests left while no daemon ran have acted.
     pub(super) fn claim_drops(&mut self, drops: Vec<OsString>) {
         let mut slices = drops.chunks(CLAIMS_AT_ONCE).peekable();
         while let Some(slice) = slices.next() {
             self.claim_slice(slice);
-            if slices.peek().is_some() {
+            if self.restored && slices.peek().is_some() {
                 self.step();
             }
         }

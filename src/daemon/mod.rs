@@ -174,6 +174,9 @@ struct Daemon {
     /// launched by its end count in the dispatch latency.
     turn_started: Instant,
     fresh: Vec<u64>,
+    /// The start is over: requests left while no daemon ran have acted,
+    /// so the core may place tasks in the middle of an intake.
+    restored: bool,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -296,6 +299,7 @@ pub fn run(options: Options) -> Result<()> {
         feed: None,
         turn_started: Instant::now(),
         fresh: Vec::new(),
+        restored: false,
     };
     daemon.on_readings(readings);
     daemon.restore()?;
@@ -310,6 +314,7 @@ pub fn run(options: Options) -> Result<()> {
     // Tasks taken in by the restore waited for this daemon: not its
     // dispatch latency.
     daemon.fresh.clear();
+    daemon.restored = true;
     monitor::spawn(backend, interval_ms, tx);
     log::info!(
         "serving {} with {} ({} tasks waiting, {} running)",
