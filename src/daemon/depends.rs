@@ -108,7 +108,7 @@ impl Daemon {
 
     fn owner_of(&self, state: State, name: &TaskName) -> Option<u32> {
         if let Some(t) = self.life.tasks.get(&name.seq()) {
-            return t.demand.user;
+            return t.owner;
         }
         if let Some(c) = self.life.closing.get(&name.seq()) {
             return c.record.owner;

@@ -224,26 +224,29 @@ impl Daemon {
             .fingerprint()
         });
         let run_as = launch.and_then(|l| l.run_as.clone()).map(Arc::new);
+        let demand = Demand {
+            gpus: spec.gpus,
+            need: record.estimate.as_ref().map_or(Need::Unknown, |e| e.need),
+            exclusive: false,
+            user: record.owner.or(run_as.as_ref().map(|u| u.uid)),
+            max_retries: None,
+            time_limit: launch
+                .and_then(|l| l.time_limit_s)
+                .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+            priority: record.priority.unwrap_or(0),
+            after: Vec::new(),
+            history: None,
+            array: record.array.map(|a| crate::sched::ArrayOf {
+                job: a.job,
+                at_once: a.at_once,
+            }),
+        };
         Task {
             name: name.clone(),
             state: State::Running,
-            demand: Demand {
-                gpus: spec.gpus,
-                need: record.estimate.as_ref().map_or(Need::Unknown, |e| e.need),
-                exclusive: false,
-                user: record.owner.or(run_as.as_ref().map(|u| u.uid)),
-                max_retries: None,
-                time_limit: launch
-                    .and_then(|l| l.time_limit_s)
-                    .and_then(|s| Duration::try_from_secs_f64(s).ok()),
-                priority: record.priority.unwrap_or(0),
-                after: Vec::new(),
-                history: None,
-                array: record.array.map(|a| crate::sched::ArrayOf {
-                    job: a.job,
-                    at_once: a.at_once,
-                }),
-            },
+            owner: demand.user,
+            priority: demand.priority,
+            demand: Some(Box::new(demand)),
             job: spec.into(),
             user: run_as
                 .as_ref()

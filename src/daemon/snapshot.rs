@@ -166,8 +166,8 @@ impl Daemon {
                     Precedence::Recovery => "recovering from an OOM crash".to_string(),
                     Precedence::Priority => format!(
                         "priority {} > {}",
-                        ahead.map_or(0, |h| h.demand.priority),
-                        t.demand.priority
+                        ahead.map_or(0, |h| h.priority),
+                        t.priority
                     ),
                     Precedence::FairShare => format!(
                         "fair share: {} used the GPUs less lately than {}",
@@ -182,7 +182,7 @@ impl Daemon {
         Some(WaitingTask {
             name: t.name.to_string(),
             user: t.user.to_string(),
-            priority: t.demand.priority,
+            priority: t.priority,
             held: t.record.held,
             array: t.array_label(),
             why,

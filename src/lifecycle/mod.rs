@@ -64,7 +64,13 @@ pub struct Task {
     /// What the job file says that is needed after intake.
     pub job: Job,
     pub record: TaskRecord,
-    pub demand: Demand,
+    /// What the job asks of the core, until the core has it: admission
+    /// moves it there, so a queue of thousands holds it once.
+    pub demand: Option<Box<Demand>>,
+    /// The job's owner, for permissions and per-user counts.
+    pub owner: Option<u32>,
+    /// Its priority, as the core has it.
+    pub priority: i32,
     /// Who the job runs as, when the daemon is root (shared by a user's
     /// tasks taken in together).
     pub run_as: Option<Arc<RunAs>>,
@@ -315,29 +321,33 @@ impl Lifecycle {
     /// task that crashed before waits in the recovery queue, wherever a
     /// crash left its directory). True when it is an array's first element
     /// whose others are still to be made.
-    pub fn admit(&mut self, task: Task) -> bool {
+    pub fn admit(&mut self, mut task: Task) -> bool {
         let name = task.name.clone();
-        let event = if task.state == State::Recovery || task.record.crashes > 0 {
-            Event::Recovering {
-                task: name.id(),
-                demand: task.demand.clone(),
-                crashes: task.record.crashes.max(1),
-            }
-        } else {
-            Event::Queued {
-                task: name.id(),
-                demand: task.demand.clone(),
-            }
+        let Some(demand) = task.demand.take() else {
+            log::error!("{name}: admitted twice; the second is ignored");
+            return false;
         };
         let held = task.record.held;
         log::info!(
             "{name}: queued in {} ({} GPU(s), {} each, priority {}{})",
             task.state,
-            task.demand.gpus,
-            task.demand.need,
-            task.demand.priority,
+            demand.gpus,
+            demand.need,
+            demand.priority,
             if held { ", held" } else { "" }
         );
+        let event = if task.state == State::Recovery || task.record.crashes > 0 {
+            Event::Recovering {
+                task: name.id(),
+                demand: *demand,
+                crashes: task.record.crashes.max(1),
+            }
+        } else {
+            Event::Queued {
+                task: name.id(),
+                demand: *demand,
+            }
+        };
         let first_of_array = task
             .record
             .array
@@ -354,10 +364,14 @@ impl Lifecycle {
     }
 
     /// A task found running by a starting daemon: the core learns where.
-    pub fn adopt_running(&mut self, task: Task) {
+    pub fn adopt_running(&mut self, mut task: Task) {
+        let Some(demand) = task.demand.take() else {
+            log::error!("{}: adopted twice; the second is ignored", task.name);
+            return;
+        };
         self.events.push(Event::Running {
             task: task.name.id(),
-            demand: task.demand.clone(),
+            demand: *demand,
             gpus: task.gpus.clone(),
             crashes: task.record.crashes,
         });

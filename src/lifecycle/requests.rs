@@ -82,7 +82,7 @@ impl Lifecycle {
             return Answer::Refused(format!("no task {query}"));
         };
         let name = task.name.clone();
-        if !(self.privileged(requester) || Some(requester) == task.demand.user) {
+        if !(self.privileged(requester) || Some(requester) == task.owner) {
             return Answer::Refused(format!(
                 "{name} belongs to {}; only its owner or root may {}",
                 task.user,
@@ -149,7 +149,7 @@ impl Lifecycle {
             let owned = self
                 .tasks
                 .get(&element.seq())
-                .is_some_and(|t| self.privileged(requester) || t.demand.user == Some(requester));
+                .is_some_and(|t| self.privileged(requester) || t.owner == Some(requester));
             if owned {
                 match self.cancel(&element, world) {
                     Answer::Wait => waits = true,
@@ -192,14 +192,14 @@ impl Lifecycle {
     }
 
     fn set_priority(&mut self, name: &TaskName, priority: i32, world: &mut impl World) -> Answer {
-        let Some(before) = self.tasks.get(&name.seq()).map(|t| t.demand.priority) else {
+        let Some(before) = self.tasks.get(&name.seq()).map(|t| t.priority) else {
             return Answer::Refused(format!("{name} is no longer known"));
         };
         if let Err(why) = self.save_record(name, |r| r.priority = Some(priority), world) {
             return Answer::Refused(why);
         }
         if let Some(task) = self.tasks.get_mut(&name.seq()) {
-            task.demand.priority = priority;
+            task.priority = priority;
         }
         self.events.push(Event::Prioritize {
             task: name.id(),

@@ -36,7 +36,7 @@ impl Deref for Tasks {
 
 impl Tasks {
     pub fn insert(&mut self, seq: u64, task: Task) {
-        if let Some(user) = task.demand.user {
+        if let Some(user) = task.owner {
             let h = self.users.entry(user).or_default();
             h.tasks += 1;
             h.bytes += task.bytes;
@@ -62,7 +62,7 @@ impl Tasks {
     }
 
     fn forget(&mut self, task: &Task) {
-        if let Some(h) = task.demand.user.and_then(|u| self.users.get_mut(&u)) {
+        if let Some(h) = task.owner.and_then(|u| self.users.get_mut(&u)) {
             h.tasks = h.tasks.saturating_sub(1);
             h.bytes = h.bytes.saturating_sub(task.bytes);
         }

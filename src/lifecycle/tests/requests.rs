@@ -133,7 +133,7 @@ fn users_lower_their_priority_root_raises_it_and_the_record_keeps_it() {
         story.asks(0, "priority.5.000001-a"),
         Answer::Done("000001-a: priority -3 -> 5".into())
     );
-    assert_eq!(story.life.tasks.get(&1).unwrap().demand.priority, 5);
+    assert_eq!(story.life.tasks.get(&1).unwrap().priority, 5);
 }
 
 #[test]

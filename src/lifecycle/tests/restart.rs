@@ -87,7 +87,7 @@ fn a_task_that_crashed_but_stayed_in_pending_still_waits_as_a_recovery() {
     let mut story = Story::new();
     let mut t = task(1, "a", ALICE, 4);
     t.record.crashes = 2;
-    t.demand.max_retries = Some(5);
+    t.demand.as_mut().unwrap().max_retries = Some(5);
     story.submit(t);
     assert_eq!(story.life.core.queued(), (0, 0));
     assert_eq!(story.world.started().len(), 1);

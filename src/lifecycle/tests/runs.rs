@@ -58,7 +58,7 @@ fn an_oom_crash_waits_in_recovery_and_runs_again_as_run_2() {
 fn oom_crashes_past_the_retry_limit_fail_the_task_with_its_count() {
     let mut story = Story::new();
     let mut t = task(1, "a", ALICE, 4);
-    t.demand.max_retries = Some(1);
+    t.demand.as_mut().unwrap().max_retries = Some(1);
     let a = story.submit(t);
     story.later(5.0).exits(&a, Exit::Oom, 4);
     assert!(story.running(&a));
@@ -215,7 +215,7 @@ fn a_task_refused_at_intake_goes_to_failed_with_its_reason_and_dependents_learn(
     let mut story = Story::new();
     let name = TaskName::new(1, "bad");
     let mut dependent = task(2, "next", ALICE, 4);
-    dependent.demand.after = vec![crate::sched::Dependency {
+    dependent.demand.as_mut().unwrap().after = vec![crate::sched::Dependency {
         kind: crate::sched::DependencyKind::AfterOk,
         task: name.id(),
         started: false,
@@ -260,7 +260,7 @@ fn a_held_task_is_not_launched_and_one_its_owner_took_back_is_forgotten() {
 fn a_task_asking_for_more_gpus_than_the_server_has_fails_as_unplaceable() {
     let mut story = Story::new();
     let mut t = task(1, "huge", ALICE, 4);
-    t.demand.gpus = 3;
+    t.demand.as_mut().unwrap().gpus = 3;
     let a = story.submit(t);
     assert_eq!(story.state(&a), Some(State::Failed));
     assert!(story.world.started().is_empty());
