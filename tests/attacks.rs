@@ -562,6 +562,15 @@ fn a_user_cannot_fill_roots_disk_with_copies() {
     still_serves(&spool, &bob, "1");
 }
 
+/// [`shared_daemon`] whose jobs run in cgroups (what the tests of a job's
+/// processes need), and alice.
+fn daemon_with_cgroups(extra: &str) -> (TestUser, Spool) {
+    let (alice, _bob, spool) = shared_daemon(extra);
+    let log = spool.daemon_log();
+    assert!(log.contains("jobs run in cgroups under"), "{log}");
+    (alice, spool)
+}
+
 /// Processes whose command line is exactly `sleep SECONDS`.
 fn sleepers(seconds: &str) -> Vec<u32> {
     fs::read_dir("/proc")
@@ -582,9 +591,7 @@ fn a_dead_supervisors_job_ends_however_it_hid_its_processes() {
     // the daemon. Its leftovers were found by the variables every job
     // carries, which a job can drop: `env -i setsid sleep` outlived its
     // task. The run's cgroup holds it whatever it changed.
-    let (alice, _bob, spool) = shared_daemon("");
-    let log = spool.daemon_log();
-    assert!(log.contains("jobs run in cgroups under"), "{log}");
+    let (alice, spool) = daemon_with_cgroups("");
     let name = spool.submit_as(
         &alice,
         "alice-hide",
@@ -629,9 +636,7 @@ fn a_dead_supervisors_job_ends_however_it_hid_its_processes() {
 fn a_jobs_background_processes_end_with_it() {
     // Hole 10: `setsid sleep 4242 &` left the job's process group and
     // outlived its time limit, its cancellation and its task.
-    let (alice, _bob, spool) = shared_daemon("[daemon]\ntime_limit_grace_s = 1\n");
-    let log = spool.daemon_log();
-    assert!(log.contains("jobs run in cgroups under"), "{log}");
+    let (alice, spool) = daemon_with_cgroups("[daemon]\ntime_limit_grace_s = 1\n");
     let escape = |secs: &str, rest: &str| {
         format!("memory: 1G\n{rest}setsid sleep {secs} > /dev/null 2>&1 < /dev/null &\nsleep 0.3\n")
     };
