@@ -17,8 +17,11 @@
 //! controllers for its children holds no processes itself) and turns on
 //! the memory and cpu controllers for the jobs; otherwise jobs get
 //! cgroups without them (killing and CPU time still work). Where no
-//! cgroup v2 is writable the daemon says so once at start and jobs run in
-//! process groups only, as before.
+//! cgroup v2 is writable (or `daemon.job_cgroups` is false) the daemon says
+//! so once at start, and a job is held together by its supervisor alone: a
+//! subreaper, which inherits every process the job orphans and ends them
+//! with it, the way Slurm's `proctrack/linuxproc` follows a job's process
+//! tree.
 
 use std::fs;
 use std::io;
@@ -52,7 +55,7 @@ fn own_cgroup() -> Result<PathBuf, String> {
 
 /// Sets up the cgroup that the jobs of the spool at `spool` run under (see
 /// the module documentation) and returns it; the error says why jobs run
-/// in process groups only.
+/// without cgroups.
 pub fn jobs_parent(spool: &Path) -> Result<PathBuf, String> {
     let own = own_cgroup()?;
     let parent = own.join(parent_name(spool));

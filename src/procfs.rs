@@ -58,6 +58,16 @@ pub fn session_id(pid: u32) -> Option<u32> {
     stat(pid).map(|stat| stat.session_id)
 }
 
+/// The processes whose parent is `pid`, zombies included. A child's pid
+/// cannot pass to another process before its parent reaps it, so for the
+/// parent itself the list names processes, not numbers that may be reused.
+pub fn children(pid: u32) -> Vec<u32> {
+    processes()
+        .filter(|&(child, _)| stat(child).is_some_and(|stat| stat.parent == pid))
+        .map(|(child, _)| child)
+        .collect()
+}
+
 /// Processes holding a `flock` on the file `path`, from `/proc/locks`
 /// (which names the process that took each lock): exclusive holders first.
 /// A short-lived probe with a shared lock shows up too, which is why a
@@ -141,6 +151,8 @@ pub fn processes() -> impl Iterator<Item = (u32, std::path::PathBuf)> {
 struct Stat {
     /// Field 3: `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
     state: char,
+    /// Field 4.
+    parent: u32,
     /// Field 6.
     session_id: u32,
     /// Field 22.
@@ -175,6 +187,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
     };
     Some(Stat {
         state,
+        parent: field(4)?.parse().ok()?,
         session_id: field(6)?.parse().ok()?,
         start_time: field(22)?.parse().ok()?,
     })
@@ -198,6 +211,7 @@ mod tests {
             parse_stat(TRICKY),
             Some(Stat {
                 state: 'S',
+                parent: 1,
                 session_id: 4240,
                 start_time: 987654,
             })
@@ -219,6 +233,16 @@ mod tests {
         assert_eq!(me.pid, std::process::id());
         assert!(me.is_alive());
         assert!(session_id(me.pid).is_some());
+    }
+
+    #[test]
+    fn a_child_is_listed_under_its_parent_until_it_is_reaped() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let me = std::process::id();
+        assert!(children(me).contains(&child.id()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!children(me).contains(&child.id()));
     }
 
     #[test]
@@ -334,7 +358,7 @@ mod tests {
         ) {
             let line = stat_line(&comm, state, session, start);
             let stat = parse_stat(&String::from_utf8_lossy(&line));
-            proptest::prop_assert_eq!(stat, Some(Stat { state, session_id: session, start_time: start }));
+            proptest::prop_assert_eq!(stat, Some(Stat { state, parent: 1, session_id: session, start_time: start }));
         }
 
         #[test]

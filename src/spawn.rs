@@ -21,7 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::libc;
-use nix::sys::wait::{WaitStatus, waitpid};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 /// Everything the child needs, made before the fork.
@@ -262,14 +262,27 @@ impl Spawn {
 }
 
 /// What `waitpid` says of a job that ended: its exit code or the signal
-/// that killed it.
+/// that killed it. Every other child that ends meanwhile is reaped as well:
+/// the supervisor is a subreaper, so the processes a job orphans become its
+/// children, and none may linger as a zombie while the job runs.
 pub fn wait(pid: Pid) -> io::Result<(Option<i32>, Option<i32>)> {
     loop {
-        match waitpid(pid, None) {
-            Ok(WaitStatus::Exited(_, code)) => return Ok((Some(code), None)),
-            Ok(WaitStatus::Signaled(_, signal, _)) => return Ok((None, Some(signal as i32))),
+        match waitpid(None::<Pid>, None) {
+            Ok(WaitStatus::Exited(p, code)) if p == pid => return Ok((Some(code), None)),
+            Ok(WaitStatus::Signaled(p, signal, _)) if p == pid => {
+                return Ok((None, Some(signal as i32)));
+            }
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reaps every child that has ended, without waiting for the others.
+pub fn reap_ended() {
+    while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
         }
     }
 }

@@ -191,6 +191,9 @@ fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
         .as_ref()
         .map_or(Duration::ZERO, |l| seconds(l.grace_s));
     watch_signals(Arc::clone(&stop), Arc::clone(&job_group), grace)?;
+    // Every process the job orphans becomes ours, however it hid (a double
+    // fork, a new session, a cleared environment): see [`end_orphans`].
+    nix::sys::prctl::set_child_subreaper(true)?;
     let timed_out = Arc::new(AtomicBool::new(false));
     let me = ProcessId::current()
         .ok_or_else(|| io::Error::other("cannot read this process in /proc"))?;
@@ -249,7 +252,15 @@ fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
             // no timer may signal the group, whose number may be reused.
             let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
             job_group.store(0, Ordering::SeqCst);
-            // Those that left the group (setsid) are still in the cgroup.
+            // Those that left the group (setsid) are this process's
+            // children now, and in the cgroup where there is one.
+            if !end_orphans(ORPHAN_PATIENCE) {
+                let _ = writeln!(
+                    io::stderr(),
+                    "processes the job left behind outlived SIGKILL for {} s",
+                    ORPHAN_PATIENCE.as_secs()
+                );
+            }
             if let Some(cgroup) = cgroup {
                 let dir = cgroup.dir().to_owned();
                 let (usage, empty) = cgroup.finish(CGROUP_PATIENCE);
@@ -277,6 +288,37 @@ fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
     record_exit(run_dir, &exit);
     drop(lock);
     Ok(())
+}
+
+/// How long the end of a run keeps killing the processes the job left
+/// behind before it gives up on them.
+const ORPHAN_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Kills and reaps this process's children until none is left, or
+/// `patience` has passed (`false`). The supervisor is a subreaper, so once
+/// the job's first process is gone every process of the job that still
+/// runs is a child of it, or a descendant of one: each round ends a
+/// generation, whose children then come to the supervisor. This is what
+/// holds a job together where there is no cgroup; with one, the children
+/// are those `cgroup.kill` is about to end.
+fn end_orphans(patience: Duration) -> bool {
+    let me = std::process::id();
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        crate::spawn::reap_ended();
+        let left = crate::procfs::children(me);
+        if left.is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        for pid in left {
+            // A child is not reaped but by us, so its pid is still its own.
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Takes the locked descriptor the daemon handed down as this process's

@@ -16,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Spool, TestUser, stderr, stdout, two_users};
+use common::{Spool, TestUser, sleepers, stderr, stdout, two_users};
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, mkdirat};
 
@@ -569,19 +569,6 @@ fn daemon_with_cgroups(extra: &str) -> (TestUser, Spool) {
     let log = spool.daemon_log();
     assert!(log.contains("jobs run in cgroups under"), "{log}");
     (alice, spool)
-}
-
-/// Processes whose command line is exactly `sleep SECONDS`.
-fn sleepers(seconds: &str) -> Vec<u32> {
-    fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c == format!("sleep\0{seconds}\0").as_bytes())
-        })
-        .collect()
 }
 
 #[test]

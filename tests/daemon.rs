@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{CARMA, Spool, executable, fake_job, stderr, stdout};
+use common::{CARMA, Spool, executable, fake_job, sleepers, stderr, stdout};
 
 #[test]
 fn dropped_and_submitted_jobs_all_end_in_done() {
@@ -190,6 +190,54 @@ fn sigterm_stops_the_daemon_but_not_the_jobs() {
         spool
             .daemon_log()
             .contains("ended while the daemon was away")
+    );
+}
+
+#[test]
+fn without_cgroups_a_jobs_hidden_processes_still_end_with_it() {
+    // Without a cgroup a job was only its process group: `setsid sleep &`
+    // or a double fork outlived the job's end, its cancellation and its
+    // time limit. Its supervisor is a subreaper now, and inherits them.
+    let mut spool = Spool::with_config(
+        "3x40GiB",
+        "[daemon]\njob_cgroups = false\ntime_limit_grace_s = 1.0\n",
+    );
+    spool.start_daemon();
+    let job = |secs: &str, directives: &str, last: &str| {
+        format!(
+            "memory: 1G\n{directives}env -i setsid sleep {secs} > /dev/null 2>&1 < /dev/null &\n\
+             ( setsid sleep {secs}1 > /dev/null 2>&1 < /dev/null & )\n{last}\n"
+        )
+    };
+    let ended = spool.submit("e.rad", &job("424221", "", "sleep 0.3"));
+    let cancelled = spool.submit("c.rad", &job("424222", "", "sleep 60"));
+    let limited = spool.submit("t.rad", &job("424223", "time: 2s\n", "sleep 60"));
+    spool.wait_for("the jobs to start their escapees", 10.0, || {
+        !sleepers("4242221").is_empty()
+    });
+    let out = spool.carma().args(["cancel", &cancelled]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("all three to end", 20.0, || {
+        [&ended, &cancelled, &limited].iter().all(|n| {
+            spool
+                .find(n)
+                .is_some_and(|(state, _)| state == "done" || state == "failed")
+        })
+    });
+    for secs in ["424221", "424222", "424223"] {
+        for hidden in [secs.to_string(), format!("{secs}1")] {
+            assert!(
+                sleepers(&hidden).is_empty(),
+                "sleep {hidden} outlived its job"
+            );
+        }
+    }
+    assert!(
+        spool
+            .daemon_log()
+            .contains("jobs run without cgroups: daemon.job_cgroups is false"),
+        "{}",
+        spool.daemon_log()
     );
 }
 

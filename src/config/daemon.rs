@@ -23,6 +23,7 @@ pub struct DaemonConfig {
     pub cancel_grace_s: Seconds,
     pub time_limit_grace_s: Seconds,
     pub allow_root_jobs: bool,
+    pub job_cgroups: bool,
     pub job_path: String,
     pub conda: String,
     pub notify: String,

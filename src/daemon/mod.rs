@@ -114,7 +114,8 @@ struct Daemon {
     /// every turn, so an account changed since is seen at the next.
     accounts: HashMap<u32, (Option<Arc<RunAs>>, Arc<str>)>,
     /// The cgroup each run's own cgroup is made under; none where no
-    /// cgroup v2 is writable (jobs run in process groups only).
+    /// cgroup v2 is writable or `daemon.job_cgroups` is false (a job is then
+    /// held together by its supervisor, a subreaper).
     job_cgroup: Option<PathBuf>,
     gpus: Vec<GpuInfo>,
     backend_name: String,
@@ -236,6 +237,7 @@ pub fn run(options: Options) -> Result<()> {
         config.daemon.gpu_log_keep,
     );
     let spool_root = spool.root().to_owned();
+    let job_cgroup = job_cgroup(&config, &spool_root);
     let mut daemon = Daemon {
         lock_id: lock.id(),
         life: Lifecycle::new(core, nix::unistd::geteuid().as_raw()),
@@ -246,28 +248,7 @@ pub fn run(options: Options) -> Result<()> {
         origin: Instant::now(),
         prune_cursor: 0,
         accounts: HashMap::new(),
-        job_cgroup: match crate::cgroup::jobs_parent(spool_root.as_path()) {
-            Ok(dir) => {
-                log::info!("jobs run in cgroups under {}", dir.display());
-                let missing = crate::cgroup::missing_controllers(&dir);
-                if !missing.is_empty() {
-                    log::warn!(
-                        "no {} controller for carma's cgroups: `cpus:` and `host_memory:` limits \
-                         are measured, not enforced (run the daemon under systemd with \
-                         Delegate=yes)",
-                        missing.join(" or ")
-                    );
-                }
-                Some(dir)
-            }
-            Err(why) => {
-                log::warn!(
-                    "jobs run in process groups only, not cgroups: {why}; a job's background \
-                     processes can outlive it"
-                );
-                None
-            }
-        },
+        job_cgroup,
         gpus,
         backend_name,
         backend_env,
@@ -616,6 +597,9 @@ impl Daemon {
         if config.daemon.spool != self.config.daemon.spool {
             log::warn!("reload: daemon.spool changed; a running daemon keeps its spool");
         }
+        if config.daemon.job_cgroups != self.config.daemon.job_cgroups {
+            log::warn!("reload: daemon.job_cgroups changed; it takes effect at the next start");
+        }
         self.life.core.set_rules(config.rules());
         self.sample_interval_ms
             .store(interval_ms(&config), Ordering::Relaxed);
@@ -686,6 +670,38 @@ impl Daemon {
                 }
                 Err(e) => log::warn!("{name}: cannot archive it: {e}"),
             }
+        }
+    }
+}
+
+/// The cgroup the spool's runs are made under, where `daemon.job_cgroups`
+/// allows one and cgroup v2 is writable; says at start which it is.
+fn job_cgroup(config: &Config, spool_root: &std::path::Path) -> Option<PathBuf> {
+    let parent = match config.daemon.job_cgroups {
+        true => crate::cgroup::jobs_parent(spool_root),
+        false => Err("daemon.job_cgroups is false".to_string()),
+    };
+    match parent {
+        Ok(dir) => {
+            log::info!("jobs run in cgroups under {}", dir.display());
+            let missing = crate::cgroup::missing_controllers(&dir);
+            if !missing.is_empty() {
+                log::warn!(
+                    "no {} controller for carma's cgroups: `cpus:` and `host_memory:` limits \
+                     are measured, not enforced (run the daemon under systemd with \
+                     Delegate=yes)",
+                    missing.join(" or ")
+                );
+            }
+            Some(dir)
+        }
+        Err(why) => {
+            log::warn!(
+                "jobs run without cgroups: {why}; a job's processes end with it, but one \
+                 that outlives a killed supervisor may be missed, and cpus: and \
+                 host_memory: are measured, not enforced"
+            );
+            None
         }
     }
 }
