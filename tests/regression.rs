@@ -612,11 +612,15 @@ fn a_name_squatted_in_pending_cannot_redirect_a_tasks_records_or_a_chown() {
     spool.wait_for("the job to run", 10.0, || {
         !spool.tasks("running").is_empty()
     });
+    // Made whole beside the spool and renamed in at once: a directory
+    // made in place is taken in as a submission before its links are.
+    let made = spool.user_dir(&bob, "bob-squat-made", &[]).join("squat");
     let squat = spool.root.join("pending").join(&name);
     let out = bob.run(&format!(
-        "mkdir {0} && ln -s {1} {0}/reason && ln -s {1} {0}/task.json",
-        squat.display(),
-        victim.display()
+        "mkdir {0} && ln -s {1} {0}/reason && ln -s {1} {0}/task.json && mv -T {0} {2}",
+        made.display(),
+        victim.display(),
+        squat.display()
     ));
     assert!(out.status.success(), "{}", stderr(&out));
     spool.wait_for("the task to fail", 15.0, || {
