@@ -204,15 +204,22 @@ pub fn build(spool: &Spool) -> Result<(Report, Vec<TaskRow>), SpoolError> {
     ))
 }
 
-/// Whether run `i` of `runs` was an OOM crash: a run another followed
-/// that neither succeeded nor was stopped (a requeue stops a run, or
-/// follows one that ended, and is no crash).
+/// Whether run `i` of `runs` was an OOM crash: the daemon counted one
+/// more crash when it launched the next run. Launches written before they
+/// carried the count are judged by the shape of the runs instead: a run
+/// another followed that neither succeeded nor was stopped (which also
+/// takes a failed run that `carma requeue` sent back for a crash).
 fn crashed(i: usize, runs: &[(Launch, Option<RunExit>)]) -> bool {
-    let stopped_or_fine = runs[i]
-        .1
-        .as_ref()
-        .is_some_and(|e| e.succeeded() || e.cancelled || e.timed_out);
-    i + 1 < runs.len() && !stopped_or_fine
+    let Some((next, _)) = runs.get(i + 1) else {
+        return false;
+    };
+    let (launch, exit) = &runs[i];
+    match (launch.crashes, next.crashes) {
+        (Some(before), Some(after)) => after > before,
+        _ => !exit
+            .as_ref()
+            .is_some_and(|e| e.succeeded() || e.cancelled || e.timed_out),
+    }
 }
 
 /// The runs of an owner's copy that ran, as [`runs_of`] gives them.
@@ -353,6 +360,36 @@ mod tests {
             occupancy: None,
             dram: None,
         }
+    }
+
+    /// A run as `launch.json` and `exit.json` keep it: `crashes` counted
+    /// before it (absent in older launches), its exit code.
+    fn run(crashes: Option<u32>, code: i32) -> (Launch, Option<RunExit>) {
+        let mut launch = serde_json::json!({
+            "task": "000001-t", "run": 1, "gpus": [0], "why": "", "launched_at": 0.0,
+            "script": [], "workdir": "/", "env": [], "grace_s": 1.0,
+        });
+        if let Some(n) = crashes {
+            launch["crashes"] = n.into();
+        }
+        let exit = serde_json::json!({ "started_at": 0.0, "ended_at": 1.0, "code": code });
+        (
+            serde_json::from_value(launch).unwrap(),
+            Some(serde_json::from_value(exit).unwrap()),
+        )
+    }
+
+    #[test]
+    fn a_run_is_an_oom_crash_when_the_daemon_counted_one_before_the_next() {
+        // An OOM crash, then a failure that `carma requeue` sent back: one
+        // crash, not two.
+        let runs = [run(Some(0), 1), run(Some(1), 1), run(Some(0), 0)];
+        let judged: Vec<bool> = (0..runs.len()).map(|i| crashed(i, &runs)).collect();
+        assert_eq!(judged, [true, false, false]);
+        // Launches from before the count: the shape of the runs.
+        let old = [run(None, 1), run(None, 1), run(None, 0)];
+        let judged: Vec<bool> = (0..old.len()).map(|i| crashed(i, &old)).collect();
+        assert_eq!(judged, [true, true, false]);
     }
 
     #[test]

@@ -287,6 +287,7 @@ impl Hands<'_> {
             cgroup: self.job_cgroup.map(Path::to_path_buf),
             cpus: host.cpus,
             host_memory_mib: host.memory_mib,
+            crashes: Some(task.record.crashes),
         }
     }
 }

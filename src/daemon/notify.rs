@@ -82,6 +82,7 @@ pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing
         cgroup: None,
         cpus: None,
         host_memory_mib: None,
+        crashes: None,
     };
     let started = notify_dir(&dir)
         .and_then(|notify_dir| {

@@ -284,6 +284,11 @@ pub struct Launch {
     /// controller is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory_mib: Option<u64>,
+    /// The task's OOM crashes before this run, as the daemon judged them:
+    /// a run was an OOM crash when the next one counts more. `None` in a
+    /// launch written before carma recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crashes: Option<u32>,
 }
 
 /// A Linux user a job runs as.

@@ -81,6 +81,7 @@ fn launch() -> Launch {
         cgroup: Some("/sys/fs/cgroup/system.slice/carma.service/carma-0123456789ab".into()),
         cpus: Some(2.5),
         host_memory_mib: Some(32768),
+        crashes: Some(1),
     }
 }
 
