@@ -533,11 +533,12 @@ fn a_user_cannot_fill_roots_disk_with_copies() {
     let (alice, bob, spool) = shared_daemon("[queue]\nuser_max_array = 150\n");
     let summary = "x".repeat(8 << 20);
     let job = "model: big.model\nmemory: 1G\narray: 1-140\ntrue\n";
-    let name = spool.submit_as(
+    let (name, said) = spool.submit_refused_as(
         &alice,
         "alice-big",
         &[("big.rad", job), ("big.model", &summary)],
     );
+    assert!(said.contains("queue.user_max_spool_mib"), "{said}");
     spool.wait_for("the job to be refused", 10.0, || {
         spool.root.join("failed").join(&name).exists()
     });
@@ -549,7 +550,7 @@ fn a_user_cannot_fill_roots_disk_with_copies() {
         0,
         "no element made"
     );
-    let wide = spool.submit_as(
+    let (wide, _) = spool.submit_refused_as(
         &alice,
         "alice-wide",
         &[("w.rad", "memory: 1G\narray: 1-200\ntrue\n")],
@@ -659,4 +660,118 @@ fn a_jobs_background_processes_end_with_it() {
     )
     .unwrap();
     assert!(exit["cpu_s"].as_f64().is_some(), "{exit}");
+}
+
+/// A perl script (perl-base is in every Debian) that speaks to the
+/// daemon's submission socket as `user` would: the test's raw requests.
+/// `args` follow the socket's path on its command line.
+fn socket_client(
+    spool: &Spool,
+    user: &TestUser,
+    script: &str,
+    args: &str,
+) -> std::process::Command {
+    let file = spool.dir.path().join(format!("client-{}.pl", user.name));
+    fs::write(
+        &file,
+        format!("use strict; use IO::Socket::UNIX;\n{script}"),
+    )
+    .unwrap();
+    let mut command = std::process::Command::new("setpriv");
+    command
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .args(["--clear-groups", "sh", "-c"])
+        .arg(format!(
+            "exec perl {} {} {args}",
+            file.display(),
+            spool.root.join("submit.sock").display()
+        ));
+    command
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn the_submission_socket_runs_nobodys_job_as_another_user() {
+    // A request is the sender's words: only the kernel says who sent it.
+    let (alice, bob, spool) = shared_daemon("");
+    let before = next_id(&spool);
+    let forge = r#"
+my ($path, $owner) = @ARGV;
+my $rad = "memory: 1G\nid -u > /tmp/carma-forged-$owner\n";
+my $header = qq({"token":"forged","jobs":[{"rad":"x.rad","rad_len":) . length($rad)
+    . qq(,"owner":$owner,"workdir":"/tmp"}]});
+my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $path) or die "connect: $!";
+print $s "carma-submit/1\n" . pack("V", length $header) . $header . $rad;
+local $/; print scalar <$s>;
+"#;
+    for owner in [bob.uid, 0] {
+        let out = socket_client(&spool, &alice, forge, &owner.to_string())
+            .output()
+            .unwrap();
+        let reply = stdout(&out);
+        assert!(
+            reply.contains("refused") && reply.contains("only carma's own user"),
+            "owner {owner}: {reply} {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(next_id(&spool), before, "no task was made");
+    // A stranger's bytes are answered, not taken.
+    let junk = r#"
+my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $ARGV[0]) or die "connect: $!";
+print $s "GET / HTTP/1.1\r\n\r\n"; local $/; print scalar <$s>;
+"#;
+    let out = socket_client(&spool, &alice, junk, "").output().unwrap();
+    assert!(
+        stdout(&out).contains("not a carma-submit/1"),
+        "{}",
+        stdout(&out)
+    );
+    still_serves(&spool, &bob, "1");
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn connections_that_never_finish_hold_up_neither_their_user_nor_anyone_else() {
+    // Each connection is read on a thread of its own, for at most 10 s;
+    // a user has 4 at a time. Alice holds all of hers, silent.
+    let (alice, bob, spool) = shared_daemon("");
+    // Each held connection the daemon gives up on is made again at once.
+    let hold = r#"
+use IO::Select;
+my ($path, $n) = @ARGV; my $held = IO::Select->new;
+sub one { $held->add(IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $path) or die "connect: $!"); }
+one() for 1 .. $n;
+$| = 1; print "held\n";
+my $end = time + 60;
+while (time < $end) { for my $s ($held->can_read(1)) { $held->remove($s); close $s; one(); } }
+"#;
+    let mut holder = socket_client(&spool, &alice, hold, "4")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "held\n");
+    let started = Instant::now();
+    still_serves(&spool, &bob, "1");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bob waited {:?}",
+        started.elapsed()
+    );
+    // Alice's own submission is declined by the socket and goes by
+    // pending/ instead: still taken, still named.
+    let name = spool.submit_as(&alice, "alice-1", &[("a.rad", "memory: 1G\ntrue\n")]);
+    spool.wait_for("alice's job to end in done/", 15.0, || {
+        spool.root.join("done").join(&name).exists()
+    });
+    assert!(spool.daemon_log().contains("adopted pending/submit-"));
+    let _ = holder.kill();
+    let _ = holder.wait();
 }

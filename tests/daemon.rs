@@ -932,3 +932,40 @@ fn a_launch_hands_the_run_to_the_spare_a_dead_spare_is_replaced_and_a_stopped_da
             || fs::read_to_string(format!("/proc/{last}/stat")).is_ok_and(|s| s.contains(") Z "))
     });
 }
+
+#[test]
+fn a_running_daemon_takes_submissions_over_its_socket_and_says_at_once_what_it_refused() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let socket = spool.root.join("submit.sock");
+    assert!(socket.exists(), "the daemon listens on submit.sock");
+    // Taken over the socket: named at once, and never written into
+    // pending/ by the submitter.
+    let name = spool.submit("a.rad", "memory: 1G\necho ran\n");
+    assert!(name.ends_with("-a"), "{name}");
+    assert!(
+        spool
+            .daemon_log()
+            .contains(&format!("{name}: received a.rad from uid")),
+        "{}",
+        spool.daemon_log()
+    );
+    spool.wait_count("done", 1, 10.0);
+    let ran = fs::read_to_string(spool.root.join("done").join(&name).join("run-1/stdout"));
+    assert_eq!(ran.unwrap(), "ran\n");
+    // A job the daemon refuses as it takes it in: its task holds the
+    // reason, and the submitter hears it and fails.
+    let (refused, said) = spool.submit_refused("dep.rad", "memory: 1G\nafterok: 999999\ntrue\n");
+    assert!(said.contains("afterok: 999999: no such task"), "{said}");
+    spool.wait_for("the refused task in failed/", 5.0, || {
+        spool.root.join("failed").join(&refused).exists()
+    });
+    // Stopped, the daemon takes its socket away: a submission goes by
+    // pending/, and the next daemon takes it in.
+    assert!(spool.stop_daemon("TERM").success());
+    assert!(!socket.exists(), "a stopped daemon leaves no socket");
+    let waiting = spool.submit("b.rad", "memory: 1G\ntrue\n");
+    assert!(waiting.ends_with("-b"), "{waiting}");
+    spool.start_daemon();
+    spool.wait_count("done", 2, 10.0);
+}

@@ -216,11 +216,12 @@ fn users_change_only_their_own_tasks_and_only_within_their_priorities() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     assert!(common::stdout(&out).contains(&format!("{waiting}: held\n")));
 
-    let greedy = spool.submit_as(
+    let (greedy, said) = spool.submit_refused_as(
         &alice,
         "c",
         &[("greedy.rad", "name: greedy\npriority: 5\ntrue\n")],
     );
+    assert!(said.contains("users may give priorities"), "{said}");
     spool.wait_for("greedy to be refused", 10.0, || {
         spool
             .find(&greedy)
@@ -259,7 +260,9 @@ fn dependencies_wait_survive_a_killed_daemon_and_fail_when_unmeetable() {
         "rescue.rad",
         "name: rescue\nmemory: 1G\nafternotok: 1\ntrue\n",
     );
-    let orphan = spool.submit("orphan.rad", "name: orphan\nafterany: 4242\ntrue\n");
+    // Refused as it is taken in: the submitter hears why at once.
+    let (orphan, said) = spool.submit_refused("orphan.rad", "name: orphan\nafterany: 4242\ntrue\n");
+    assert!(said.contains("afterany: 4242: no such task"), "{said}");
     spool.wait_count("failed", 1, 10.0);
     assert!(
         reason(&spool, &orphan).contains("afterany: 4242: no such task"),
@@ -727,31 +730,37 @@ fn every_request_gets_a_verdict_in_words_and_a_refusal_exits_non_zero() {
 #[test]
 #[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn a_users_submissions_are_made_durable_without_a_false_warning() {
-    // A user may not open pending/ to fsync it: the submission is flushed
-    // through its own directory, opened before the rename, even when the
-    // daemon claims it at once.
+    // Over the daemon's socket, then by pending/ (a user may not open
+    // pending/ to fsync it: the submission is flushed through its own
+    // directory, opened before the rename, unless the daemon claims it
+    // at once).
     let (alice, _) = common::two_users();
     let mut spool = Spool::shared("1x40GiB", "");
     spool.start_daemon();
     let dir = spool.user_dir(&alice, "jobs", &[("quick.rad", "memory: 1G\ntrue\n")]);
     let script = format!(
-        "for i in $(seq 30); do CARMA_SPOOL={} CARMA_CONFIG={} {} submit {}/quick.rad || exit 1; done",
+        "for i in $(seq 15); do CARMA_SPOOL={} CARMA_CONFIG={} {} submit {}/quick.rad || exit 1; done",
         spool.root.display(),
         spool.config.display(),
         env!("CARGO_BIN_EXE_carma"),
         dir.display()
     );
-    let out = alice.run(&script);
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    assert!(
-        !common::stderr(&out).contains("durable"),
-        "{}",
-        common::stderr(&out)
-    );
+    for way in ["received quick.rad", "adopted pending/submit-"] {
+        let out = alice.run(&script);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        assert!(
+            !common::stderr(&out).contains("durable"),
+            "{}",
+            common::stderr(&out)
+        );
+        assert!(spool.daemon_log().contains(way), "{}", spool.daemon_log());
+        // Without its socket, the daemon is found by pending/ alone.
+        let _ = fs::remove_file(spool.root.join("submit.sock"));
+    }
     spool.wait_count("done", 30, 30.0);
 
-    // Chained on the command line, through the submission the daemon
-    // adopts; --parsable gives the number the daemon gave.
+    // Chained on the command line; --parsable gives the number the daemon
+    // gave.
     let out = alice.carma(
         &spool,
         &format!("submit --parsable --afterany 1 {}/quick.rad", dir.display()),

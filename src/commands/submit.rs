@@ -10,6 +10,8 @@ use carma::config::Config;
 use carma::rad;
 use carma::rad::DependencyRef;
 use carma::sched::DependencyKind;
+use carma::spool::socket::{HandOver, Unsent};
+use carma::spool::{Spool, TaskName};
 
 use super::spool_arg::SpoolArg;
 use super::task_arg;
@@ -122,6 +124,9 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         .iter()
         .map(|(file, spec)| (file.as_path(), spec))
         .collect();
+    if let Some(code) = hand_over(&spool, &jobs, &after, args.parsable)? {
+        return Ok(code);
+    }
     let mut batch = spool.submit(&jobs, &after).context("nothing submitted")?;
     if let Some(warning) = &batch.warning {
         eprintln!("carma: {warning}");
@@ -173,4 +178,80 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Hands the jobs to the daemon over its socket when it listens there
+/// ([`carma::spool::socket`]): the exit code once it answered for any of
+/// them, `None` when nothing was taken (no daemon listens, it declined, or
+/// a job cannot go that way) and the jobs go by the file path.
+fn hand_over(
+    spool: &Spool,
+    jobs: &[(&Path, &carma::rad::TaskSpec)],
+    after: &[DependencyRef],
+    parsable: bool,
+) -> Result<Option<ExitCode>> {
+    if !spool.socket_path().exists() {
+        return Ok(None);
+    }
+    let mut handed = Vec::with_capacity(jobs.len());
+    for (file, spec) in jobs {
+        match spool.socket_job(file, spec).context("nothing submitted")? {
+            Some(job) => handed.push(job),
+            None => return Ok(None),
+        }
+    }
+    let token = format!(
+        "submit-{}-{}-{}",
+        nix::unistd::geteuid(),
+        std::process::id(),
+        carma::spool::record::unix_now().to_bits()
+    );
+    let HandOver { receipts, rest } = spool.hand_over(handed, after, &token);
+    if let (true, Some(Unsent::NotServed(why))) = (receipts.is_empty(), &rest) {
+        log::debug!("the daemon's socket did not take the jobs ({why}); by pending/ instead");
+        return Ok(None);
+    }
+    let mut failed = false;
+    for ((file, _), receipt) in jobs.iter().zip(&receipts) {
+        match (&receipt.name, &receipt.refused) {
+            (Some(name), refused) => {
+                match TaskName::parse(name) {
+                    Some(task) if parsable => println!("{}", task.seq()),
+                    _ => println!("{name}"),
+                }
+                if let Some(why) = refused {
+                    eprintln!("carma: {name} ({}) will not run: {why}", file.display());
+                    failed = true;
+                }
+            }
+            (None, why) => {
+                eprintln!(
+                    "carma: {}: not submitted: {}",
+                    file.display(),
+                    why.as_deref().unwrap_or("no reason given")
+                );
+                failed = true;
+            }
+        }
+    }
+    let left = jobs.len() - receipts.len();
+    match rest {
+        None => {}
+        Some(Unsent::NotServed(why)) => {
+            eprintln!("carma: {why}; the last {left} file(s) were not submitted");
+            failed = true;
+        }
+        Some(Unsent::Unanswered(token)) => {
+            eprintln!(
+                "carma: the daemon did not answer; the last {left} file(s) may have been taken \
+                 in all the same (submitted as {token}): look for them with `carma status` \
+                 before submitting them again"
+            );
+            return Ok(Some(ExitCode::from(3)));
+        }
+    }
+    Ok(Some(match failed {
+        true => ExitCode::FAILURE,
+        false => ExitCode::SUCCESS,
+    }))
 }

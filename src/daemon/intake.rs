@@ -19,12 +19,13 @@ use super::watch::Change;
 use super::{Daemon, Task};
 use crate::estimate::EstimateInput;
 use crate::lifecycle::{Refusal, Refused};
-use crate::rad::{self, JobFile};
+use crate::rad::{self, FileError, JobFile};
 use crate::sched::{ArrayOf, Demand, Need};
 use crate::spool::record::{
     ArrayMember, EstimateNote, JOB, RECORD, RunAs, TaskRecord, unix_now, write_json,
 };
 use crate::spool::{SpoolError, State, TaskName};
+use crate::supervisor::is_transient;
 
 /// How every directory a user's `carma submit` hands in is named.
 const SUBMISSION_PREFIX: &str = "submit-";
@@ -135,19 +136,14 @@ impl Daemon {
         match self.spool.adopt_submission(entry) {
             Ok(c) => {
                 log::info!("{}: adopted pending/{entry}", c.name);
-                self.adopted
-                    .push_back((entry.to_string(), c.name.to_string()));
-                if self.adopted.len() > ADOPTIONS_KEPT {
-                    self.adopted.pop_front();
-                }
+                self.remember_adoption(entry.to_string(), &c.name.to_string());
                 // The submitter waits for this receipt.
                 self.receipt_due = true;
-                self.take_with(c.name, State::Pending, Some(c.record));
+                let _ = self.take_with(c.name, State::Pending, Some(c.record));
             }
             Err(SpoolError::Refused { name, reason }) => {
                 log::error!("{name}: refused: {reason}");
-                self.adopted
-                    .push_back((entry.to_string(), name.to_string()));
+                self.remember_adoption(entry.to_string(), &name.to_string());
                 self.receipt_due = true;
                 self.life.refused_drop(name, unix_now());
             }
@@ -158,6 +154,15 @@ impl Daemon {
         }
         if !self.entry_retry.waiting(OsStr::new(entry), self.now()) {
             self.entry_retry.succeeded(OsStr::new(entry));
+        }
+    }
+
+    /// Says in `status.json`, for a while, which task the submission
+    /// `entry` became: its submitter may be looking for it there.
+    pub(super) fn remember_adoption(&mut self, entry: String, name: &str) {
+        self.adopted.push_back((entry, name.to_string()));
+        if self.adopted.len() > ADOPTIONS_KEPT {
+            self.adopted.pop_front();
         }
     }
 
@@ -275,7 +280,7 @@ impl Daemon {
                 }
                 None => {
                     log::info!("{}: claimed pending/{}", c.name, c.file);
-                    self.take_with(c.name, State::Pending, Some(c.record));
+                    let _ = self.take_with(c.name, State::Pending, Some(c.record));
                 }
             }
         }
@@ -284,13 +289,26 @@ impl Daemon {
     /// Reads a task directory found in `pending/` or `recovery/` and queues
     /// it; a task that cannot run goes to `failed/` with its reason.
     pub(super) fn take(&mut self, name: TaskName, state: State) {
-        self.take_with(name, state, None);
+        let _ = self.take_with(name, state, None);
     }
 
     /// [`Daemon::take`] with the task's record already in hand (a fresh
-    /// claim), which spares reading it back.
-    fn take_with(&mut self, name: TaskName, state: State, record: Option<TaskRecord>) {
+    /// claim), which spares reading it back. Why the task was refused, if
+    /// it was.
+    pub(super) fn take_with(
+        &mut self,
+        name: TaskName,
+        state: State,
+        record: Option<TaskRecord>,
+    ) -> Option<String> {
         match self.load(&name, state, record) {
+            Err(NotLoaded::Later(why)) => {
+                self.entry_failed(
+                    name.to_string().into(),
+                    &format!("{name}: cannot take it in yet: {why}"),
+                );
+                None
+            }
             Ok(task)
                 if super::restore::started_unended(
                     &self.spool.task_dir(state, &name),
@@ -298,70 +316,93 @@ impl Daemon {
                 ) =>
             {
                 self.resume_unended(name, state);
+                None
             }
             Ok(task) => {
                 self.fresh.push(name.seq());
                 if self.life.admit(task) {
                     self.expand_array(name.seq());
                 }
+                None
             }
-            Err(reason) => self.reject(&name, state, &reason),
+            Err(NotLoaded::Refused(reason)) => {
+                self.reject(&name, state, &reason);
+                Some(reason.to_string())
+            }
         }
     }
 
     /// Builds the daemon's view of a task from its directory (and its
     /// record, when the caller has it: a fresh claim, which never ran).
+    /// A read that fails for a reason that passes (out of descriptors)
+    /// refuses nothing: the task is taken in again later.
     pub(super) fn load(
         &mut self,
         name: &TaskName,
         state: State,
         record: Option<TaskRecord>,
-    ) -> Result<Task, Refused> {
+    ) -> Result<Task, NotLoaded> {
         use Refusal::{Dependency, InvalidJob, OverLimit, Owner, Unrecorded};
         let dir = self.spool.task_dir(state, name);
         let job = dir.join(JOB);
         let fresh = record.is_some();
         let mut record = match record {
             Some(record) => record,
-            None => self
-                .spool
-                .load_record(state, name)
-                .map_err(|e| InvalidJob.because(e.to_string()))?,
+            None => self.spool.load_record(state, name).map_err(|e| match &e {
+                SpoolError::Io { source, .. } if is_transient(source) => {
+                    NotLoaded::Later(e.to_string())
+                }
+                _ => InvalidJob.because(e.to_string()).into(),
+            })?,
         };
         // The record is the daemon's (task directories are its own), but a
         // damaged one must still not lead it out of the directory.
         if record.rad.contains('/') || record.rad.is_empty() {
-            return Err(InvalidJob.because(format!(
-                "task.json names `{}`, not a file of the task",
-                record.rad
-            )));
+            return Err(InvalidJob
+                .because(format!(
+                    "task.json names `{}`, not a file of the task",
+                    record.rad
+                ))
+                .into());
         }
         let Some(owner) = record.owner else {
-            return Err(Owner.because("its record names no owner; submit it again"));
+            return Err(Owner
+                .because("its record names no owner; submit it again")
+                .into());
         };
         let rad_path = job.join(&record.rad);
         let meta = fs::symlink_metadata(&rad_path)
             .map_err(|e| InvalidJob.because(format!("{}: cannot read: {e}", record.rad)))?;
         if meta.file_type().is_symlink() {
-            return Err(InvalidJob.because(format!(
-                "{}: is a symbolic link; carma runs only regular files",
-                record.rad
-            )));
+            return Err(InvalidJob
+                .because(format!(
+                    "{}: is a symbolic link; carma runs only regular files",
+                    record.rad
+                ))
+                .into());
         }
         if !meta.is_file() {
-            return Err(InvalidJob.because(format!("{}: not a regular file", record.rad)));
+            return Err(InvalidJob
+                .because(format!("{}: not a regular file", record.rad))
+                .into());
         }
         if meta.nlink() > 1
             && !(meta.nlink() == 2 && crate::spool::forget_linked_original(&dir, &meta))
         {
-            return Err(InvalidJob.because(format!(
-                "{}: has other hard links; a job file must be a file of its own",
-                record.rad
-            )));
+            return Err(InvalidJob
+                .because(format!(
+                    "{}: has other hard links; a job file must be a file of its own",
+                    record.rad
+                ))
+                .into());
         }
-        let JobFile { spec, warnings } = rad::check_file(&rad_path)
-            .map_err(|e| InvalidJob.because(relative(&e.to_string(), &job)))?;
-        let (run_as, user) = self.run_as(owner).map_err(|why| Owner.because(why))?;
+        let JobFile { spec, warnings } = rad::check_file(&rad_path).map_err(|e| match &e {
+            FileError::Read { source, .. } if is_transient(source) => {
+                NotLoaded::Later(e.to_string())
+            }
+            _ => InvalidJob.because(relative(&e.to_string(), &job)).into(),
+        })?;
+        let (run_as, user) = self.run_as(owner)?;
         let unprivileged = !self.life.privileged(owner);
         let refused = spec
             .priority
@@ -383,7 +424,7 @@ impl Daemon {
                     .flatten()
             });
         if let Some(why) = refused {
-            return Err(OverLimit.because(why));
+            return Err(OverLimit.because(why).into());
         }
         if let (Some(array), None, State::Pending) = (spec.array, record.array, state) {
             // The submitted task: the array's first element. The daemon
@@ -506,7 +547,7 @@ impl Daemon {
 
     /// Who a job owned by `uid` runs as: itself when the daemon is root
     /// (root's own jobs only when allowed), else the daemon's user.
-    fn run_as(&mut self, uid: u32) -> Result<(Option<Arc<RunAs>>, Arc<str>), String> {
+    fn run_as(&mut self, uid: u32) -> Result<(Option<Arc<RunAs>>, Arc<str>), NotLoaded> {
         if let Some(known) = self.accounts.get(&uid) {
             return Ok(known.clone());
         }
@@ -515,19 +556,31 @@ impl Daemon {
         Ok(account)
     }
 
-    fn look_up_account(&self, uid: u32) -> Result<(Option<Arc<RunAs>>, Arc<str>), String> {
-        let user = User::from_uid(Uid::from_raw(uid))
-            .ok()
-            .flatten()
-            .ok_or_else(|| format!("its owner (uid {uid}) has no account on this machine"))?;
+    fn look_up_account(&self, uid: u32) -> Result<(Option<Arc<RunAs>>, Arc<str>), NotLoaded> {
+        let no_account = || {
+            Refusal::Owner
+                .because(format!(
+                    "its owner (uid {uid}) has no account on this machine"
+                ))
+                .into()
+        };
+        let user = match User::from_uid(Uid::from_raw(uid)) {
+            Ok(user) => user.ok_or_else(no_account)?,
+            Err(e) if is_transient(&e.into()) => {
+                return Err(NotLoaded::Later(format!("cannot look up uid {uid}: {e}")));
+            }
+            Err(_) => return Err(no_account()),
+        };
         if !Uid::effective().is_root() {
             return Ok((None, user.name.into()));
         }
         if uid == 0 && !self.config.daemon.allow_root_jobs {
-            return Err(
-                "owned by root: carma does not run jobs as root unless daemon.allow_root_jobs is set"
-                    .into(),
-            );
+            return Err(Refusal::Owner
+                .because(
+                    "owned by root: carma does not run jobs as root unless \
+                     daemon.allow_root_jobs is set",
+                )
+                .into());
         }
         let run_as = RunAs {
             uid,
@@ -623,6 +676,31 @@ pub(super) fn last_run(dir: &Path) -> u32 {
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("run-")?.parse().ok())
         .max()
         .unwrap_or(0)
+}
+
+/// Why a task directory was not taken in.
+#[derive(Debug)]
+pub(super) enum NotLoaded {
+    /// It cannot run: it goes to `failed/` with the reason.
+    Refused(Refused),
+    /// It could not be read now, for a reason that passes (out of
+    /// descriptors or memory): taken in again after a backoff.
+    Later(String),
+}
+
+impl From<Refused> for NotLoaded {
+    fn from(refused: Refused) -> NotLoaded {
+        NotLoaded::Refused(refused)
+    }
+}
+
+impl std::fmt::Display for NotLoaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotLoaded::Refused(refused) => refused.fmt(f),
+            NotLoaded::Later(why) => f.write_str(why),
+        }
+    }
 }
 
 /// An error message with the task directory's prefix removed, so the

@@ -34,6 +34,7 @@ mod depends;
 mod environment;
 mod hands;
 mod intake;
+mod listener;
 mod loose;
 mod monitor;
 mod notify;
@@ -42,6 +43,7 @@ mod requests;
 mod restore;
 mod runs;
 mod snapshot;
+mod submissions;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -80,6 +82,8 @@ pub enum Msg {
     Signal(i32),
     /// A supervisor this daemon started has exited (task number, run).
     Reaped(u64, u32),
+    /// A whole request on the submission socket, to be answered.
+    Submission(Box<listener::Submission>),
 }
 
 /// How the daemon was started.
@@ -147,9 +151,12 @@ struct Daemon {
     cancel_due: bool,
     sample_interval_ms: Arc<AtomicU64>,
     status_written: Instant,
-    /// A submission was adopted this turn: its submitter waits for the
-    /// status file to name its task.
+    /// Another user's submission was taken in this turn: the status file
+    /// must name its task before its submitter hears of it (by the file,
+    /// or by the socket's answer).
     receipt_due: bool,
+    /// Requests from the submission socket, answered once taken in.
+    handed: Vec<listener::Submission>,
     /// The last status write failed (its warning was logged).
     status_failing: bool,
     metrics_written: Instant,
@@ -269,6 +276,7 @@ pub fn run(options: Options) -> Result<()> {
         sample_interval_ms: Arc::clone(&interval_ms),
         status_written: Instant::now(),
         receipt_due: false,
+        handed: Vec::new(),
         status_failing: false,
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
@@ -284,6 +292,15 @@ pub fn run(options: Options) -> Result<()> {
     };
     daemon.on_readings(readings);
     daemon.restore()?;
+    // Listened on only once the spool is restored: a submission's number
+    // comes after every number a crash left in staging/.
+    let socket = daemon.spool.socket_path();
+    if let Err(e) = listener::listen(&socket, tx.clone()) {
+        log::warn!(
+            "cannot listen on {} ({e}); submissions come by pending/ alone",
+            socket.display()
+        );
+    }
     // Requests left while no daemon ran act before anything is placed: a
     // hold left for a waiting task holds it.
     daemon.cancel_requests();
@@ -310,7 +327,11 @@ pub fn run(options: Options) -> Result<()> {
             .count()
     );
     daemon.step();
-    daemon.serve(rx);
+    daemon.serve(&rx);
+    // New submitters find no socket and take the file path; those already
+    // connected are told nothing was taken.
+    let _ = std::fs::remove_file(&socket);
+    daemon.decline_handed(&rx);
     if let Some(dir) = &daemon.job_cgroup {
         // Gone only when no job is left in it.
         crate::cgroup::remove_parent(dir);
@@ -406,7 +427,7 @@ impl Daemon {
     }
 
     /// The loop. Returns when asked to stop.
-    fn serve(&mut self, rx: Receiver<Msg>) {
+    fn serve(&mut self, rx: &Receiver<Msg>) {
         loop {
             let first = match rx.recv_timeout(self.sleep_for()) {
                 Ok(msg) => Some(msg),
@@ -438,12 +459,16 @@ impl Daemon {
             }
             self.accounts.clear();
             self.take_arrivals();
+            let answers = self.take_handed();
             // Before this turn's launches, not after them: the receipt is
             // all the submitter waits for. Written again after them, for
             // those who look for the new tasks among the waiting ones.
             if std::mem::take(&mut self.receipt_due) {
                 self.write_status();
                 self.status_due();
+            }
+            for (answer, reply) in answers {
+                answer.send(&reply);
             }
             if std::mem::take(&mut self.cancel_due) {
                 self.cancel_requests();
@@ -484,6 +509,7 @@ impl Daemon {
             Msg::Spool(change) => self.on_change(change),
             Msg::Readings(readings) => self.on_readings(readings),
             Msg::Reaped(seq, run) => self.on_reaped(seq, run),
+            Msg::Submission(submission) => self.handed.push(*submission),
             Msg::Signal(signal) => match signal {
                 signal_hook::consts::SIGTERM | signal_hook::consts::SIGINT => return true,
                 signal_hook::consts::SIGHUP => self.reload(),

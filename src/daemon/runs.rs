@@ -70,6 +70,16 @@ impl Daemon {
                     run_s,
                 )
             }
+            // Unreadable for now (out of descriptors, say), not missing: a
+            // dead supervisor must not be judged by a failed read. Looked
+            // at again once a second, as a run of an earlier daemon is.
+            Err(e) if supervisor::is_transient(&e) => {
+                log::debug!("{name}: cannot read how run {run} ended yet ({e}); looked at again");
+                if let Some(task) = self.life.tasks.get_mut(&seq) {
+                    task.adopted = true;
+                }
+                return;
+            }
             Err(_) if supervisor::is_running(&run_dir) => return,
             // It names itself before it starts the job: without that, the
             // job never ran (it could not write in a full disk, say).

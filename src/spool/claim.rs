@@ -551,7 +551,7 @@ const CLAIMS_PER_THREAD: usize = 64;
 
 /// Longest model summary path a job may name (Linux's own limit on a
 /// whole path is 4,096 bytes; carma's copy sits a few names deeper).
-const MAX_MODEL_PATH: usize = 1024;
+pub(super) const MAX_MODEL_PATH: usize = 1024;
 
 /// Longest file name Linux takes.
 const NAME_MAX: usize = 255;
@@ -698,22 +698,21 @@ pub(super) fn fill_job(
     if !linked {
         write_new(&job.join(file), bytes)?;
     }
-    let model = crate::rad::parse_bytes(bytes)
-        .ok()
-        .and_then(|parsed| parsed.spec.model);
-    let Some(mut model) = model else {
-        return Ok(());
-    };
-    if model.len() > MAX_MODEL_PATH {
-        // Its copy could not be made by path; the job's check says the
-        // summary is missing.
-        log::warn!(
-            "{file}: the model summary's path is {} bytes long; carma takes at most \
-             {MAX_MODEL_PATH}",
-            model.len()
-        );
-        return Ok(());
+    match summary_beneath(file, bytes, base, owner) {
+        Some((model, summary)) => write_summary(&job, &model, &summary),
+        None => Ok(()),
     }
+}
+
+/// The model summary the job file `bytes` names (as `file`), read below
+/// `base` as [`fill_job`] copies it: its path as found, and its bytes.
+pub(super) fn summary_beneath(
+    file: &str,
+    bytes: &[u8],
+    base: &Path,
+    owner: Option<u32>,
+) -> Option<(String, Vec<u8>)> {
+    let mut model = summary_named(file, bytes)?;
     let mut read = safe::read_beneath(base, &model, MAX_SUMMARY_BYTES);
     if read
         .as_ref()
@@ -724,21 +723,45 @@ pub(super) fn fill_job(
             model = found;
         }
     }
-    let summary = match read {
-        Ok((summary, meta)) if Some(meta.uid()) == owner || owner.is_none() => summary,
+    match read {
+        Ok((summary, meta)) if Some(meta.uid()) == owner || owner.is_none() => {
+            Some((model, summary))
+        }
         Ok((_, meta)) => {
             log::warn!(
                 "{file}: the model summary {model} belongs to uid {}, not to the job's owner; \
                  not used",
                 meta.uid()
             );
-            return Ok(());
+            None
         }
-        Err(_) => return Ok(()),
-    };
-    let target = job.join(&model);
-    let mut made = job.clone();
-    if let Some(parent) = Path::new(&model).parent() {
+        Err(_) => None,
+    }
+}
+
+/// The model summary path the job file `bytes` names, if it names one
+/// carma can copy.
+pub(super) fn summary_named(file: &str, bytes: &[u8]) -> Option<String> {
+    let model = crate::rad::parse_bytes(bytes).ok()?.spec.model?;
+    if model.len() > MAX_MODEL_PATH {
+        // Its copy could not be made by path; the job's check says the
+        // summary is missing.
+        log::warn!(
+            "{file}: the model summary's path is {} bytes long; carma takes at most \
+             {MAX_MODEL_PATH}",
+            model.len()
+        );
+        return None;
+    }
+    Some(model)
+}
+
+/// Writes a job's model summary at `model` (a plain relative path) below
+/// its `job/` directory, making the directories on the way.
+pub(super) fn write_summary(job: &Path, model: &str, summary: &[u8]) -> io::Result<()> {
+    let target = job.join(model);
+    let mut made = job.to_path_buf();
+    if let Some(parent) = Path::new(model).parent() {
         for part in parent.components() {
             if let Component::Normal(part) = part {
                 made.push(part);
@@ -748,5 +771,5 @@ pub(super) fn fill_job(
             }
         }
     }
-    write_new(&target, &summary)
+    write_new(&target, summary)
 }

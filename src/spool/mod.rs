@@ -16,6 +16,7 @@
 //!   archive.jsonl ended tasks pruned after `daemon.retention_days`
 //!               ([`archive`]); carma's alone
 //!   status.json the daemon's view, refreshed every second
+//!   submit.sock where a running daemon takes submissions ([`socket`])
 //! ```
 //!
 //! A task is a directory (see [`record`] for its contents) and changes
@@ -43,11 +44,13 @@ mod atomic;
 mod claim;
 mod counter;
 mod durable;
+mod handed;
 pub mod json;
 mod name;
 mod presence;
 pub mod record;
 pub mod request;
+pub mod socket;
 pub mod status;
 mod submission;
 mod trash;
@@ -69,6 +72,7 @@ pub use atomic::{
     PRIVATE, PUBLIC, sync_dir, write_durable, write_replace, write_replace_with, write_whole,
 };
 pub use claim::forget_linked_original;
+pub use handed::Handed;
 pub use name::TaskName;
 use record::{RECORD, TaskRecord};
 pub use submission::{Batch, Submitted};

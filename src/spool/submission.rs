@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::claim::fill_job;
 use super::durable::{make_durable, make_trees_durable, write_new};
 use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
+use super::socket::Job;
 use super::{
     Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
     rename_new, sync_dir,
@@ -269,36 +270,15 @@ impl Spool {
         after: &[DependencyRef],
         number: Option<u64>,
     ) -> Result<Staged, SpoolError> {
-        let file_name = rad
-            .file_name()
-            .map_or_else(|| "job.rad".into(), |n| n.to_string_lossy().into_owned());
-        let stem = spec
-            .name
-            .clone()
-            .unwrap_or_else(|| file_name.trim_end_matches(".rad").to_string());
-        let rad_dir = rad
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let workdir = fs::canonicalize(rad_dir).map_err(at(rad_dir))?;
-        // Never through a link: root submitting a user's file must not be
-        // led to another user's.
-        if fs::symlink_metadata(rad).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(SpoolError::Io {
-                path: rad.to_owned(),
-                source: io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "is a symbolic link; submit the file itself",
-                ),
-            });
-        }
-        let (bytes, meta) = safe::read_regular(rad, crate::rad::MAX_FILE_BYTES).map_err(at(rad))?;
-        if owned_by_someone_else(&meta) {
-            super::claim::refuse_shared_writes(&meta).map_err(|why| SpoolError::Io {
-                path: rad.to_owned(),
-                source: io::Error::new(io::ErrorKind::PermissionDenied, why),
-            })?;
-        }
+        let ReadJob {
+            file_name,
+            stem,
+            rad_dir,
+            workdir,
+            bytes,
+            meta,
+        } = read_job(rad, spec)?;
+        let rad_dir = rad_dir.as_path();
         let (dir, entry, name) = match number {
             Some(number) => {
                 let name = TaskName::new(number, &stem);
@@ -350,6 +330,91 @@ impl Spool {
             return Err(at(&dir)(e));
         }
         Ok(Staged { dir, entry, name })
+    }
+}
+
+/// A job file as `carma submit` reads it, once, for either path.
+struct ReadJob {
+    file_name: String,
+    /// What its task is named after.
+    stem: String,
+    /// The directory it is in, as given, and as an absolute path (where
+    /// the job runs).
+    rad_dir: PathBuf,
+    workdir: PathBuf,
+    bytes: Vec<u8>,
+    meta: fs::Metadata,
+}
+
+/// Reads the job file `rad` (checked as `spec`): never through a link,
+/// and, when carma's own user submits another user's file, only one that
+/// user alone can write.
+fn read_job(rad: &Path, spec: &TaskSpec) -> Result<ReadJob, SpoolError> {
+    let file_name = rad
+        .file_name()
+        .map_or_else(|| "job.rad".into(), |n| n.to_string_lossy().into_owned());
+    let stem = spec
+        .name
+        .clone()
+        .unwrap_or_else(|| file_name.trim_end_matches(".rad").to_string());
+    let rad_dir = rad
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let workdir = fs::canonicalize(&rad_dir).map_err(at(&rad_dir))?;
+    // Never through a link: root submitting a user's file must not be
+    // led to another user's.
+    if fs::symlink_metadata(rad).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(SpoolError::Io {
+            path: rad.to_owned(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is a symbolic link; submit the file itself",
+            ),
+        });
+    }
+    let (bytes, meta) = safe::read_regular(rad, crate::rad::MAX_FILE_BYTES).map_err(at(rad))?;
+    if owned_by_someone_else(&meta) {
+        super::claim::refuse_shared_writes(&meta).map_err(|why| SpoolError::Io {
+            path: rad.to_owned(),
+            source: io::Error::new(io::ErrorKind::PermissionDenied, why),
+        })?;
+    }
+    Ok(ReadJob {
+        file_name,
+        stem,
+        rad_dir,
+        workdir,
+        bytes,
+        meta,
+    })
+}
+
+impl Spool {
+    /// A checked job as it is handed over the submission socket
+    /// ([`super::socket`]): read as for the file path, with the model
+    /// summary it names. carma's own user says whom the job runs as (the
+    /// file's owner, whose summary alone is taken); anyone else's jobs
+    /// are their own. `None` when the job cannot go that way (a file name
+    /// the socket does not take): it goes by the file path.
+    pub fn socket_job(&self, rad: &Path, spec: &TaskSpec) -> Result<Option<Job>, SpoolError> {
+        let read = read_job(rad, spec)?;
+        if super::socket::check_rad_name(&read.file_name).is_err() {
+            return Ok(None);
+        }
+        let owner = fs::metadata(self.staging())
+            .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
+            .then_some(read.meta.uid());
+        let summary =
+            super::claim::summary_beneath(&read.file_name, &read.bytes, &read.rad_dir, owner);
+        Ok(Some(Job {
+            rad: read.file_name,
+            rad_bytes: read.bytes,
+            summary,
+            workdir: Some(read.workdir),
+            owner,
+        }))
     }
 }
 
@@ -490,11 +555,7 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
             }
         }
     };
-    if rad.contains('/') || rad.starts_with('.') || !rad.ends_with(".rad") {
-        return Err(format!(
-            "`{rad}` is not the name of a .rad file in the directory"
-        ));
-    }
+    super::socket::check_rad_name(&rad)?;
     let (rad_bytes, meta) = safe::read_beneath(dir, &rad, crate::rad::MAX_FILE_BYTES)
         .map_err(|e| format!("{rad}: {e}"))?;
     if meta.uid() != owner {
@@ -519,7 +580,7 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
         }
         None => None,
     };
-    let after = checked_dependencies(request.after)?;
+    let after = checked_dependencies(SUBMISSION, request.after)?;
     Ok(Submission {
         rad,
         rad_bytes,
@@ -530,11 +591,15 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
 
 /// A submission's own dependencies, held to the rules of a job file's
 /// (a user wrote them): at most as many as one `afterok:` line takes, each
-/// a task reference that line would accept.
-fn checked_dependencies(after: Vec<DependencyRef>) -> Result<Vec<DependencyRef>, String> {
+/// a task reference that line would accept. `what` says where they came
+/// from.
+pub(super) fn checked_dependencies(
+    what: &str,
+    after: Vec<DependencyRef>,
+) -> Result<Vec<DependencyRef>, String> {
     if after.len() > crate::rad::MAX_DEPENDENCIES {
         return Err(format!(
-            "{SUBMISSION}: {} dependencies; at most {} are taken",
+            "{what}: {} dependencies; at most {} are taken",
             after.len(),
             crate::rad::MAX_DEPENDENCIES
         ));
@@ -542,10 +607,10 @@ fn checked_dependencies(after: Vec<DependencyRef>) -> Result<Vec<DependencyRef>,
     for dependency in &after {
         let text = dependency.task.to_string();
         let again = crate::rad::dependencies(dependency.kind, &text)
-            .map_err(|why| format!("{SUBMISSION}: {}: {why}", dependency.kind.key()))?;
+            .map_err(|why| format!("{what}: {}: {why}", dependency.kind.key()))?;
         if again != [dependency.clone()] {
             return Err(format!(
-                "{SUBMISSION}: {}: `{}` is not one task",
+                "{what}: {}: `{}` is not one task",
                 dependency.kind.key(),
                 crate::rad::clip(&text)
             ));

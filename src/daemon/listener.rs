@@ -1,0 +1,277 @@
+//! The submission socket's listener ([`crate::spool::socket`]): accepts
+//! connections, reads each request on a thread of its own, and sends the
+//! loop only whole requests, with who sent them as the kernel says.
+//!
+//! Anyone who may submit may connect, so nothing here trusts the other
+//! end: a request is bounded in size ([`Request::read`]) and must arrive
+//! within [`REQUEST_TIME`]; at most [`MAX_CONNECTIONS`] are read or wait
+//! for the loop at once, and [`MAX_PER_USER`] of one user's, so no user
+//! can take every place, or the daemon's memory, with connections that
+//! never finish. A connection beyond those bounds is declined at once,
+//! and its submitter takes the file path.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+
+use super::Msg;
+use crate::spool::socket::{Reply, Request, RequestError};
+
+/// How long a connection may take to send its whole request.
+const REQUEST_TIME: Duration = Duration::from_secs(10);
+
+/// Connections read or waiting for the loop at once, in all and per user.
+const MAX_CONNECTIONS: usize = 32;
+const MAX_PER_USER: usize = 4;
+
+/// The bytes of jobs held at once, read or waiting for the loop: however
+/// many connections carry large summaries, the daemon holds at most this.
+const MAX_BYTES_HELD: u64 = 64 << 20;
+
+/// A whole request, on its way to the loop, which answers it.
+#[derive(Debug)]
+pub struct Submission {
+    /// Who sent it: the connected process's uid when it connected.
+    pub peer: u32,
+    pub request: Request,
+    pub answer: Answer,
+}
+
+/// Where a request's answer goes: its connection, which holds its place
+/// among the connections until answered.
+#[derive(Debug)]
+pub struct Answer {
+    stream: UnixStream,
+    _slot: Slot,
+}
+
+impl Answer {
+    /// Answers, and closes the connection.
+    pub fn send(mut self, reply: &Reply) {
+        reply.send(&mut self.stream);
+    }
+}
+
+/// Connections now held, in all and per user, and their jobs' bytes.
+#[derive(Debug, Default)]
+struct Held {
+    all: usize,
+    by_user: HashMap<u32, usize>,
+    bytes: u64,
+}
+
+/// One connection's place in [`Held`] (and the bytes it holds), given back
+/// when dropped.
+#[derive(Debug)]
+struct Slot {
+    held: Arc<Mutex<Held>>,
+    uid: u32,
+    bytes: u64,
+}
+
+impl Slot {
+    /// A place for a connection of `uid`'s, if the bounds leave one.
+    fn take(held: &Arc<Mutex<Held>>, uid: u32) -> Option<Slot> {
+        let mut h = held.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = h.by_user.get(&uid).copied().unwrap_or(0);
+        if h.all >= MAX_CONNECTIONS || mine >= MAX_PER_USER {
+            return None;
+        }
+        h.all += 1;
+        h.by_user.insert(uid, mine + 1);
+        Some(Slot {
+            held: Arc::clone(held),
+            uid,
+            bytes: 0,
+        })
+    }
+
+    /// Room for a request's `bytes`, if the bound leaves it.
+    fn hold(&mut self, bytes: u64) -> Result<(), String> {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if h.bytes + bytes > MAX_BYTES_HELD {
+            return Err("the daemon holds too many submitted bytes now".into());
+        }
+        h.bytes += bytes;
+        self.bytes += bytes;
+        Ok(())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        h.all -= 1;
+        h.bytes -= self.bytes;
+        if let Some(n) = h.by_user.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                h.by_user.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// Listens on `path` (replacing what a daemon that died left there) and
+/// sends the loop each whole request. Anyone may connect to a root
+/// daemon, as anyone may submit to it; only its own user to any other.
+pub fn listen(path: &Path, tx: Sender<Msg>) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} is there and is not a socket", path.display()),
+            ));
+        }
+        Err(_) => {}
+    }
+    let listener = UnixListener::bind(path)?;
+    let mode = match nix::unistd::geteuid().is_root() {
+        true => 0o666,
+        false => 0o600,
+    };
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    let held = Arc::new(Mutex::new(Held::default()));
+    std::thread::Builder::new()
+        .name("submissions".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                match stream {
+                    Ok(stream) => accept(stream, &held, &tx),
+                    Err(e) => {
+                        log::warn!("the submission socket: {e}");
+                        // Out of descriptors, say: a moment for some to close.
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// Gives a connection its place and a thread to read its request on, or
+/// declines it.
+fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, tx: &Sender<Msg>) {
+    let peer = match getsockopt(&stream, PeerCredentials) {
+        Ok(creds) => creds.uid(),
+        Err(e) => {
+            log::warn!("the submission socket: cannot tell who connected ({e})");
+            return;
+        }
+    };
+    let Some(slot) = Slot::take(held, peer) else {
+        log::debug!("uid {peer}'s submission declined: too many connections");
+        Reply::Declined("the daemon has too many submissions in hand".into()).send(&mut stream);
+        return;
+    };
+    let tx = tx.clone();
+    let spawned = std::thread::Builder::new()
+        .name("submission".into())
+        .spawn(move || read(stream, peer, slot, &tx));
+    if let Err(e) = spawned {
+        log::warn!("the submission socket: cannot start a thread ({e})");
+    }
+}
+
+/// Reads one request whole, within [`REQUEST_TIME`], and hands it to the
+/// loop; a request that cannot be read is answered here.
+fn read(mut stream: UnixStream, peer: u32, mut slot: Slot, tx: &Sender<Msg>) {
+    let mut timed = Timed {
+        stream: &stream,
+        until: Instant::now() + REQUEST_TIME,
+    };
+    match Request::read(&mut timed, |bytes| slot.hold(bytes)) {
+        Ok(request) => {
+            let submission = Submission {
+                peer,
+                request,
+                answer: Answer {
+                    stream,
+                    _slot: slot,
+                },
+            };
+            // The loop is gone when the daemon stops: the connection closes
+            // unanswered, with nothing taken.
+            let _ = tx.send(Msg::Submission(Box::new(submission)));
+        }
+        Err(RequestError::Invalid(why)) => {
+            log::warn!("a submission from uid {peer} refused: {why}");
+            Reply::Refused(why).send(&mut stream);
+        }
+        Err(RequestError::Busy(why)) => {
+            log::debug!("uid {peer}'s submission declined: {why}");
+            Reply::Declined(why).send(&mut stream);
+        }
+        Err(RequestError::Io(e)) => log::debug!("a submission from uid {peer} not read: {e}"),
+    }
+}
+
+/// A stream whose reads all end by one deadline: a sender that trickles
+/// its request a byte at a time still has only [`REQUEST_TIME`] in all.
+struct Timed<'a> {
+    stream: &'a UnixStream,
+    until: Instant,
+}
+
+impl Read for Timed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request took too long",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_are_bounded_per_user_and_in_all_and_given_back() {
+        let held = Arc::new(Mutex::new(Held::default()));
+        let mine: Vec<Slot> = (0..MAX_PER_USER)
+            .map(|_| Slot::take(&held, 1000).unwrap())
+            .collect();
+        assert!(Slot::take(&held, 1000).is_none(), "a fifth of one user's");
+        let others: Vec<Slot> = (0..MAX_CONNECTIONS - MAX_PER_USER)
+            .map(|i| Slot::take(&held, 2000 + i as u32).unwrap())
+            .collect();
+        assert!(Slot::take(&held, 9999).is_none(), "beyond all places");
+        drop(mine);
+        assert!(Slot::take(&held, 1000).is_some());
+        drop(others);
+        let h = held.lock().unwrap();
+        assert_eq!((h.all, h.by_user.len()), (0, 0));
+    }
+
+    #[test]
+    fn the_bytes_held_are_bounded_in_all_and_given_back() {
+        let held = Arc::new(Mutex::new(Held::default()));
+        let mut one = Slot::take(&held, 1).unwrap();
+        let mut two = Slot::take(&held, 2).unwrap();
+        one.hold(MAX_BYTES_HELD - 10).unwrap();
+        assert!(two.hold(11).is_err());
+        two.hold(10).unwrap();
+        drop(one);
+        Slot::take(&held, 3)
+            .unwrap()
+            .hold(MAX_BYTES_HELD - 10)
+            .unwrap();
+        drop(two);
+        assert_eq!(held.lock().unwrap().bytes, 0);
+    }
+}
