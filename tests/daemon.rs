@@ -969,3 +969,51 @@ fn a_running_daemon_takes_submissions_over_its_socket_and_says_at_once_what_it_r
     spool.start_daemon();
     spool.wait_count("done", 2, 10.0);
 }
+
+#[test]
+fn a_submitter_whose_daemon_died_before_answering_learns_from_the_next_what_it_took() {
+    use std::io::Read;
+    use std::os::unix::net::UnixListener;
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    assert!(spool.stop_daemon("TERM").success());
+    let job = spool.job("a.rad", "memory: 1G\ntrue\n");
+    for taken in [true, false] {
+        // A daemon that reads the request whole and dies without an
+        // answer; the next one's status names what it took, or not.
+        let socket = spool.root.join("submit.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let status = spool.root.join("status.json");
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut head = [0u8; 19];
+            stream.read_exact(&mut head).unwrap();
+            let len = u32::from_le_bytes(head[15..19].try_into().unwrap()) as usize;
+            let mut header = vec![0u8; len];
+            stream.read_exact(&mut header).unwrap();
+            let header: serde_json::Value = serde_json::from_slice(&header).unwrap();
+            let token = header["token"].as_str().unwrap().to_owned();
+            let adopted = match taken {
+                true => serde_json::json!([[token, "000777-a"]]),
+                false => serde_json::json!([]),
+            };
+            let next = serde_json::json!({
+                "updated_at": common::unix_now() + 1.0, "daemon_pid": 1, "backend": "",
+                "gpus": [], "running": [], "recovery": [], "pending": [],
+                "head_waits_for": null, "adopted": adopted,
+            });
+            drop(stream);
+            fs::remove_file(&socket).unwrap();
+            fs::write(&status, next.to_string()).unwrap();
+        });
+        let out = spool.carma().arg("submit").arg(&job).output().unwrap();
+        server.join().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let name = stdout(&out).trim().to_owned();
+        match taken {
+            true => assert_eq!(name, "000777-a"),
+            // Not taken: handed in by pending/ instead, where it waits.
+            false => assert!(spool.root.join("pending").join(&name).is_dir(), "{name}"),
+        }
+    }
+}

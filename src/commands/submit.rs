@@ -10,7 +10,7 @@ use carma::config::Config;
 use carma::rad;
 use carma::rad::DependencyRef;
 use carma::sched::DependencyKind;
-use carma::spool::socket::{HandOver, Unsent};
+use carma::spool::socket::{HandOver, Receipt, Settled, Unsent};
 use carma::spool::{Spool, TaskName};
 
 use super::spool_arg::SpoolArg;
@@ -180,6 +180,10 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How long a submitter whose daemon died before it answered waits for
+/// the next daemon to say what became of its jobs.
+const SETTLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Hands the jobs to the daemon over its socket when it listens there
 /// ([`carma::spool::socket`]): the exit code once it answered for any of
 /// them, `None` when nothing was taken (no daemon listens, it declined, or
@@ -206,7 +210,26 @@ fn hand_over(
         std::process::id(),
         carma::spool::record::unix_now().to_bits()
     );
-    let HandOver { receipts, rest } = spool.hand_over(handed, after, &token);
+    let HandOver { mut receipts, rest } = spool.hand_over(handed, after, &token);
+    // A request the daemon died over: the next daemon says what became of
+    // it.
+    let rest = match rest {
+        Some(Unsent::Unanswered(unanswered)) => match spool.settle(&unanswered, SETTLE_PATIENCE) {
+            Settled::Taken(names) => {
+                receipts.extend(names.into_iter().map(|name| Receipt {
+                    name: Some(name),
+                    refused: None,
+                }));
+                (receipts.len() < jobs.len())
+                    .then(|| Unsent::NotServed("the daemon stopped while it took them in".into()))
+            }
+            Settled::NotTaken => Some(Unsent::NotServed(
+                "the daemon stopped before it took them in".into(),
+            )),
+            Settled::Unknown => Some(Unsent::Unanswered(unanswered)),
+        },
+        rest => rest,
+    };
     if let (true, Some(Unsent::NotServed(why))) = (receipts.is_empty(), &rest) {
         log::debug!("the daemon's socket did not take the jobs ({why}); by pending/ instead");
         return Ok(None);
@@ -241,11 +264,13 @@ fn hand_over(
             eprintln!("carma: {why}; the last {left} file(s) were not submitted");
             failed = true;
         }
-        Some(Unsent::Unanswered(token)) => {
+        Some(Unsent::Unanswered(unanswered)) => {
             eprintln!(
-                "carma: the daemon did not answer; the last {left} file(s) may have been taken \
-                 in all the same (submitted as {token}): look for them with `carma status` \
-                 before submitting them again"
+                "carma: the daemon stopped before it answered, and no daemon has said since \
+                 whether it took the last {left} file(s): the next one runs them if it did \
+                 (`carma show {}` finds them once it serves); do not submit them again \
+                 before you know",
+                unanswered.token
             );
             return Ok(Some(ExitCode::from(3)));
         }

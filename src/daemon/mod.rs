@@ -327,6 +327,9 @@ pub fn run(options: Options) -> Result<()> {
             .count()
     );
     daemon.step();
+    // Said at once, not a second later: a submitter whose daemon died
+    // before it answered learns from this status what became of its jobs.
+    daemon.write_status();
     daemon.serve(&rx);
     // New submitters find no socket and take the file path; those already
     // connected are told nothing was taken.

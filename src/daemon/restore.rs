@@ -34,6 +34,10 @@ use crate::spool::record::{Launch, TaskRecord, read_state};
 use crate::spool::{State, TaskName};
 use crate::supervisor;
 
+/// How far back a start looks for submissions whose submitter may still
+/// wait to learn what became of them.
+const RECENT_SUBMISSION_S: f64 = 600.0;
+
 impl Daemon {
     pub(super) fn restore(&mut self) -> Result<()> {
         for name in self.spool.finish_claims()? {
@@ -51,8 +55,30 @@ impl Daemon {
             self.take(name, State::Recovery);
         }
         self.rescan();
+        self.remember_recent_submissions();
         self.rebuild_history();
         Ok(())
+    }
+
+    /// Names, in the status, what recent submissions became: a submitter
+    /// whose daemon died before it answered learns from the next daemon
+    /// whether its jobs were taken ([`crate::spool::socket`]).
+    fn remember_recent_submissions(&mut self) {
+        let since = crate::spool::record::unix_now() - RECENT_SUBMISSION_S;
+        let mut recent: Vec<(u64, String, String)> = self
+            .life
+            .tasks
+            .values()
+            .filter(|t| t.record.submitted_at >= since)
+            .filter_map(|t| {
+                let token = t.record.submitted_as.clone()?;
+                Some((t.name.seq(), token, t.name.to_string()))
+            })
+            .collect();
+        recent.sort_unstable();
+        for (_, token, name) in recent {
+            self.remember_adoption(token, &name);
+        }
     }
 
     /// Brings the history up to date with every task in `done/`: each

@@ -155,8 +155,29 @@ pub enum Unsent {
     /// are the submitter's to hand in by the file path.
     NotServed(String),
     /// Their request went out and no answer came: the daemon may have
-    /// taken them. The request's token, to look it up by.
-    Unanswered(String),
+    /// taken them ([`Spool::settle`] finds out).
+    Unanswered(Unanswered),
+}
+
+/// A request that got no answer: its token, the pid of the daemon it
+/// went to, when, and how many jobs it carried.
+#[derive(Debug, Clone)]
+pub struct Unanswered {
+    pub token: String,
+    pub daemon: u32,
+    pub sent_at: f64,
+    pub jobs: usize,
+}
+
+/// What a request that got no answer became.
+#[derive(Debug, PartialEq)]
+pub enum Settled {
+    /// Taken in: its tasks, in order.
+    Taken(Vec<String>),
+    /// Not taken: its jobs may be submitted again.
+    NotTaken,
+    /// No daemon has said yet (none runs): they may have been taken.
+    Unknown,
 }
 
 /// Why a request cannot be read.
@@ -403,7 +424,8 @@ impl Spool {
         let path = self.socket_path();
         let mut stream = UnixStream::connect(&path)
             .map_err(|e| Unsent::NotServed(format!("{}: {e}", path.display())))?;
-        self.check_peer(&stream).map_err(Unsent::NotServed)?;
+        let daemon = self.check_peer(&stream).map_err(Unsent::NotServed)?;
+        let sent_at = super::record::unix_now();
         let _ = stream.set_write_timeout(Some(PATIENCE));
         let _ = stream.set_read_timeout(Some(PATIENCE));
         let sent = stream.write_all(&request.encode());
@@ -430,14 +452,20 @@ impl Spool {
                 if let Err(e) = read {
                     log::debug!("no answer from the daemon: {e}");
                 }
-                Err(Unsent::Unanswered(request.token.clone()))
+                Err(Unsent::Unanswered(Unanswered {
+                    token: request.token.clone(),
+                    daemon,
+                    sent_at,
+                    jobs: request.jobs.len(),
+                }))
             }
         }
     }
 
     /// Only the daemon may be handed jobs: whoever listens must run as the
     /// spool's owner (the owner of `staging/`, which no one else can make).
-    fn check_peer(&self, stream: &UnixStream) -> Result<(), String> {
+    /// Its pid.
+    fn check_peer(&self, stream: &UnixStream) -> Result<u32, String> {
         use std::os::unix::fs::MetadataExt;
         let owner = std::fs::metadata(self.staging())
             .map_err(|e| format!("{}: {e}", self.staging().display()))?
@@ -445,13 +473,51 @@ impl Spool {
         let peer = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
             .map_err(|e| format!("cannot tell who listens on the socket: {e}"))?;
         match peer.uid() == owner {
-            true => Ok(()),
+            true => Ok(peer.pid() as u32),
             false => Err(format!(
                 "{} is served by uid {}, not by the spool's owner (uid {owner}); not used",
                 self.socket_path().display(),
                 peer.uid()
             )),
         }
+    }
+}
+
+impl Spool {
+    /// Finds out what a request that got no answer became. Only a daemon
+    /// that dies can take a request and not answer it (it reads a request
+    /// whole before taking any of it, and its answer fits in the socket's
+    /// buffer): while the daemon it went to still serves, it was not
+    /// taken. Once another daemon serves, it names in its status what the
+    /// recent submissions a crash left became (the request's token is in
+    /// each task's record): the tasks named under the token, else nothing
+    /// was taken. `Unknown` if no daemon says within `patience`.
+    pub fn settle(&self, unanswered: &Unanswered, patience: Duration) -> Settled {
+        let named = |status: &super::status::Status| -> Vec<String> {
+            let mut names: Vec<String> = status
+                .adopted
+                .iter()
+                .filter(|(token, _)| *token == unanswered.token)
+                .map(|(_, name)| name.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        super::status::wait_for(self, patience, |status| {
+            let status = status?;
+            if status.updated_at < unanswered.sent_at {
+                return None;
+            }
+            let names = named(status);
+            if !names.is_empty() {
+                return Some(Settled::Taken(names));
+            }
+            // The same daemon, alive after the request, took none of it;
+            // another names what it was left.
+            (status.daemon_pid != unanswered.daemon || self.daemon_running())
+                .then_some(Settled::NotTaken)
+        })
+        .unwrap_or(Settled::Unknown)
     }
 }
 
@@ -593,5 +659,51 @@ mod tests {
             assert!(check_rad_name(bad).is_err(), "{bad}");
         }
         assert!(check_rad_name(&format!("{}.rad", "x".repeat(300))).is_err());
+    }
+
+    fn with_status(spool: &Spool, pid: u32, at: f64, adopted: &[(&str, &str)]) {
+        let status: crate::spool::status::Status = crate::spool::status::Status {
+            updated_at: at,
+            daemon_pid: pid,
+            adopted: adopted
+                .iter()
+                .map(|(t, n)| (t.to_string(), n.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        let text = serde_json::to_vec(&status).unwrap();
+        crate::spool::write_replace(&spool.status_file(), &text, crate::spool::PUBLIC).unwrap();
+    }
+
+    #[test]
+    fn an_unanswered_request_is_settled_by_what_a_daemon_says_after_it() {
+        let (_d, spool) = crate::spool::tests::spool();
+        let asked = Unanswered {
+            token: "submit-1-2-3".into(),
+            daemon: 41,
+            sent_at: 1000.0,
+            jobs: 2,
+        };
+        let quick = Duration::from_millis(50);
+        // Written before the request: says nothing of it.
+        with_status(&spool, 42, 999.0, &[]);
+        assert_eq!(spool.settle(&asked, quick), Settled::Unknown);
+        // The daemon it went to, no longer serving: nothing to tell yet.
+        with_status(&spool, 41, 1001.0, &[]);
+        assert_eq!(spool.settle(&asked, quick), Settled::Unknown);
+        // The next daemon names what the request became, in order ...
+        let named = [
+            ("submit-1-2-3", "000008-b"),
+            ("other", "000009-x"),
+            ("submit-1-2-3", "000007-a"),
+        ];
+        with_status(&spool, 42, 1001.0, &named);
+        assert_eq!(
+            spool.settle(&asked, quick),
+            Settled::Taken(vec!["000007-a".into(), "000008-b".into()])
+        );
+        // ... or nothing of it: it was not taken.
+        with_status(&spool, 42, 1001.0, &[("other", "000009-x")]);
+        assert_eq!(spool.settle(&asked, quick), Settled::NotTaken);
     }
 }
