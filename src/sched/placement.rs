@@ -99,7 +99,6 @@ impl Scheduler {
     /// launch if it fits now.
     pub(super) fn place(&mut self, task: TaskId, off_limits: &[usize]) -> Option<Action> {
         let t = self.tasks.get(&task)?;
-        let n = t.demand.gpus as usize;
         let want = self.want(&t.demand, t.crashes);
         let policy = if want.is_sole() {
             Policy::Exclusive
@@ -107,13 +106,7 @@ impl Scheduler {
             self.rules.placement.policy
         };
         let idle_first = self.rules.placement.idle_first && !want.is_sole();
-        let mut best = Best::new(policy.order(idle_first, self.cursor, self.gpus.len()), n);
-        for g in (0..self.gpus.len()).filter(|g| !off_limits.contains(g)) {
-            if let Some(c) = self.passes(g, &t.demand, self.on_gpu(want, g)) {
-                best.offer(c);
-            }
-        }
-        let candidates = best.chosen()?;
+        let candidates = self.choose(&t.demand, want, policy, idle_first, off_limits)?;
         let user = t.demand.user;
         let time_limit = self.rules.queue.time_limit(t.demand.time_limit);
         if policy == Policy::RoundRobin {
@@ -157,6 +150,43 @@ impl Scheduler {
             limit_mib,
             gpus,
         })
+    }
+
+    /// The GPUs not in `off_limits` that a task asking `want` of each gets
+    /// under `policy` (idle ones first if `idle_first`), best first; `None`
+    /// when fewer pass than it needs.
+    ///
+    /// Idle GPUs are looked at first: they are all that a task holding its
+    /// GPUs alone can take, and with idle first they rank before every busy
+    /// GPU, so once enough of them pass no busy one is looked at. That is
+    /// most arrivals on a server that is not full, which otherwise checked
+    /// all of its GPUs each. The policy's order is total, so the best do
+    /// not depend on the order the GPUs are offered in: the choice is the
+    /// plain scan's (the proptest `skipping_busy_gpus_changes_no_choice`).
+    pub(super) fn choose(
+        &self,
+        demand: &Demand,
+        want: Want,
+        policy: Policy,
+        idle_first: bool,
+        off_limits: &[usize],
+    ) -> Option<Vec<Candidate>> {
+        let n = demand.gpus as usize;
+        let mut best = Best::new(policy.order(idle_first, self.cursor, self.gpus.len()), n);
+        for idle in [true, false] {
+            if !idle && (want.is_sole() || idle_first && best.offered() >= n) {
+                break;
+            }
+            for g in 0..self.gpus.len() {
+                if self.is_idle(g) != idle || off_limits.contains(&g) {
+                    continue;
+                }
+                if let Some(c) = self.passes(g, demand, self.on_gpu(want, g)) {
+                    best.offer(c);
+                }
+            }
+        }
+        best.chosen()
     }
 
     /// Marks the GPUs (index, held alone) as running `task` and books its

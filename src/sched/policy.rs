@@ -108,6 +108,11 @@ impl<F: Fn(&Candidate, &Candidate) -> Ordering> Best<F> {
         }
     }
 
+    /// How many were offered so far.
+    pub fn offered(&self) -> usize {
+        self.offered
+    }
+
     /// The `n` best, or `None` when fewer than `n` were offered.
     pub fn chosen(self) -> Option<Vec<Candidate>> {
         (self.offered >= self.n && self.n > 0).then_some(self.kept)

@@ -174,6 +174,11 @@ struct Sim<'a> {
     next_tick: Option<u64>,
     /// GPUs whose state changed since the core last saw them.
     dirty: Vec<usize>,
+    /// The GPUs the core reads in a step: kept, as `dirty` is, so that
+    /// neither allocates anew at each of the millions of steps.
+    read: Vec<usize>,
+    /// The tasks and GPUs a change touches, kept likewise.
+    scratch: (Vec<usize>, Vec<usize>),
     /// In block readings: the core reads every GPU now (a block ended),
     /// and when the next block ends, if one is booked.
     reading: bool,
@@ -273,6 +278,8 @@ fn simulate<E>(
         now: 0.0,
         next_tick: None,
         dirty: (0..count).collect(),
+        read: Vec::new(),
+        scratch: (Vec::new(), Vec::new()),
         reading: true,
         next_reading: None,
         delayed_since: None,
@@ -429,20 +436,23 @@ impl Sim<'_> {
         self.schedule(at, Happening::Reading);
     }
 
-    /// Which GPUs the core reads now: those that changed, or in block
-    /// readings every GPU when a block ends and none in between.
-    fn due(&mut self) -> Vec<usize> {
-        let mut dirty = std::mem::take(&mut self.dirty);
+    /// Which GPUs the core reads now, into `read` (emptied first): those
+    /// that changed, or in block readings every GPU when a block ends and
+    /// none in between.
+    fn due(&mut self, read: &mut Vec<usize>) {
+        read.clear();
         match self.setup.readings {
             Readings::Live => {
-                dirty.sort_unstable();
-                dirty.dedup();
-                dirty
+                std::mem::swap(&mut self.dirty, read);
+                read.sort_unstable();
+                read.dedup();
             }
-            Readings::Blocks { .. } if std::mem::take(&mut self.reading) => {
-                (0..self.gpus.len()).collect()
+            Readings::Blocks { .. } => {
+                self.dirty.clear();
+                if std::mem::take(&mut self.reading) {
+                    read.extend(0..self.gpus.len());
+                }
             }
-            Readings::Blocks { .. } => Vec::new(),
         }
     }
 
@@ -465,8 +475,10 @@ impl Sim<'_> {
     fn feed(&mut self, event: impl Into<Option<Event>>) {
         let mut event = event.into();
         while event.is_some() || self.readings_due() {
-            let due = self.due();
+            let mut due = std::mem::take(&mut self.read);
+            self.due(&mut due);
             let sample = (!due.is_empty()).then(|| Event::Sample(self.samples(&due)));
+            self.read = due;
             let events = event.take().into_iter().chain(sample);
             for action in self.core.step_all(to_time(self.now), events) {
                 match action {
@@ -567,18 +579,27 @@ impl Sim<'_> {
             });
             return;
         }
-        let (gpus, attempt, next) = (run.gpus.clone(), run.attempt, self.now + run.step_s);
+        let (attempt, next) = (run.attempt, self.now + run.step_s);
+        // Borrowed out of the run, not copied: every task takes this step
+        // four times.
+        let gpus = match self.runs.get_mut(&n) {
+            Some(run) => {
+                run.held_mib += more;
+                std::mem::take(&mut run.gpus)
+            }
+            None => return,
+        };
         for &g in &gpus {
             self.gpus[g].used_mib += more;
             self.note(g);
         }
-        if let Some(run) = self.runs.get_mut(&n) {
-            run.held_mib += more;
-        }
         if step < WARMUP_STEPS {
             self.schedule(next, Happening::Grow(n, attempt, step + 1));
         }
-        self.dirty.extend(gpus);
+        self.dirty.extend_from_slice(&gpus);
+        if let Some(run) = self.runs.get_mut(&n) {
+            run.gpus = gpus;
+        }
         self.flush();
     }
 
@@ -611,13 +632,16 @@ impl Sim<'_> {
     /// marks them for the core's next sample.
     fn changed(&mut self, gpus: &[usize]) {
         self.dirty.extend_from_slice(gpus);
-        let mut affected: Vec<usize> = gpus
-            .iter()
-            .flat_map(|&g| self.gpus[g].tasks.iter().copied())
-            .collect();
+        let (mut affected, mut touched) = std::mem::take(&mut self.scratch);
+        affected.clear();
+        affected.extend(
+            gpus.iter()
+                .flat_map(|&g| self.gpus[g].tasks.iter().copied()),
+        );
         affected.sort_unstable();
         affected.dedup();
-        let mut touched = gpus.to_vec();
+        touched.clear();
+        touched.extend_from_slice(gpus);
         for &n in &affected {
             self.rerate(n);
             touched.extend(
@@ -629,7 +653,7 @@ impl Sim<'_> {
         }
         touched.sort_unstable();
         touched.dedup();
-        for g in touched {
+        for &g in &touched {
             self.integrate(g, self.now);
             let busy: f64 = self.gpus[g]
                 .tasks
@@ -643,6 +667,7 @@ impl Sim<'_> {
             self.gpus[g].smact = busy.min(1.0);
             self.note(g);
         }
+        self.scratch = (affected, touched);
     }
 
     /// How fast task `n` runs on GPU `g` beside the tasks there.
@@ -673,10 +698,11 @@ impl Sim<'_> {
     /// Brings a running task's progress up to now under its old rate, sets
     /// its new rate and books its finish.
     fn rerate(&mut self, n: usize) {
-        let Some(gpus) = self.runs.get(&n).map(|r| r.gpus.clone()) else {
+        let Some(run) = self.runs.get(&n) else {
             return;
         };
-        let rate = gpus
+        let rate = run
+            .gpus
             .iter()
             .map(|&g| self.speed_on(g, n))
             .fold(1.0, f64::min);

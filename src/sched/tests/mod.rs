@@ -111,4 +111,5 @@ fn user_job(id: u64, uid: u32) -> Event {
 mod lifecycle;
 mod placement;
 mod queue_order;
+mod scan;
 mod stuck;
