@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{CARMA, spawn, start};
+use common::{carma, spawn, start};
 
 fn ten_thousand_drops() {
     let dir = tempfile::tempdir().unwrap();
@@ -75,7 +75,7 @@ fn ten_thousand_drops() {
     // Jobs outlive their daemon by design: the two holding jobs are
     // cancelled, not left running after the benchmark.
     for hold in ["hold0", "hold1"] {
-        let _ = Command::new(CARMA)
+        let _ = Command::new(carma())
             .env("CARMA_CONFIG", dir.path().join("carma.toml"))
             .args(["cancel", "--spool"])
             .arg(&spool)

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{CARMA, percentile, stamped, unix_now};
+use common::{carma, percentile, stamped, unix_now};
 
 const LATENCY_JOBS: usize = 30;
 const BURST_JOBS: usize = 200;
@@ -58,7 +58,7 @@ struct Carma {
 
 impl Carma {
     fn command(&self) -> Command {
-        let mut command = Command::new(CARMA);
+        let mut command = Command::new(carma());
         command
             .env("CARMA_CONFIG", self.dir.join("carma.toml"))
             .args(["submit", "--spool"])

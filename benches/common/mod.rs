@@ -9,7 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub const CARMA: &str = env!("CARGO_BIN_EXE_carma");
+/// The carma binary the benchmarks run: this build's, or another given in
+/// `CARMA_BENCH_BIN`, to compare two builds in the same minutes
+/// (`CARMA_BENCH_BIN=/tmp/old/carma cargo bench --bench dispatch`).
+pub fn carma() -> String {
+    std::env::var("CARMA_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_carma").to_owned())
+}
 
 /// A daemon killed when the benchmark is done with it (its jobs are
 /// trivial and end on their own).
@@ -48,7 +53,7 @@ pub fn spawn(dir: &Path, gpus: &str) -> Daemon {
     )
     .unwrap();
     let log = dir.join("daemon.log");
-    let child = Command::new(CARMA)
+    let child = Command::new(carma())
         .env("CARMA_CONFIG", &config)
         .args(["daemon", "--simulate-gpus", gpus, "--spool"])
         .arg(dir.join("spool"))

@@ -1,6 +1,9 @@
 //! The submission socket's listener ([`crate::spool::socket`]): accepts
-//! connections, reads each request on a thread of its own, and sends the
-//! loop only whole requests, with who sent them as the kernel says.
+//! connections and, on a thread of its own for each, reads the request,
+//! checks it against who sent it (as the kernel says) and writes its jobs'
+//! claims to disk ([`Spool::stage_handed`]); the loop gets only claims on
+//! disk, to place and answer. So no connection's reads or flushes hold up
+//! the loop or another connection.
 //!
 //! Anyone who may submit may connect, so nothing here trusts the other
 //! end: a request is bounded in size ([`Request::read`]) and must arrive
@@ -15,7 +18,6 @@ use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +25,8 @@ use std::time::{Duration, Instant};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use super::Msg;
-use crate::spool::socket::{Reply, Request, RequestError};
+use crate::spool::socket::{Receipt, Reply, Request, RequestError};
+use crate::spool::{Spool, SpoolError, Staged};
 
 /// How long a connection may take to send its whole request.
 const REQUEST_TIME: Duration = Duration::from_secs(10);
@@ -36,12 +39,14 @@ const MAX_PER_USER: usize = 4;
 /// many connections carry large summaries, the daemon holds at most this.
 const MAX_BYTES_HELD: u64 = 64 << 20;
 
-/// A whole request, on its way to the loop, which answers it.
+/// A request's jobs, claimed on disk, on their way to the loop, which
+/// places them and answers.
 #[derive(Debug)]
 pub struct Submission {
     /// Who sent it: the connected process's uid when it connected.
     pub peer: u32,
-    pub request: Request,
+    /// Each job's claim, or why it has none.
+    pub staged: Vec<Result<Staged, SpoolError>>,
     pub answer: Answer,
 }
 
@@ -51,6 +56,28 @@ pub struct Submission {
 pub struct Answer {
     stream: UnixStream,
     _slot: Slot,
+}
+
+impl Submission {
+    /// Places the claims in `pending/` without taking them in (the daemon
+    /// is stopping: the next one does) and answers with their names.
+    pub fn place(self, spool: &Spool) {
+        let receipts = self
+            .staged
+            .into_iter()
+            .map(|staged| match staged.and_then(|s| spool.place_staged(s)) {
+                Ok(claimed) => Receipt {
+                    name: Some(claimed.name.to_string()),
+                    refused: None,
+                },
+                Err(e) => Receipt {
+                    name: None,
+                    refused: Some(e.to_string()),
+                },
+            })
+            .collect();
+        self.answer.send(&Reply::Taken(receipts));
+    }
 }
 
 impl Answer {
@@ -120,10 +147,12 @@ impl Drop for Slot {
     }
 }
 
-/// Listens on `path` (replacing what a daemon that died left there) and
-/// sends the loop each whole request. Anyone may connect to a root
-/// daemon, as anyone may submit to it; only its own user to any other.
-pub fn listen(path: &Path, tx: Sender<Msg>) -> io::Result<()> {
+/// Listens on `spool`'s socket (replacing what a daemon that died left
+/// there) and sends the loop each request's claims. Anyone may connect to
+/// a root daemon, as anyone may submit to it; only its own user to any
+/// other.
+pub fn listen(spool: Spool, tx: Sender<Msg>) -> io::Result<()> {
+    let path = &spool.socket_path();
     match fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => fs::remove_file(path)?,
         Ok(_) => {
@@ -146,7 +175,7 @@ pub fn listen(path: &Path, tx: Sender<Msg>) -> io::Result<()> {
         .spawn(move || {
             for stream in listener.incoming() {
                 match stream {
-                    Ok(stream) => accept(stream, &held, &tx),
+                    Ok(stream) => accept(stream, &held, &spool, &tx),
                     Err(e) => {
                         log::warn!("the submission socket: {e}");
                         // Out of descriptors, say: a moment for some to close.
@@ -160,7 +189,7 @@ pub fn listen(path: &Path, tx: Sender<Msg>) -> io::Result<()> {
 
 /// Gives a connection its place and a thread to read its request on, or
 /// declines it.
-fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, tx: &Sender<Msg>) {
+fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, spool: &Spool, tx: &Sender<Msg>) {
     let peer = match getsockopt(&stream, PeerCredentials) {
         Ok(creds) => creds.uid(),
         Err(e) => {
@@ -174,34 +203,48 @@ fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, tx: &Sender<Msg>) {
         return;
     };
     let tx = tx.clone();
+    let spool = spool.clone();
     let spawned = std::thread::Builder::new()
         .name("submission".into())
-        .spawn(move || read(stream, peer, slot, &tx));
+        .spawn(move || take(stream, peer, slot, &spool, &tx));
     if let Err(e) = spawned {
         log::warn!("the submission socket: cannot start a thread ({e})");
     }
 }
 
-/// Reads one request whole, within [`REQUEST_TIME`], and hands it to the
-/// loop; a request that cannot be read is answered here.
-fn read(mut stream: UnixStream, peer: u32, mut slot: Slot, tx: &Sender<Msg>) {
+/// Reads one request whole, within [`REQUEST_TIME`], checks it, writes
+/// its claims and hands them to the loop; a request that cannot be read,
+/// passes no check or finds the disk failing is answered here.
+fn take(mut stream: UnixStream, peer: u32, mut slot: Slot, spool: &Spool, tx: &Sender<Msg>) {
     let mut timed = Timed {
         stream: &stream,
         until: Instant::now() + REQUEST_TIME,
     };
-    match Request::read(&mut timed, |bytes| slot.hold(bytes)) {
-        Ok(request) => {
+    let me = nix::unistd::geteuid().as_raw();
+    let staged = Request::read(&mut timed, |bytes| slot.hold(bytes)).and_then(|request| {
+        let handed = request.check(peer, me).map_err(RequestError::Invalid)?;
+        spool.stage_handed(handed).map_err(|e| {
+            log::error!("cannot take in uid {peer}'s submitted jobs: {e}");
+            RequestError::Busy(format!("the daemon cannot take jobs in now: {e}"))
+        })
+    });
+    match staged {
+        Ok(staged) => {
             let submission = Submission {
                 peer,
-                request,
+                staged,
                 answer: Answer {
                     stream,
                     _slot: slot,
                 },
             };
-            // The loop is gone when the daemon stops: the connection closes
-            // unanswered, with nothing taken.
-            let _ = tx.send(Msg::Submission(Box::new(submission)));
+            // The loop is gone once the daemon stops: the claims are placed
+            // here, for the next daemon to take in.
+            if let Err(unsent) = tx.send(Msg::Submission(Box::new(submission))) {
+                if let Msg::Submission(submission) = unsent.0 {
+                    submission.place(spool);
+                }
+            }
         }
         Err(RequestError::Invalid(why)) => {
             log::warn!("a submission from uid {peer} refused: {why}");

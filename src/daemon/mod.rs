@@ -295,7 +295,7 @@ pub fn run(options: Options) -> Result<()> {
     // Listened on only once the spool is restored: a submission's number
     // comes after every number a crash left in staging/.
     let socket = daemon.spool.socket_path();
-    if let Err(e) = listener::listen(&socket, tx.clone()) {
+    if let Err(e) = listener::listen(daemon.spool.clone(), tx.clone()) {
         log::warn!(
             "cannot listen on {} ({e}); submissions come by pending/ alone",
             socket.display()
@@ -334,7 +334,7 @@ pub fn run(options: Options) -> Result<()> {
     // New submitters find no socket and take the file path; those already
     // connected are told nothing was taken.
     let _ = std::fs::remove_file(&socket);
-    daemon.decline_handed(&rx);
+    daemon.place_handed(&rx);
     if let Some(dir) = &daemon.job_cgroup {
         // Gone only when no job is left in it.
         crate::cgroup::remove_parent(dir);

@@ -1,11 +1,10 @@
-//! Answering the submission socket: the requests of one turn of the loop
-//! are checked, written and flushed together
-//! ([`crate::spool::Spool::receive`]), taken in as tasks, and answered
-//! with their names before the turn's launches. An answer to anyone but
-//! carma's own user waits for the status file that names the new tasks:
-//! other users find waiting tasks only there (they may not list
-//! `pending/`), and once `carma submit` returns, `carma show` or `hold`
-//! of the task must find it.
+//! Answering the submission socket: each request's claims (on disk
+//! already, [`super::listener`]) are placed in `pending/`, taken in as
+//! tasks, and answered with their names before the turn's launches. An
+//! answer to anyone but carma's own user waits for the status file that
+//! names the new tasks: other users find waiting tasks only there (they
+//! may not list `pending/`), and once `carma submit` returns, `carma show`
+//! or `hold` of the task must find it.
 
 use std::sync::mpsc::Receiver;
 
@@ -19,48 +18,19 @@ impl Daemon {
     /// to send once the status names the tasks (see the module
     /// documentation).
     pub(super) fn take_handed(&mut self) -> Vec<(Answer, Reply)> {
-        let submissions = std::mem::take(&mut self.handed);
-        if submissions.is_empty() {
-            return Vec::new();
-        }
         let me = nix::unistd::geteuid().as_raw();
-        // The checked jobs of every request, in one list; a request that
-        // fails its check is answered at once and has none there.
-        let mut waiting: Vec<(u32, Answer, usize)> = Vec::with_capacity(submissions.len());
-        let mut jobs = Vec::new();
+        let submissions = std::mem::take(&mut self.handed);
+        let mut answers = Vec::with_capacity(submissions.len());
         for Submission {
             peer,
-            request,
+            staged,
             answer,
         } in submissions
         {
-            match request.check(peer, me) {
-                Ok(mut handed) => {
-                    waiting.push((peer, answer, handed.len()));
-                    jobs.append(&mut handed);
-                }
-                Err(why) => {
-                    log::warn!("a submission from uid {peer} refused: {why}");
-                    answer.send(&Reply::Refused(why));
-                }
-            }
-        }
-        let mut results = match self.spool.receive(jobs) {
-            Ok(results) => results.into_iter(),
-            Err(e) => {
-                log::error!("cannot take in submitted jobs: {e}");
-                let reply = Reply::Declined(format!("the daemon cannot take jobs in now: {e}"));
-                return waiting
-                    .into_iter()
-                    .map(|(_, answer, _)| (answer, reply.clone()))
-                    .collect();
-            }
-        };
-        let mut answers = Vec::with_capacity(waiting.len());
-        for (peer, answer, count) in waiting {
-            let mut receipts = Vec::with_capacity(count);
-            for result in results.by_ref().take(count) {
-                receipts.push(match result {
+            let mut receipts = Vec::with_capacity(staged.len());
+            for staged in staged {
+                let placed = staged.and_then(|s| self.spool.place_staged(s));
+                receipts.push(match placed {
                     Ok(claimed) => {
                         log::info!(
                             "{}: received {} from uid {peer}",
@@ -91,18 +61,18 @@ impl Daemon {
         answers
     }
 
-    /// Stopping: requests not taken in are told so, and their submitters
-    /// take the file path (nothing of them was taken).
-    pub(super) fn decline_handed(&mut self, rx: &Receiver<Msg>) {
+    /// Stopping: requests whose claims are on disk but not yet placed are
+    /// placed, for the next daemon to take in, and answered with their
+    /// names.
+    pub(super) fn place_handed(&mut self, rx: &Receiver<Msg>) {
         let arrived = rx.try_iter().filter_map(|msg| match msg {
             Msg::Submission(submission) => Some(*submission),
             _ => None,
         });
         let mut all = std::mem::take(&mut self.handed);
         all.extend(arrived);
-        let reply = Reply::Declined("the daemon is stopping".into());
         for submission in all {
-            submission.answer.send(&reply);
+            submission.place(&self.spool);
         }
     }
 }

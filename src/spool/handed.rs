@@ -1,8 +1,8 @@
 //! Jobs handed over the submission socket ([`super::socket`]) become tasks:
-//! each request is checked as a submitted directory would be, then every
-//! job the daemon received in one turn of its loop is written as a claim
-//! in `staging/` and put on disk by one flush (a group commit) before any
-//! is named, so that a receipt always names a task a power loss keeps.
+//! each request is checked as a submitted directory would be, its jobs are
+//! written as claims in `staging/` and put on disk by one flush (a group
+//! commit) before any is named, so that a receipt always names a task a
+//! power loss keeps, and the daemon's loop then places them in `pending/`.
 
 use std::path::PathBuf;
 
@@ -94,67 +94,71 @@ impl Request {
     }
 }
 
+/// A handed job's claim, on disk in `staging/`, waiting to be placed.
+#[derive(Debug)]
+pub struct Staged {
+    dir: PathBuf,
+    pub claimed: Claimed,
+}
+
 impl Spool {
-    /// Makes tasks of jobs handed over the socket: numbered, written as
-    /// claims in `staging/`, put on disk together, then placed in
-    /// `pending/`. A job file that does not parse still becomes a task, to
-    /// be refused with its reason when the daemon takes it in. The outer
-    /// error (numbers or the flush failed) means none was taken; an inner
-    /// one, that this job was not.
+    /// Makes claims of jobs handed over the socket: numbered, written in
+    /// `staging/` and put on disk together, on the connection's own thread
+    /// (so one connection's flushes hold up neither the daemon's loop nor
+    /// another connection). A job file that does not parse still becomes a
+    /// task, to be refused with its reason when the daemon takes it in. A
+    /// claim a crash leaves here is placed by the next start
+    /// ([`Spool::finish_claims`]). The outer error (numbers or the flush
+    /// failed) means none was made; an inner one, that this job's was not.
     #[allow(clippy::type_complexity)]
-    pub fn receive(
+    pub fn stage_handed(
         &self,
         jobs: Vec<Handed>,
-    ) -> Result<Vec<Result<Claimed, SpoolError>>, SpoolError> {
+    ) -> Result<Vec<Result<Staged, SpoolError>>, SpoolError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let first = self.allocate(jobs.len() as u64)?;
         let now = unix_now();
-        let mut made: Vec<Result<(PathBuf, Claimed), SpoolError>> = Vec::with_capacity(jobs.len());
-        for (seq, handed) in (first..).zip(jobs) {
-            made.push(self.write_claim(seq, handed, now));
-        }
+        let made: Vec<Result<Staged, SpoolError>> = (first..)
+            .zip(jobs)
+            .map(|(seq, handed)| self.write_claim(seq, handed, now))
+            .collect();
         let dirs: Vec<&std::path::Path> = made
             .iter()
-            .filter_map(|m| m.as_ref().ok().map(|(dir, _)| dir.as_path()))
+            .filter_map(|m| m.as_ref().ok().map(|staged| staged.dir.as_path()))
             .collect();
         if let Err(e) = make_durable(&self.staging(), &dirs) {
-            for (dir, _) in made.iter().flatten() {
-                let _ = self.discard(dir);
+            for staged in made.iter().flatten() {
+                let _ = self.discard(&staged.dir);
             }
             return Err(at(&self.staging())(e));
         }
-        Ok(made
-            .into_iter()
-            .map(|m| {
-                let (dir, mut claimed) = m?;
-                match self.place(
-                    &dir,
-                    State::Pending,
-                    &claimed.name,
-                    Some(&mut claimed.record),
-                ) {
-                    Ok(name) => {
-                        claimed.name = name;
-                        Ok(claimed)
-                    }
-                    Err(e) => {
-                        let _ = self.discard(&dir);
-                        Err(e)
-                    }
-                }
-            })
-            .collect())
+        Ok(made)
+    }
+
+    /// Moves a staged claim into `pending/`: a task from now on.
+    pub fn place_staged(&self, staged: Staged) -> Result<Claimed, SpoolError> {
+        let Staged { dir, mut claimed } = staged;
+        match self.place(
+            &dir,
+            State::Pending,
+            &claimed.name,
+            Some(&mut claimed.record),
+        ) {
+            Ok(name) => {
+                claimed.name = name;
+                Ok(claimed)
+            }
+            Err(e) => {
+                let _ = self.discard(&dir);
+                Err(e)
+            }
+        }
     }
 
     /// One handed job's claim, `staging/claim-NAME`, not yet flushed.
-    fn write_claim(
-        &self,
-        seq: u64,
-        handed: Handed,
-        now: f64,
-    ) -> Result<(PathBuf, Claimed), SpoolError> {
+    fn write_claim(&self, seq: u64, handed: Handed, now: f64) -> Result<Staged, SpoolError> {
         let Handed {
             owner,
             token,
@@ -185,16 +189,16 @@ impl Spool {
             let _ = self.discard(&dir);
             return Err(at(&dir)(e));
         }
-        Ok((
+        Ok(Staged {
             dir,
-            Claimed {
+            claimed: Claimed {
                 name,
                 file: job.rad,
                 drop: token.into(),
                 record,
                 refused: None,
             },
-        ))
+        })
     }
 }
 
@@ -295,10 +299,10 @@ mod tests {
         let handed = request(vec![job("a.rad", "not a job file"), with_summary])
             .check(me, me)
             .unwrap();
-        let taken = spool.receive(handed).unwrap();
-        let names: Vec<String> = taken
-            .iter()
-            .map(|c| c.as_ref().unwrap().name.to_string())
+        let staged = spool.stage_handed(handed).unwrap();
+        let names: Vec<String> = staged
+            .into_iter()
+            .map(|s| spool.place_staged(s.unwrap()).unwrap().name.to_string())
             .collect();
         assert_eq!(names, ["000001-a", "000002-bee"]);
         let bee = spool.task_dir(State::Pending, &TaskName::parse("000002-bee").unwrap());

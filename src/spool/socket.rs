@@ -160,12 +160,12 @@ pub enum Unsent {
 }
 
 /// A request that got no answer: its token, the pid of the daemon it
-/// went to, when, and how many jobs it carried.
+/// went to, when its connection ended, and how many jobs it carried.
 #[derive(Debug, Clone)]
 pub struct Unanswered {
     pub token: String,
     pub daemon: u32,
-    pub sent_at: f64,
+    pub ended_at: f64,
     pub jobs: usize,
 }
 
@@ -425,7 +425,6 @@ impl Spool {
         let mut stream = UnixStream::connect(&path)
             .map_err(|e| Unsent::NotServed(format!("{}: {e}", path.display())))?;
         let daemon = self.check_peer(&stream).map_err(Unsent::NotServed)?;
-        let sent_at = super::record::unix_now();
         let _ = stream.set_write_timeout(Some(PATIENCE));
         let _ = stream.set_read_timeout(Some(PATIENCE));
         let sent = stream.write_all(&request.encode());
@@ -455,7 +454,7 @@ impl Spool {
                 Err(Unsent::Unanswered(Unanswered {
                     token: request.token.clone(),
                     daemon,
-                    sent_at,
+                    ended_at: super::record::unix_now(),
                     jobs: request.jobs.len(),
                 }))
             }
@@ -484,14 +483,16 @@ impl Spool {
 }
 
 impl Spool {
-    /// Finds out what a request that got no answer became. Only a daemon
-    /// that dies can take a request and not answer it (it reads a request
-    /// whole before taking any of it, and its answer fits in the socket's
-    /// buffer): while the daemon it went to still serves, it was not
-    /// taken. Once another daemon serves, it names in its status what the
-    /// recent submissions a crash left became (the request's token is in
-    /// each task's record): the tasks named under the token, else nothing
-    /// was taken. `Unknown` if no daemon says within `patience`.
+    /// Finds out what a request that got no answer became, from a status
+    /// written after its connection ended. Only a daemon that stops can
+    /// take a request and not answer it (it reads a request whole before
+    /// taking any of it, a stopping daemon places and answers what it
+    /// took, and an answer fits in the socket's buffer): while the daemon
+    /// it went to still serves, it was not taken. Once another daemon
+    /// serves, it names in its status what the recent submissions a crash
+    /// left became (the request's token is in each task's record): the
+    /// tasks named under the token, else nothing was taken. `Unknown` if
+    /// no daemon says within `patience`.
     pub fn settle(&self, unanswered: &Unanswered, patience: Duration) -> Settled {
         let named = |status: &super::status::Status| -> Vec<String> {
             let mut names: Vec<String> = status
@@ -505,7 +506,7 @@ impl Spool {
         };
         super::status::wait_for(self, patience, |status| {
             let status = status?;
-            if status.updated_at < unanswered.sent_at {
+            if status.updated_at <= unanswered.ended_at {
                 return None;
             }
             let names = named(status);
@@ -681,7 +682,7 @@ mod tests {
         let asked = Unanswered {
             token: "submit-1-2-3".into(),
             daemon: 41,
-            sent_at: 1000.0,
+            ended_at: 1000.0,
             jobs: 2,
         };
         let quick = Duration::from_millis(50);
