@@ -933,16 +933,38 @@ fn a_launch_hands_the_run_to_the_spare_a_dead_spare_is_replaced_and_a_stopped_da
     });
 }
 
+/// A job as `carma submit` hands it over the daemon's socket.
+fn socket_job(rad: &str, text: &str) -> carma::spool::socket::Job {
+    carma::spool::socket::Job {
+        rad: rad.into(),
+        rad_bytes: text.as_bytes().to_vec(),
+        summary: None,
+        workdir: Some(std::env::temp_dir()),
+        owner: None,
+    }
+}
+
 #[test]
-fn a_running_daemon_takes_submissions_over_its_socket_and_says_at_once_what_it_refused() {
+fn a_running_daemon_takes_jobs_over_its_socket_and_says_at_once_what_it_refused() {
+    // Other users' `carma submit` speaks to the socket (carma's own user
+    // makes its tasks by itself); here the spool's owner speaks to it
+    // through the same library.
     let mut spool = Spool::new("1x40GiB");
     spool.start_daemon();
     let socket = spool.root.join("submit.sock");
     assert!(socket.exists(), "the daemon listens on submit.sock");
-    // Taken over the socket: named at once, and never written into
-    // pending/ by the submitter.
-    let name = spool.submit("a.rad", "memory: 1G\necho ran\n");
-    assert!(name.ends_with("-a"), "{name}");
+    let lib = carma::spool::Spool::new(&spool.root);
+    let jobs = vec![
+        socket_job("a.rad", "memory: 1G\necho ran\n"),
+        socket_job("dep.rad", "memory: 1G\nafterok: 999999\ntrue\n"),
+    ];
+    let handed = lib.hand_over(jobs, &[], "submit-test-1");
+    assert!(handed.rest.is_none(), "{:?}", handed.rest);
+    let [ran, refused] = &handed.receipts[..] else {
+        panic!("{:?}", handed.receipts);
+    };
+    let name = ran.name.clone().unwrap();
+    assert!(name.ends_with("-a") && ran.refused.is_none(), "{ran:?}");
     assert!(
         spool
             .daemon_log()
@@ -950,18 +972,19 @@ fn a_running_daemon_takes_submissions_over_its_socket_and_says_at_once_what_it_r
         "{}",
         spool.daemon_log()
     );
-    spool.wait_count("done", 1, 10.0);
-    let ran = fs::read_to_string(spool.root.join("done").join(&name).join("run-1/stdout"));
-    assert_eq!(ran.unwrap(), "ran\n");
-    // A job the daemon refuses as it takes it in: its task holds the
-    // reason, and the submitter hears it and fails.
-    let (refused, said) = spool.submit_refused("dep.rad", "memory: 1G\nafterok: 999999\ntrue\n");
-    assert!(said.contains("afterok: 999999: no such task"), "{said}");
+    // Refused as the daemon took it in: the answer says why, and its task
+    // holds the reason.
+    let why = refused.refused.clone().unwrap();
+    assert!(why.contains("afterok: 999999: no such task"), "{why}");
+    let refused = refused.name.clone().unwrap();
     spool.wait_for("the refused task in failed/", 5.0, || {
         spool.root.join("failed").join(&refused).exists()
     });
-    // Stopped, the daemon takes its socket away: a submission goes by
-    // pending/, and the next daemon takes it in.
+    spool.wait_count("done", 1, 10.0);
+    let out = fs::read_to_string(spool.root.join("done").join(&name).join("run-1/stdout"));
+    assert_eq!(out.unwrap(), "ran\n");
+    // Stopped, the daemon takes its socket away: submissions go by
+    // pending/, and the next daemon takes them in.
     assert!(spool.stop_daemon("TERM").success());
     assert!(!socket.exists(), "a stopped daemon leaves no socket");
     let waiting = spool.submit("b.rad", "memory: 1G\ntrue\n");
@@ -972,12 +995,13 @@ fn a_running_daemon_takes_submissions_over_its_socket_and_says_at_once_what_it_r
 
 #[test]
 fn a_submitter_whose_daemon_died_before_answering_learns_from_the_next_what_it_took() {
+    use carma::spool::socket::{Settled, Unsent};
     use std::io::Read;
     use std::os::unix::net::UnixListener;
     let mut spool = Spool::new("1x40GiB");
     spool.start_daemon();
     assert!(spool.stop_daemon("TERM").success());
-    let job = spool.job("a.rad", "memory: 1G\ntrue\n");
+    let lib = carma::spool::Spool::new(&spool.root);
     for taken in [true, false] {
         // A daemon that reads the request whole and dies without an
         // answer; the next one's status names what it took, or not.
@@ -1006,14 +1030,16 @@ fn a_submitter_whose_daemon_died_before_answering_learns_from_the_next_what_it_t
             fs::remove_file(&socket).unwrap();
             fs::write(&status, next.to_string()).unwrap();
         });
-        let out = spool.carma().arg("submit").arg(&job).output().unwrap();
+        let handed = lib.hand_over(vec![socket_job("a.rad", "true\n")], &[], "submit-test-2");
         server.join().unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
-        let name = stdout(&out).trim().to_owned();
+        assert!(handed.receipts.is_empty());
+        let Some(Unsent::Unanswered(unanswered)) = handed.rest else {
+            panic!("{:?}", handed.rest);
+        };
+        let settled = lib.settle(&unanswered, Duration::from_secs(10));
         match taken {
-            true => assert_eq!(name, "000777-a"),
-            // Not taken: handed in by pending/ instead, where it waits.
-            false => assert!(spool.root.join("pending").join(&name).is_dir(), "{name}"),
+            true => assert_eq!(settled, Settled::Taken(vec!["000777-a".into()])),
+            false => assert_eq!(settled, Settled::NotTaken),
         }
     }
 }

@@ -184,17 +184,21 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
 /// the next daemon to say what became of its jobs.
 const SETTLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Hands the jobs to the daemon over its socket when it listens there
-/// ([`carma::spool::socket`]): the exit code once it answered for any of
-/// them, `None` when nothing was taken (no daemon listens, it declined, or
-/// a job cannot go that way) and the jobs go by the file path.
+/// Hands another user's jobs to the daemon over its socket when it
+/// listens there ([`carma::spool::socket`]): the exit code once it
+/// answered for any of them, `None` when nothing was taken (no daemon
+/// listens, it declined, or a job cannot go that way) and the jobs go by
+/// the file path. carma's own user makes whole, numbered tasks in the
+/// spool by itself, without waiting for the daemon: measured, its jobs
+/// ran no sooner by the socket, and a burst of them slower (each submit
+/// then waited for a turn of the daemon's loop, launches and all).
 fn hand_over(
     spool: &Spool,
     jobs: &[(&Path, &carma::rad::TaskSpec)],
     after: &[DependencyRef],
     parsable: bool,
 ) -> Result<Option<ExitCode>> {
-    if !spool.socket_path().exists() {
+    if spool.is_mine() || !spool.socket_path().exists() {
         return Ok(None);
     }
     let mut handed = Vec::with_capacity(jobs.len());

@@ -184,8 +184,7 @@ impl Spool {
         jobs: &[(&Path, &TaskSpec)],
         after: &[DependencyRef],
     ) -> Result<Batch, SpoolError> {
-        let own_spool =
-            fs::metadata(self.staging()).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw());
+        let own_spool = self.is_mine();
         let first = match own_spool && !jobs.is_empty() {
             true => Some(self.allocate(jobs.len() as u64)?),
             false => None,
@@ -392,6 +391,12 @@ fn read_job(rad: &Path, spec: &TaskSpec) -> Result<ReadJob, SpoolError> {
 }
 
 impl Spool {
+    /// Whether this process runs as the spool's owner (carma's own user),
+    /// who makes whole tasks in it by itself.
+    pub fn is_mine(&self) -> bool {
+        fs::metadata(self.staging()).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
+    }
+
     /// A checked job as it is handed over the submission socket
     /// ([`super::socket`]): read as for the file path, with the model
     /// summary it names. carma's own user says whom the job runs as (the
@@ -403,9 +408,7 @@ impl Spool {
         if super::socket::check_rad_name(&read.file_name).is_err() {
             return Ok(None);
         }
-        let owner = fs::metadata(self.staging())
-            .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
-            .then_some(read.meta.uid());
+        let owner = self.is_mine().then_some(read.meta.uid());
         let summary =
             super::claim::summary_beneath(&read.file_name, &read.bytes, &read.rad_dir, owner);
         Ok(Some(Job {

@@ -187,17 +187,6 @@ impl Spool {
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
-    /// `carma submit` of one file that a running daemon refuses as it
-    /// takes it in: the command fails, says why, and still names the task
-    /// (in `failed/` with its reason). Returns the name and what it said.
-    pub fn submit_refused(&self, file: &str, text: &str) -> (String, String) {
-        let path = self.job(file, text);
-        let out = self.carma().arg("submit").arg(&path).output().unwrap();
-        assert!(!out.status.success(), "submit succeeded: {}", stdout(&out));
-        assert!(stderr(&out).contains("will not run"), "{}", stderr(&out));
-        (stdout(&out).trim().to_owned(), stderr(&out))
-    }
-
     /// Copies a file straight into `pending/`, as a user with `cp` would.
     pub fn drop_file(&self, file: &str, text: &str) {
         let path = self.job(file, text);
