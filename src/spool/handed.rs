@@ -205,30 +205,13 @@ impl Spool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spool::socket::tests::{job, request};
     use crate::spool::tests::spool;
     use std::fs;
     use std::os::unix::fs::MetadataExt;
 
     const ROOT: u32 = 0;
     const ALICE: u32 = 1000;
-
-    fn job(rad: &str, text: &str) -> Job {
-        Job {
-            rad: rad.into(),
-            rad_bytes: text.as_bytes().to_vec(),
-            summary: None,
-            workdir: Some("/home/alice".into()),
-            owner: None,
-        }
-    }
-
-    fn request(jobs: Vec<Job>) -> Request {
-        Request {
-            token: "submit-1000-7-9".into(),
-            after: Vec::new(),
-            jobs,
-        }
-    }
 
     fn refused(request: Request, peer: u32, me: u32) -> String {
         request.check(peer, me).unwrap_err()
@@ -267,7 +250,7 @@ mod tests {
         let why = refused(request(vec![job("../x.rad", "true\n")]), ALICE, ROOT);
         assert!(why.contains("not the name of a .rad file"), "{why}");
         let mut relative = job("a.rad", "true\n");
-        relative.workdir = Some("home/alice".into());
+        relative.workdir = Some("home/u".into());
         assert!(refused(request(vec![relative]), ALICE, ROOT).contains("absolute"));
         // A path out of the task's directory is no model summary to the
         // job file's parser: nothing of it is kept.
@@ -314,8 +297,8 @@ mod tests {
             .load_record(State::Pending, &TaskName::parse("000002-bee").unwrap())
             .unwrap();
         assert_eq!(record.owner, Some(me));
-        assert_eq!(record.submitted_as.as_deref(), Some("submit-1000-7-9"));
-        assert_eq!(record.workdir, Some("/home/alice".into()));
+        assert_eq!(record.submitted_as.as_deref(), Some("submit-1-2-3"));
+        assert_eq!(record.workdir, Some("/home/u".into()));
         assert_eq!(fs::metadata(bee.join(RECORD)).unwrap().uid(), me);
         let left: Vec<_> = fs::read_dir(spool.staging())
             .unwrap()

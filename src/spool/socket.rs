@@ -523,10 +523,11 @@ impl Spool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn job(rad: &str, text: &str) -> Job {
+    /// A job as a submitter in `/home/u` hands it over.
+    pub(in crate::spool) fn job(rad: &str, text: &str) -> Job {
         Job {
             rad: rad.into(),
             rad_bytes: text.as_bytes().to_vec(),
@@ -536,7 +537,8 @@ mod tests {
         }
     }
 
-    fn request(jobs: Vec<Job>) -> Request {
+    /// A request of `jobs`, as token `submit-1-2-3`.
+    pub(in crate::spool) fn request(jobs: Vec<Job>) -> Request {
         Request {
             token: "submit-1-2-3".into(),
             after: Vec::new(),

@@ -269,18 +269,12 @@ impl Spool {
         after: &[DependencyRef],
         number: Option<u64>,
     ) -> Result<Staged, SpoolError> {
-        let ReadJob {
-            file_name,
-            stem,
-            rad_dir,
-            workdir,
-            bytes,
-            meta,
-        } = read_job(rad, spec)?;
-        let rad_dir = rad_dir.as_path();
+        let read = read_job(rad, spec)?;
+        let (file_name, bytes, meta) = (read.file_name, read.bytes, read.meta);
+        let rad_dir = read.rad_dir.as_path();
         let (dir, entry, name) = match number {
             Some(number) => {
-                let name = TaskName::new(number, &stem);
+                let name = TaskName::new(number, &read.stem);
                 let dir = self.staging().join(format!("submit-{name}"));
                 (dir, name.to_string(), Some(name))
             }
@@ -303,7 +297,7 @@ impl Spool {
                 // carma's own record: the job runs as the file's owner.
                 let record = TaskRecord {
                     owner: Some(meta.uid()),
-                    workdir: Some(workdir),
+                    workdir: Some(read.workdir.clone()),
                     submitted_after: after.to_vec(),
                     ..TaskRecord::new(name, file_name.clone(), unix_now())
                 };
@@ -316,7 +310,7 @@ impl Spool {
             None => {
                 let request = Request {
                     rad: Some(file_name.clone()),
-                    workdir: Some(workdir),
+                    workdir: Some(read.workdir.clone()),
                     after: after.to_vec(),
                 };
                 make_dir(&dir, 0o700)
