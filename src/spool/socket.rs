@@ -1,8 +1,9 @@
 //! The submission socket: a running daemon takes jobs in one round trip.
 //!
-//! A `carma submit` that finds the daemon listening on `submit.sock` in
-//! the spool hands its checked jobs over it instead of writing them into
-//! `pending/`. The daemon writes the only copy (a claim in `staging/`,
+//! A user's `carma submit` that finds the daemon listening on
+//! `submit.sock` in the spool hands its checked jobs over it instead of
+//! writing them into `pending/` (carma's own user makes whole tasks there
+//! by itself, without waiting for the daemon). The daemon writes the only copy (a claim in `staging/`,
 //! made durable as every claim is) and answers with the tasks' names,
 //! which are the submitter's receipt: the submitter writes and flushes
 //! nothing, and no directory event or status file stands between a
