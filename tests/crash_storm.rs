@@ -193,19 +193,41 @@ struct Submitted {
     /// Tokens whose submission was accepted.
     accepted: Vec<String>,
     refused: Vec<String>,
+    /// Of the accepted, those `nobody` submitted over the daemon's socket.
+    by_nobody: usize,
+}
+
+/// `nobody`'s uid and gid on Debian: as root, half the storm's `carma
+/// submit`s run as this ordinary user, whose submissions go over the
+/// daemon's socket (carma's own user's never do).
+const NOBODY: u32 = 65534;
+
+/// Where the submitting thread hands its jobs: the spool, its
+/// configuration, the directory the job files are written in, and whether
+/// half the `carma submit`s run as `nobody`.
+struct Target {
+    root: PathBuf,
+    config: PathBuf,
+    jobs_dir: PathBuf,
+    as_nobody: bool,
 }
 
 /// Submits every job at random moments, spread over about `span`.
 fn submit_all(
     jobs: Vec<(String, String, bool)>,
-    root: PathBuf,
-    config: PathBuf,
-    jobs_dir: PathBuf,
+    to: Target,
     span: Duration,
     seed: u64,
     progress: Arc<AtomicUsize>,
 ) -> Submitted {
+    let Target {
+        root,
+        config,
+        jobs_dir,
+        as_nobody,
+    } = to;
     let mut rng = Rng(seed);
+    let mut by_nobody = 0;
     let gap = span.as_secs_f64() / jobs.len().max(1) as f64;
     let mut accepted = Vec::new();
     let mut refused = Vec::new();
@@ -223,14 +245,20 @@ fn submit_all(
         let file = jobs_dir.join(format!("{token}.rad"));
         fs::write(&file, &text).unwrap();
         if submit {
-            let out = Command::new(CARMA)
+            let mut command = Command::new(CARMA);
+            command
                 .env("CARMA_SPOOL", &root)
                 .env("CARMA_CONFIG", &config)
                 .arg("submit")
-                .arg(&file)
-                .output()
-                .unwrap();
+                .arg(&file);
+            let nobody = as_nobody && rng.chance(0.5);
+            if nobody {
+                use std::os::unix::process::CommandExt;
+                command.uid(NOBODY).gid(NOBODY);
+            }
+            let out = command.output().unwrap();
             if out.status.success() {
+                by_nobody += usize::from(nobody);
                 accepted.push(token);
             } else {
                 eprintln!(
@@ -246,7 +274,11 @@ fn submit_all(
         }
         progress.fetch_add(1, Ordering::Relaxed);
     }
-    Submitted { accepted, refused }
+    Submitted {
+        accepted,
+        refused,
+        by_nobody,
+    }
 }
 
 /// A live process and the task it belongs to.
@@ -403,6 +435,19 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
     let ledger = spool.dir.path().join("ledger");
     let jobs_dir = spool.dir.path().join("jobs");
     fs::create_dir_all(&jobs_dir).unwrap();
+    let as_nobody = nix::unistd::geteuid().is_root();
+    if as_nobody {
+        // nobody reads the configuration and its job files, enters their
+        // directory (where its jobs run) and appends to the ledger.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &Path, mode| {
+            fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+        };
+        mode(spool.dir.path(), 0o755);
+        mode(&spool.config, 0o644);
+        fs::write(&ledger, "").unwrap();
+        mode(&ledger, 0o666);
+    }
     println!("crash-storm: spool {}", spool.root.display());
     let mut rng = Rng(seed);
     let jobs = make_jobs(tasks, &ledger, &mut rng);
@@ -428,7 +473,13 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
         let progress = Arc::clone(&progress);
         let span = Duration::from_secs_f64(storm_span);
         std::thread::spawn(move || {
-            submit_all(jobs, root, config, jobs_dir, span, seed ^ 0xabcd, progress)
+            let to = Target {
+                root,
+                config,
+                jobs_dir,
+                as_nobody,
+            };
+            submit_all(jobs, to, span, seed ^ 0xabcd, progress)
         })
     };
 
@@ -783,11 +834,13 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
     let wall = began.elapsed().as_secs_f64();
     println!("crash-storm: ---- summary (seed {seed}) ----");
     println!(
-        "  tasks submitted:        {} ({} by carma submit, {} dropped into pending/; {} refused)",
+        "  tasks submitted:        {} ({} by carma submit, {} of them by nobody over the socket; \
+         {} dropped into pending/; {} refused)",
         accepted.len(),
         jobs.iter()
             .filter(|j| j.submit && accepted.contains(&j.token))
             .count(),
+        submitted.by_nobody,
         jobs.iter()
             .filter(|j| !j.submit && accepted.contains(&j.token))
             .count(),
