@@ -70,10 +70,7 @@ impl Submission {
                     name: Some(claimed.name.to_string()),
                     refused: None,
                 },
-                Err(e) => Receipt {
-                    name: None,
-                    refused: Some(e.to_string()),
-                },
+                Err(e) => Receipt::not_taken(e),
             })
             .collect();
         self.answer.send(&Reply::Taken(receipts));

@@ -49,10 +49,7 @@ impl Daemon {
                     }
                     Err(e) => {
                         log::error!("a job from uid {peer} not taken in: {e}");
-                        Receipt {
-                            name: None,
-                            refused: Some(e.to_string()),
-                        }
+                        Receipt::not_taken(e)
                     }
                 });
             }

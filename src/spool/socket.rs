@@ -125,6 +125,16 @@ pub struct Receipt {
     pub refused: Option<String>,
 }
 
+impl Receipt {
+    /// A job of which nothing was made, and why.
+    pub fn not_taken(why: impl std::fmt::Display) -> Receipt {
+        Receipt {
+            name: None,
+            refused: Some(why.to_string()),
+        }
+    }
+}
+
 /// The daemon's one answer to a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -437,10 +447,7 @@ impl Spool {
             Ok(Reply::Refused(why)) => Ok(request
                 .jobs
                 .iter()
-                .map(|_| Receipt {
-                    name: None,
-                    refused: Some(why.clone()),
-                })
+                .map(|_| Receipt::not_taken(&why))
                 .collect()),
             // A request cut short is never acted on: the daemon reads it
             // whole before it takes any of it.
