@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Step 4 of run.sh: measured peaks against carma's estimates.
 
-Each model trains a few dozen steps at two or more batch sizes, alone on
-the GPU. Its peak is measured twice: by NVML, as carma sees a process
-(nvidia-smi's per-process memory, sampled every 100 ms), and by PyTorch
-(`torch.cuda.max_memory_reserved`). The model's module print, written by
-the job as a user would paste it, is estimated by `carma estimate` (no
-declared memory: the estimators alone). Writes estimates.csv and
-estimates.md in --out, and prints the table."""
+Each model trains --steps steps at two batch sizes. Its peak is measured
+twice: by NVML, as carma sees a process (the process's used GPU memory,
+sampled every 50 ms), and by PyTorch (`torch.cuda.max_memory_reserved`).
+Several models train at once: each process's memory is its own, and the
+GPU has room for all of them, so sharing changes their speed, not their
+peaks. The summaries a user would paste (module print, torchinfo,
+torchsummary; made on the CPU at batch 1) are estimated by
+`carma estimate --batch-size B` with no declared memory: the estimators
+alone. Writes estimates.csv and estimates.md in --out and prints the
+table."""
 import argparse
+import concurrent.futures
 import csv
 import json
 import pathlib
@@ -26,70 +30,140 @@ MODELS = [
     ("swin_t", (16, 64)), ("bert-base", (8, 32)), ("distilbert", (16, 64)),
     ("roberta-base", (8, 32)), ("gpt2", (4, 16)), ("gpt2-medium", (2, 8)),
 ]
+FORMATS = ("print", "torchinfo", "torchsummary")
 
 
-def nvml_peak(pid_holder, stop, peak):
-    while not stop.is_set():
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True)
-        for line in out.stdout.splitlines():
-            pid, _, mib = line.partition(",")
-            if pid.strip() == str(pid_holder[0]):
-                peak[0] = max(peak[0], int(mib))
-        time.sleep(0.1)
+class Peaks:
+    """Each process's largest used GPU memory, as NVML reports it."""
+
+    def __init__(self):
+        self.peak = {}
+        self.source = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                       for i in range(pynvml.nvmlDeviceGetCount())]
+            self.source = "pynvml"
+
+            def sample():
+                for h in handles:
+                    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                        if p.usedGpuMemory is not None:
+                            yield p.pid, p.usedGpuMemory // 2**20
+        except Exception:  # noqa: BLE001 - fall back to nvidia-smi
+            self.source = "nvidia-smi"
+
+            def sample():
+                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                      "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True).stdout
+                for line in out.splitlines():
+                    pid, _, mib = line.partition(",")
+                    if mib.strip().isdigit():
+                        yield int(pid), int(mib)
+        while not self.stop.is_set():
+            for pid, mib in sample():
+                self.peak[pid] = max(self.peak.get(pid, 0), mib)
+            time.sleep(0.05)
+
+
+def summaries(out, jobs):
+    """Every model's summaries, made on the CPU, several at once."""
+    def one(model):
+        r = subprocess.run([sys.executable, str(HERE / "train.py"), model, "1", "0",
+                            "--summaries", str(out)], capture_output=True, text=True)
+        for line in r.stderr.splitlines()[-3:]:
+            print(f"  {model} summaries: {line}", flush=True)
+
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(one, [m for m, _ in MODELS]))
+
+
+def train(peaks, model, batch, steps):
+    """Trains one (model, batch); its NVML and PyTorch peaks, or why not."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "train.py"), model, str(batch),
+                             str(steps)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    stdout, stderr = proc.communicate()
+    time.sleep(0.2)  # the sampler's last look
+    if proc.returncode != 0:
+        return {"error": (stderr.strip().splitlines() or ["?"])[-1][:160]}
+    last = json.loads(stdout.strip().splitlines()[-1])
+    return {"nvml_peak_mib": peaks.peak.get(proc.pid, 0),
+            "torch_reserved_mib": last["max_reserved_mib"],
+            "seconds": round(last["ended"] - last["started"], 1)}
+
+
+def estimate(carma, summary, batch):
+    r = subprocess.run([carma, "estimate", "--json", "--batch-size", str(batch), str(summary)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, "error: " + " ".join(r.stderr.split())[:160]
+    e = json.loads(r.stdout)
+    return e.get("mib"), e.get("source")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--carma", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=6, help="models trained at once")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    summaries(out / "summaries", 8)
+    print(f"summaries written in {time.time() - t0:.0f} s", flush=True)
+    peaks = Peaks()
+    runs = [(m, b) for m, batches in MODELS for b in batches]
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        measured = dict(zip(runs, pool.map(lambda r: train(peaks, r[0], r[1], args.steps),
+                                           runs)))
+    peaks.stop.set()
+    print(f"trained in {time.time() - t0:.0f} s, NVML read by {peaks.source}", flush=True)
     rows = []
-    for model, batches in MODELS:
-        for batch in batches:
-            summary = out / f"{model}.txt"
-            proc = subprocess.Popen([sys.executable, str(HERE / "train.py"), model, str(batch),
-                                     str(args.steps), "--summary", str(summary)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            peak, stop = [0], threading.Event()
-            sampler = threading.Thread(target=nvml_peak, args=([proc.pid], stop, peak))
-            sampler.start()
-            stdout, stderr = proc.communicate()
-            stop.set()
-            sampler.join()
-            if proc.returncode != 0:
-                why = (stderr.strip().splitlines() or ["?"])[-1][:120]
-                print(f"{model} batch {batch}: did not run: {why}", flush=True)
-                continue
-            torch_peak = json.loads(stdout.strip().splitlines()[-1])["max_reserved_mib"]
-            est = subprocess.run([args.carma, "estimate", "--json", "--batch-size", str(batch),
-                                  str(summary)], capture_output=True, text=True)
-            if est.returncode != 0:
-                print(f"{model} batch {batch}: carma estimate failed: {est.stderr.strip()}")
-                continue
-            e = json.loads(est.stdout)
-            mib = e.get("mib")
-            error = (mib - peak[0]) / peak[0] * 100 if mib and peak[0] else None
-            rows.append({"model": model, "batch": batch, "nvml_peak_mib": peak[0],
-                         "torch_reserved_mib": torch_peak, "estimate_mib": mib,
-                         "estimator": e.get("source"),
-                         "error_pct": None if error is None else round(error, 1)})
-            print(json.dumps(rows[-1]), flush=True)
+    for (model, batch), m in measured.items():
+        row = {"model": model, "batch": batch, **{k: m.get(k) for k in
+               ("nvml_peak_mib", "torch_reserved_mib", "seconds", "error")}}
+        for fmt in FORMATS:
+            summary = out / "summaries" / f"{model}.{fmt}.txt"
+            mib, source = estimate(args.carma, summary, batch) if summary.exists() \
+                else (None, "no summary")
+            peak = m.get("nvml_peak_mib")
+            row[f"{fmt}_mib"] = mib
+            row[f"{fmt}_source"] = source
+            row[f"{fmt}_error_pct"] = round((mib - peak) / peak * 100, 1) \
+                if mib and peak else None
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     with open(out / "estimates.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["model"])
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     with open(out / "estimates.md", "w") as f:
-        f.write("| model | batch | measured peak (NVML) | torch reserved | carma's estimate "
-                "| estimator | error |\n|---|---|---|---|---|---|---|\n")
+        f.write("| model | batch | peak, NVML | torch reserved | "
+                + " | ".join(f"estimate from {fmt} (estimator, error)" for fmt in FORMATS)
+                + " |\n|---|---|---|---|" + "---|" * len(FORMATS) + "\n")
         for r in rows:
-            err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.0f}%"
+            if r["error"]:
+                f.write(f"| {r['model']} | {r['batch']} | did not run: {r['error']} |"
+                        + " |" * (2 + len(FORMATS)) + "\n")
+                continue
+            cells = []
+            for fmt in FORMATS:
+                mib, source, err = r[f"{fmt}_mib"], r[f"{fmt}_source"], r[f"{fmt}_error_pct"]
+                cells.append("n/a" if mib is None else
+                             f"{mib} MiB ({source}, {'n/a' if err is None else f'{err:+.0f}%'})")
             f.write(f"| {r['model']} | {r['batch']} | {r['nvml_peak_mib']} MiB | "
-                    f"{r['torch_reserved_mib']} MiB | {r['estimate_mib']} MiB | "
-                    f"{r['estimator']} | {err} |\n")
+                    f"{r['torch_reserved_mib']} MiB | " + " | ".join(cells) + " |\n")
     print((out / "estimates.md").read_text())
 
 

@@ -2,16 +2,19 @@
 # carma on a real GPU (issue 27): inventory and readings against
 # nvidia-smi, MPS for real, a real OOM recovered, estimates against
 # measured peaks, dispatch latency. Run as root on a machine with an
-# NVIDIA GPU, the driver, PyTorch (and torchvision; transformers for the
-# BERT/GPT-2 rows where present). See README.md beside this script.
+# NVIDIA GPU, the driver, PyTorch and torchvision (transformers for the
+# BERT/GPT-2 rows, torchinfo and torchsummary for those summaries, where
+# present). See README.md beside this script.
 #
 #   tools/real-gpu/run.sh [--fake] [--carma PATH] [--out DIR] [--steps LIST]
 #
 # --fake     no GPU: carma's fake NVML (tests/fake_nvml) and a fake
-#            nvidia-smi reading the same file stand in; the steps that
-#            need PyTorch and a GPU say "skipped" instead of faking a result
+#            nvidia-smi reading the same file stand in, and a stand-in
+#            trainer runs the jobs of steps 2 and 3 (checking the kit's
+#            plumbing); step 4 says "skipped" instead of faking a result
 # --carma    the carma binary (default: target/release/carma, built if missing)
-# --out      where results go (default: ./real-gpu-results)
+# --out      where results go (default: ./real-gpu-results); summary.txt
+#            there is appended to, so steps can be run one call each
 # --steps    which steps to run (default: 1,2,3,4,5)
 set -euo pipefail
 
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
         --carma) carma=$2; shift ;;
         --out) out=$2; shift ;;
         --steps) steps=$2; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -36,19 +39,48 @@ if [ -z "$carma" ]; then
     carma=$repo/target/release/carma
     [ -x "$carma" ] || (cd "$repo" && cargo build --release --offline)
 fi
+carma=$(cd "$(dirname "$carma")" && pwd)/$(basename "$carma")
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d /tmp/carma-real-gpu.XXXXXX)
 chmod 755 "$work"
 daemon_pid=""
+# The python that holds PyTorch: a job gets a login's PATH, not this
+# shell's, so its lines name it whole (and export the library path the
+# driver may need).
+py=$(command -v python3)
+mps_control=$(command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null || true)
+stop_daemon() {
+    if [ -n "$daemon_pid" ]; then
+        kill -TERM "$daemon_pid" 2>/dev/null || true
+        wait "$daemon_pid" 2>/dev/null || true
+        daemon_pid=""
+    fi
+}
 cleanup() {
     stop_daemon
+    # What a step leaves behind must not reach the next one: its jobs and
+    # an MPS daemon (carma restores the compute mode when MPS stops).
+    pkill -f "$here/train.py" 2>/dev/null || true
+    pkill -f "$work/bin/fake-train" 2>/dev/null || true
+    if [ -n "$mps_control" ] && [ -d "$work/mps-pipe" ]; then
+        echo quit | CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe timeout 10 "$mps_control" >/dev/null 2>&1 || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 want() { case ",$steps," in *",$1,"*) return 0 ;; esac; return 1; }
 say() { printf '== %s\n' "$*" | tee -a "$out/summary.txt"; }
-has_torch() { [ "$fake" = 0 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; }
+torch_ok=0
+if [ "$fake" = 0 ] && "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    torch_ok=1
+fi
+# Steps 2, 3 and 5 run a real trainer on the GPU or, with --fake, a
+# stand-in that prints what train.py prints and fails its first run with
+# CUDA's out-of-memory message when asked to hold memory.
+has_trainer() { [ "$torch_ok" = 1 ] || [ "$fake" = 1 ]; }
+if [ "$fake" = 1 ]; then train="$work/bin/fake-train"; else train="$py $here/train.py"; fi
 
 # --- the GPU backend: real NVML, or the fake library and a fake nvidia-smi
 if [ "$fake" = 1 ]; then
@@ -75,24 +107,42 @@ FAKE
 f=$CARMA_FAKE_NVML
 v() { sed -n "s/^0\.$1 //p" "$f"; }
 case "$*" in
+    *--query-gpu=compute_mode*) echo "Default" ;;
     *--query-gpu=*) echo "0, $(v name), $(v total_mib), $(v used_mib), Default, Disabled, $(v power_w)" ;;
     *--query-compute-apps=*) ;;
     *) echo "fake nvidia-smi: $*" ;;
 esac
 SMI
-    chmod +x "$work/bin/nvidia-smi"
+    cat > "$work/bin/fake-train" <<FAKE
+#!/usr/bin/env bash
+python3 -c 'import json,time; print(json.dumps({"started": time.time()}))'
+case "\$*" in
+    *--alloc-gib*) [ -e "$work/fake-oomed" ] || { touch "$work/fake-oomed"
+        echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB" >&2; exit 1; } ;;
+esac
+sleep 1
+python3 -c 'import json,time; t=time.time(); print(json.dumps({"started": t, "first_kernel": t, "ended": t}))'
+FAKE
+    chmod +x "$work/bin/nvidia-smi" "$work/bin/fake-train"
     export PATH=$work/bin:$PATH
 fi
 
 config=$work/carma.toml
 write_config() {  # $1: mps enabled (true/false)
+    local mps=$1
+    if [ "$mps" = true ] && [ -z "$mps_control" ]; then
+        say "no nvidia-cuda-mps-control on PATH: MPS off"
+        mps=false
+    fi
     cat > "$config" <<TOML
 [daemon]
 spool = "$work/spool"
 # The kit runs as root on a machine of its own.
 allow_root_jobs = true
+job_path = "$(dirname "$py"):/usr/local/bin:/usr/bin:/bin"
 [mps]
-enabled = $1
+enabled = $mps
+control = "${mps_control:-nvidia-cuda-mps-control}"
 pipe_dir = "$work/mps-pipe"
 log_dir = "$work/mps-log"
 TOML
@@ -112,13 +162,6 @@ start_daemon() {
     echo "run.sh: the daemon did not start" >&2
     return 1
 }
-stop_daemon() {
-    if [ -n "$daemon_pid" ]; then
-        kill -TERM "$daemon_pid" 2>/dev/null || true
-        wait "$daemon_pid" 2>/dev/null || true
-        daemon_pid=""
-    fi
-}
 wait_ended() {  # $1: task name, $2: seconds
     for _ in $(seq $(($2 * 10))); do
         for s in done failed; do
@@ -131,16 +174,21 @@ wait_ended() {  # $1: task name, $2: seconds
 job() {  # $1: file, $2: name, $3: memory, rest: script lines
     local file=$1 name=$2 memory=$3
     shift 3
-    { echo "name: $name"; echo "memory: $memory"; printf '%s\n' "$@"; } > "$file"
+    {
+        echo "name: $name"
+        echo "memory: $memory"
+        if [ -n "${LD_LIBRARY_PATH:-}" ]; then echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; fi
+        printf '%s\n' "$@"
+    } > "$file"
 }
 smi_gpus() {
     nvidia-smi --query-gpu=index,name,memory.total,memory.used,compute_mode,mig.mode.current,power.draw \
         --format=csv,noheader,nounits
 }
+compute_mode() { nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1; }
+keep_log() { cp "$work/daemon.log" "$out/$1-daemon.log"; }
 
-: > "$out/summary.txt"
-say "carma on $( [ "$fake" = 1 ] && echo 'the fake NVML (no GPU)' || smi_gpus | head -1 | cut -d, -f2 )"
-"$carma" --version >> "$out/summary.txt" 2>&1 || true
+say "carma on $( [ "$fake" = 1 ] && echo 'the fake NVML (no GPU)' || smi_gpus | head -1 | cut -d, -f2 ), steps $steps"
 
 # --- 1. inventory and readings, carma's against nvidia-smi's
 if want 1; then
@@ -150,85 +198,89 @@ if want 1; then
     sleep 3
     smi_gpus > "$out/1-nvidia-smi.csv"
     "$carma" status --json > "$out/1-status.json"
-    python3 "$here/compare.py" "$out/1-status.json" "$out/1-nvidia-smi.csv" | tee -a "$out/summary.txt"
-    grep -E "GPU [0-9]|compute mode|MIG|GPM|DCGM" "$work/daemon.log" | head -20 >> "$out/summary.txt" || true
+    python3 "$here/compare.py" "$out/1-status.json" "$out/1-nvidia-smi.csv" | tee -a "$out/summary.txt" || true
+    grep -E "GPU [0-9]|compute mode|MIG|GPM|DCGM|NVML" "$work/daemon.log" | head -20 >> "$out/summary.txt" || true
     stop_daemon
+    keep_log 1
 fi
 
 # --- 2. MPS for real: two models collocated, each capped; one over its cap
 if want 2; then
     say "2. MPS: two training jobs collocated, each with its memory limit"
-    if ! has_torch; then
+    if ! has_trainer; then
         say "2. skipped: no GPU with PyTorch here"
     else
-        before=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)
+        before=$(compute_mode)
         write_config true
         start_daemon
-        job "$work/a.rad" resnet50 12G "python3 $here/train.py resnet50 64 300"
-        job "$work/b.rad" bert 10G "python3 $here/train.py bert-base 16 300"
-        job "$work/c.rad" greedy 3G "python3 $here/train.py resnet50 32 50 --alloc-gib 6"
+        job "$work/a.rad" resnet50 14G "$train resnet50 64 200"
+        job "$work/b.rad" bert 10G "$train bert-base 16 200"
+        job "$work/c.rad" greedy 3G "$train resnet50 32 30 --alloc-gib 6"
         a=$("$carma" submit "$work/a.rad"); b=$("$carma" submit "$work/b.rad"); c=$("$carma" submit "$work/c.rad")
-        sleep 20
+        sleep 12
         "$carma" status --json > "$out/2-status-during.json"
-        nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader > "$out/2-apps.csv" || true
-        during=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)
-        for t in "$a" "$b" "$c"; do echo "$t: $(wait_ended "$t" 900)"; done | tee -a "$out/summary.txt"
-        grep -h "out of memory" "$work/spool"/*/"$c"/run-1/stderr 2>/dev/null | head -2 | tee -a "$out/summary.txt" || true
+        nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader > "$out/2-apps.csv" || true
+        during=$(compute_mode)
+        for t in "$a" "$b" "$c"; do echo "$t: $(wait_ended "$t" 240)"; done | tee -a "$out/summary.txt"
+        python3 "$here/oom_timeline.py" "$work/spool" "$c" | tee -a "$out/summary.txt" || true
         stop_daemon
-        after=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)
+        after=$(compute_mode)
         say "compute mode: before $before, while carma ran $during, after $after"
-        pgrep -f nvidia-cuda-mps-control >/dev/null && say "MPS control daemon still running after stop" \
-            || say "MPS control daemon stopped with carma"
-        cp "$work/daemon.log" "$out/2-daemon.log"
+        if pgrep -f nvidia-cuda-mps-control >/dev/null; then say "MPS control daemon still running after stop"
+        else say "MPS control daemon stopped with carma"; fi
+        keep_log 2
     fi
 fi
 
 # --- 3. a real OOM beside another job, recovered alone
 if want 3; then
     say "3. a real OOM recovered"
-    if ! has_torch; then
+    if ! has_trainer; then
         say "3. skipped: no GPU with PyTorch here"
     else
+        rm -f "$work/fake-oomed"
         write_config true
         start_daemon
-        job "$work/n.rad" neighbour 20G "python3 $here/train.py resnet50 128 400"
-        job "$work/o.rad" underestimated 4G "python3 $here/train.py vit_b_16 64 100"
+        job "$work/n.rad" neighbour 28G "$train resnet50 128 250"
+        job "$work/o.rad" underestimated 4G "$train vit_b_16 64 60 --alloc-gib 0.5"
         n=$("$carma" submit "$work/n.rad"); o=$("$carma" submit "$work/o.rad")
-        for t in "$n" "$o"; do echo "$t: $(wait_ended "$t" 1200)"; done | tee -a "$out/summary.txt"
-        python3 "$here/oom_timeline.py" "$work/spool" "$o" | tee -a "$out/summary.txt"
+        for t in "$n" "$o"; do echo "$t: $(wait_ended "$t" 300)"; done | tee -a "$out/summary.txt"
+        python3 "$here/oom_timeline.py" "$work/spool" "$o" | tee -a "$out/summary.txt" || true
         stop_daemon
-        cp "$work/daemon.log" "$out/3-daemon.log"
+        keep_log 3
     fi
 fi
 
 # --- 4. estimates against measured peaks
 if want 4; then
     say "4. estimates against measured peaks"
-    if ! has_torch; then
+    if [ "$torch_ok" = 0 ]; then
         say "4. skipped: no GPU with PyTorch here"
     else
-        python3 "$here/measure.py" --carma "$carma" --out "$out/4-estimates" | tee -a "$out/summary.txt"
+        "$py" "$here/measure.py" --carma "$carma" --out "$out/4-estimates" | tee -a "$out/summary.txt"
     fi
 fi
 
-# --- 5. dispatch latency: submit -> first line -> first CUDA kernel
+# --- 5. dispatch latency: submit -> first line (20 jobs that print the time
+# and end) and -> first CUDA kernel (8 jobs that start PyTorch), MPS off and on
 if want 5; then
-    say "5. dispatch latency, p50 of 20 jobs"
+    say "5. dispatch latency"
     for mps in false true; do
         write_config $mps
         start_daemon
         : > "$work/latency.csv"
-        for i in $(seq 20); do
-            if has_torch; then
-                line="python3 $here/train.py resnet18 8 1"
+        for i in $(seq 28); do
+            if [ "$i" -le 20 ] || ! has_trainer; then
+                line="$py -c 'import json,time; print(json.dumps({\"started\": time.time()}))'"
             else
-                line="python3 -c 'import json,time; print(json.dumps({\"started\": time.time(), \"first_kernel\": None}))'"
+                line="$train resnet18 8 1"
             fi
             job "$work/l$i.rad" "lat$i" 2G "$line"
             t0=$(date +%s.%N)
             name=$("$carma" submit "$work/l$i.rad")
-            [ "$(wait_ended "$name" 300)" = done ] || { echo "$name did not succeed" >&2; continue; }
+            [ "$(wait_ended "$name" 60)" = done ] || { echo "$name did not succeed" >&2; continue; }
             echo "$t0,$(tail -1 "$work/spool/done/$name/run-1/stdout")" >> "$work/latency.csv"
+            [ "$i" -ge 20 ] && ! has_trainer && break
         done
         python3 - "$work/latency.csv" "$mps" <<'PY' | tee -a "$out/summary.txt"
 import json, statistics, sys
@@ -236,14 +288,16 @@ first, kernel = [], []
 for row in open(sys.argv[1]):
     t0, _, rest = row.partition(",")
     r = json.loads(rest)
-    first.append(r["started"] - float(t0))
     if r.get("first_kernel"):
         kernel.append(r["first_kernel"] - float(t0))
-p50 = lambda xs: f"{statistics.median(xs) * 1000:.0f} ms" if xs else "n/a (no GPU)"
-print(f"MPS {'on ' if sys.argv[2] == 'true' else 'off'}: submit -> first line p50 {p50(first)}, "
-      f"-> first CUDA kernel p50 {p50(kernel)} ({len(first)} jobs)")
+    else:
+        first.append(r["started"] - float(t0))
+p50 = lambda xs: f"{statistics.median(xs) * 1000:.0f} ms (min {min(xs) * 1000:.0f}, max {max(xs) * 1000:.0f}, {len(xs)} jobs)" if xs else "n/a"
+print(f"MPS {'on ' if sys.argv[2] == 'true' else 'off'}: submit -> first line p50 {p50(first)}; "
+      f"-> first CUDA kernel p50 {p50(kernel)}")
 PY
         stop_daemon
+        keep_log "5-mps-$mps"
         [ "$fake" = 1 ] && break
     done
 fi

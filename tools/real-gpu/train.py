@@ -6,43 +6,51 @@ stdout, one JSON line with the wall-clock times of its first line and of
 its first CUDA kernel, and its peak memory as PyTorch saw it. Used both as
 a job carma runs (steps 2, 3 and 5 of run.sh) and by measure.py (step 4).
 
-    train.py MODEL BATCH STEPS [--alloc-gib N] [--summary FILE]
+    train.py MODEL BATCH STEPS [--alloc-gib N]
+    train.py MODEL 1 0 --summaries DIR
 
---alloc-gib N  also holds N GiB on the GPU (a job whose estimate is too low)
---summary FILE writes the model's module print (as a user would paste it)
+--alloc-gib N    also holds N GiB on the GPU (a job whose estimate is too low)
+--summaries DIR  writes the model's summaries as users paste them, made on
+                 the CPU at batch 1 (carma is told the batch): the module
+                 print with its parameter count, torchinfo's table and, for
+                 torchvision models, torchsummary's; then exits
 """
 import argparse
 import json
+import pathlib
 import sys
 import time
 
 STARTED = time.time()
+print(json.dumps({"started": STARTED}), flush=True)
 
 import torch  # noqa: E402
 
+SEQUENCE = 128
+
 
 def build(name):
-    """A torchvision or transformers model by name, and its input maker."""
+    """A torchvision or transformers model by name, its input maker and
+    whether it is a Hugging Face model."""
     if name.startswith(("bert", "gpt2", "distilbert", "roberta")):
         import transformers
 
         configs = {
-            "bert-base": transformers.BertConfig(),
-            "bert-large": transformers.BertConfig(
-                hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                intermediate_size=4096),
-            "distilbert": transformers.DistilBertConfig(),
-            "roberta-base": transformers.RobertaConfig(),
-            "gpt2": transformers.GPT2Config(),
-            "gpt2-medium": transformers.GPT2Config(n_embd=1024, n_layer=24, n_head=16),
+            "bert-base": transformers.BertConfig,
+            "distilbert": transformers.DistilBertConfig,
+            "roberta-base": transformers.RobertaConfig,
         }
-        config = configs[name]
-        model = transformers.AutoModelForSequenceClassification.from_config(config) \
-            if not name.startswith("gpt2") else transformers.GPT2LMHeadModel(config)
+        if name.startswith("gpt2"):
+            config = transformers.GPT2Config() if name == "gpt2" else \
+                transformers.GPT2Config(n_embd=1024, n_layer=24, n_head=16)
+            model = transformers.GPT2LMHeadModel(config)
+        else:
+            config = configs[name]()
+            model = transformers.AutoModelForSequenceClassification.from_config(config)
         vocab = config.vocab_size
 
         def inputs(batch, device):
-            ids = torch.randint(0, vocab, (batch, 128), device=device)
+            ids = torch.randint(0, vocab, (batch, SEQUENCE), device=device)
             return {"input_ids": ids, "labels": ids if name.startswith("gpt2")
                     else torch.zeros(batch, dtype=torch.long, device=device)}
 
@@ -59,27 +67,62 @@ def build(name):
     return model, inputs, False
 
 
+def write_summaries(name, model, inputs, hf, out):
+    """The summaries a user would save beside the job, each in its own file;
+    a tool that fails on this model writes nothing (and says so on stderr)."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    params = sum(p.numel() for p in model.parameters())
+    (out / f"{name}.print.txt").write_text(
+        f"{model}\n{'=' * 60}\nTotal params: {params:,}\n")
+    model.eval()
+    sample = inputs(1, "cpu")
+    try:
+        import torchinfo
+
+        data = [sample["input_ids"]] if hf else [sample["x"]]
+        table = torchinfo.summary(model, input_data=data, verbose=0, device="cpu",
+                                  col_names=("output_size", "num_params"))
+        (out / f"{name}.torchinfo.txt").write_text(f"{table}\n")
+    except Exception as e:  # noqa: BLE001 - a tool's failure is reported, not fatal
+        print(f"{name}: torchinfo failed: {e!r}", file=sys.stderr)
+    if not hf:
+        try:
+            import contextlib
+            import io
+
+            import torchsummary
+
+            text = io.StringIO()
+            with contextlib.redirect_stdout(text):
+                torchsummary.summary(model, tuple(sample["x"].shape[1:]), batch_size=1,
+                                     device="cpu")
+            (out / f"{name}.torchsummary.txt").write_text(text.getvalue())
+        except Exception as e:  # noqa: BLE001
+            print(f"{name}: torchsummary failed: {e!r}", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
     parser.add_argument("batch", type=int)
     parser.add_argument("steps", type=int)
     parser.add_argument("--alloc-gib", type=float, default=0.0)
-    parser.add_argument("--summary")
+    parser.add_argument("--summaries")
     args = parser.parse_args()
-    device = torch.device("cuda")
     model, inputs, hf = build(args.model)
-    if args.summary:
-        with open(args.summary, "w") as out:
-            out.write(str(model) + "\n")
+    if args.summaries:
+        write_summaries(args.model, model, inputs, hf, args.summaries)
+        return 0
+    device = torch.device("cuda")
     model = model.to(device).train()
     first_kernel = None
     hold = None
     if args.alloc_gib > 0:
-        hold = torch.empty(int(args.alloc_gib * 2**30), dtype=torch.uint8, device=device)
+        hold = torch.ones(int(args.alloc_gib * 2**30), dtype=torch.uint8, device=device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    for step in range(args.steps):
+    for _ in range(args.steps):
         batch = inputs(args.batch, device)
         if hf:
             loss = model(**batch).loss
@@ -104,6 +147,7 @@ def main():
         "max_reserved_mib": torch.cuda.max_memory_reserved() // 2**20,
         "max_allocated_mib": torch.cuda.max_memory_allocated() // 2**20,
     }), flush=True)
+    return 0
 
 
 if __name__ == "__main__":
