@@ -44,6 +44,8 @@ struct FakeGpu {
     name: &'static str,
     total_mib: u64,
     used_mib: u64,
+    /// What the driver sets aside, reported apart from `used_mib`.
+    reserved_mib: u64,
     /// Utilization counter, percent.
     util: u32,
     /// GPM SM utilization, percent; `None`: no GPM on this GPU.
@@ -68,6 +70,7 @@ impl FakeGpu {
             name: "NVIDIA A100-SXM4-40GB",
             total_mib: 40960,
             used_mib,
+            reserved_mib: 0,
             util: 0,
             gpm_sm: None,
             gpm_occ: None,
@@ -113,6 +116,7 @@ impl FakeNvml {
             writeln!(text, "{i}.uuid GPU-{i:08}-fake").unwrap();
             writeln!(text, "{i}.total_mib {}", gpu.total_mib).unwrap();
             writeln!(text, "{i}.used_mib {}", gpu.used_mib).unwrap();
+            writeln!(text, "{i}.reserved_mib {}", gpu.reserved_mib).unwrap();
             writeln!(text, "{i}.util {}", gpu.util).unwrap();
             writeln!(text, "{i}.procs {}", procs.join(",")).unwrap();
             writeln!(text, "{i}.mig {}", u8::from(gpu.mig)).unwrap();
@@ -209,6 +213,22 @@ fn wait_running(spool: &Spool, name: &str) {
         spool
             .find(name)
             .is_some_and(|(state, _)| state == "running")
+    });
+}
+
+#[test]
+fn memory_the_driver_reserves_counts_as_used() {
+    // What an idle H200 with driver 580 showed (docs/measured-h200.md):
+    // NVML's v2 memory information said 0 MiB used and 616 MiB reserved,
+    // and nvidia-smi's memory.used said 0. Placement must not count on the
+    // reserved MiB, so carma's used memory is total minus free.
+    let mut h200 = FakeGpu::a100(0);
+    h200.name = "NVIDIA H200";
+    h200.total_mib = 143_771;
+    h200.reserved_mib = 616;
+    let (spool, _nvml) = start("", vec![h200]);
+    spool.wait_for("the reserved memory as used", 10.0, || {
+        status(&spool)["gpus"][0]["used_mib"] == 616
     });
 }
 

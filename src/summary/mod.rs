@@ -99,7 +99,7 @@ impl Summary {
         let format = detect(text)?;
         let (mut features, notes) = match format {
             Format::Torchsummary => (torchsummary::parse(text)?, Vec::new()),
-            Format::Torchinfo => (torchinfo::parse(text)?, Vec::new()),
+            Format::Torchinfo => torchinfo::parse(text)?,
             Format::ModulePrint => module_print::parse(text)?,
         };
         features.half_precision = mentions_half_precision(text);

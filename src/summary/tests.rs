@@ -301,3 +301,51 @@ fn huge_counts_saturate_instead_of_overflowing() {
     assert_eq!(f.params_total, u64::MAX);
     assert_eq!(f.activations_per_sample, Some(u64::MAX));
 }
+
+/// A small torchinfo tree whose two rows hold parameters, with a footer
+/// whose forward/backward pass size is `pass_mb`.
+fn torchinfo_tree(pass_mb: &str) -> String {
+    format!(
+        "\
+==========================================================================================
+Layer (type:depth-idx)                   Output Shape              Param #
+==========================================================================================
+Net                                      [2, 10]                   --
+├─Block: 1-1                             [2, 64, 8, 8]             38,720
+├─Linear: 1-2                            [2, 10]                   40,970
+==========================================================================================
+Total params: 79,690
+Trainable params: 79,690
+Non-trainable params: 0
+Total mult-adds (M): 1.00
+==========================================================================================
+Input size (MB): 0.02
+Forward/backward pass size (MB): {pass_mb}
+Params size (MB): 0.32
+Estimated Total Size (MB): 1.39
+==========================================================================================
+"
+    )
+}
+
+#[test]
+fn a_torchinfo_tree_that_hides_layers_is_scaled_to_its_footer() {
+    // The rows show 4,106 outputs per sample in layers with parameters;
+    // the footer counts 1.05 MB / 2 (gradients) / 4 bytes / batch 2 =
+    // 65,625, because `Block` hides its layers (torchinfo's default depth).
+    let s = Summary::parse(&torchinfo_tree("1.05")).unwrap();
+    assert_eq!(s.features.summary_batch, Some(2), "from the model's output");
+    let acts = s.features.activations_per_sample.unwrap();
+    assert!((65_620..=65_625).contains(&acts), "{acts}");
+    assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
+    assert!(
+        s.notes[0].contains("the tree hides layers"),
+        "{:?}",
+        s.notes
+    );
+    // A footer that agrees with the rows (0.07 MB is 4,375 per sample,
+    // rounding) changes nothing.
+    let whole = Summary::parse(&torchinfo_tree("0.07")).unwrap();
+    assert_eq!(whole.features.activations_per_sample, Some(4106));
+    assert!(whole.notes.is_empty(), "{:?}", whole.notes);
+}

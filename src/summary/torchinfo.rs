@@ -11,6 +11,14 @@
 //! The columns are named by the header (torchinfo can show more or fewer),
 //! and a row is a leaf layer when the next row is not deeper: only leaves
 //! are counted, so a container's output never counts twice.
+//!
+//! torchinfo shows three levels by default, so a deeper model's tree stops
+//! at containers (`_DenseLayer`, `EncoderBlock`) whose layers are hidden.
+//! Its footer still counts every layer: `Forward/backward pass size` is
+//! twice the output bytes of all layers with parameters, at any depth. When
+//! that says more than the rows do, the rows' activations are scaled up to
+//! it. Measured on an H200 (docs/measured-h200.md), DenseNet-121's rows
+//! showed a third of its activations and MobileNetV3's a seventeenth.
 
 use nom::{
     IResult, Parser,
@@ -91,8 +99,8 @@ fn columns(header: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Reads a torchinfo tree.
-pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
+/// Reads a torchinfo tree, with a note where its footer corrected it.
+pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryError> {
     let mut lines =
         numbered(text).skip_while(|(_, l)| !l.trim_start().starts_with("Layer (type:depth-idx)"));
     let Some((header_no, header)) = lines.next() else {
@@ -153,6 +161,9 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
         _ => None,
     });
     let mut builder = FeatureBuilder::default();
+    // Per-sample outputs of the shown leaves that hold parameters: what
+    // the footer's forward/backward size counts, had nothing been hidden.
+    let mut param_outputs = 0u64;
     for (k, r) in rows.iter().enumerate() {
         let is_leaf = rows.get(k + 1).is_none_or(|next| next.depth <= r.depth);
         if !is_leaf {
@@ -166,12 +177,84 @@ pub(super) fn parse(text: &str) -> Result<ModelFeatures, SummaryError> {
             Cell::Count(n) => n,
             _ => 0,
         };
+        if params > 0 {
+            param_outputs = param_outputs.saturating_add(outputs.unwrap_or(0));
+        }
         builder.add_named(r.name, "", outputs, params, 1);
     }
-    let mut totals = footer_totals(lines)?;
+    let footer: Vec<(usize, &str)> = lines.collect();
+    let mut totals = footer_totals(footer.iter().copied())?;
     if let Some(dims) = root_input {
         totals.summary_batch = dims.first().and_then(|b| u64::try_from(*b).ok());
         totals.input_shape = Some(dims.iter().skip(1).map(|d| d.unsigned_abs()).collect());
     }
-    Ok(builder.finish(totals))
+    // torchinfo's default columns have no input shape: the model's output
+    // then gives the batch.
+    if totals.summary_batch.is_none()
+        && let Cell::Shapes(s) = &root.cells[output_col]
+    {
+        totals.summary_batch = s
+            .first()
+            .and_then(|dims| dims.first())
+            .and_then(|b| u64::try_from(*b).ok());
+    }
+    let mut features = builder.finish(totals);
+    let mut notes = Vec::new();
+    let pass_mb = footer.iter().find_map(|(_, line)| {
+        let rest = line
+            .trim_start()
+            .strip_prefix("Forward/backward pass size (MB):")?;
+        rest.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|mb| mb.is_finite() && *mb > 0.0)
+    });
+    if let (Some(mb), Some(batch)) = (pass_mb, features.summary_batch.filter(|b| *b > 0)) {
+        let element_bytes = if super::mentions_half_precision(text) {
+            2.0
+        } else {
+            4.0
+        };
+        // Twice (gradients) the output bytes of every layer with
+        // parameters, in units of 10^6 bytes, for the whole batch.
+        let hidden = mb * 1e6 / 2.0 / element_bytes / batch as f64;
+        if hidden > HIDDEN_LAYERS_RATIO * param_outputs as f64 {
+            scale_to_footer(&mut features, hidden, param_outputs);
+            notes.push(format!(
+                "the tree hides layers: its footer's forward/backward pass size ({mb} MB) \
+                 counts {hidden:.0} outputs per sample in layers with parameters where its \
+                 rows show {param_outputs}; activations scaled to match"
+            ));
+        }
+    }
+    Ok((features, notes))
+}
+
+/// How much more the footer must count than the rows show before the tree
+/// is taken to hide layers: the footer's MB are rounded, and a model whose
+/// every layer is shown agrees with its rows to well under this.
+const HIDDEN_LAYERS_RATIO: f64 = 1.2;
+
+/// Scales every kind of activation by what the footer counts in layers with
+/// parameters (`hidden`) over what the rows show (`shown`); with none
+/// shown, the footer's count is all there is and goes to `other`.
+fn scale_to_footer(features: &mut ModelFeatures, hidden: f64, shown: u64) {
+    let a = &mut features.activations_by_kind;
+    if shown == 0 {
+        a.other = a.other.saturating_add(hidden as u64);
+    } else {
+        let factor = hidden / shown as f64;
+        for kind in [
+            &mut a.conv,
+            &mut a.linear,
+            &mut a.batch_norm,
+            &mut a.activation,
+            &mut a.dropout,
+            &mut a.other,
+        ] {
+            // Float to integer casts saturate.
+            *kind = (*kind as f64 * factor) as u64;
+        }
+    }
+    features.activations_per_sample = Some(a.total());
 }

@@ -19,12 +19,16 @@ def check(gpu, field, carma, smi, ok):
 
 
 for gpu, row in zip(status["gpus"], rows):
-    index, name, total, used, mode, mig, power = (row + [""] * 7)[:7]
+    index, name, total, used, mode, mig, power, reserved = (row + [""] * 8)[:8]
+    # carma's used memory is total minus free: it holds what the driver
+    # reserves, which nvidia-smi lists apart (616 MiB on an idle H200).
+    reserved = int(reserved) if reserved.strip().isdigit() else 0
+    used = str(int(used) + reserved)
     check(gpu["index"], "name", gpu["name"], name, gpu["name"] == name)
     check(gpu["index"], "total MiB", gpu["total_mib"], total,
           abs(gpu["total_mib"] - int(total)) <= max(64, int(total) // 100))
     # Memory moves between the two reads; a few hundred MiB is the same.
-    check(gpu["index"], "used MiB", gpu["used_mib"], used,
+    check(gpu["index"], "used MiB", gpu["used_mib"], f"{used} (used + reserved)",
           abs(gpu["used_mib"] - int(used)) <= 256)
     check(gpu["index"], "MIG", gpu["mig"], mig, gpu["mig"] == (mig.strip() == "Enabled"))
     if gpu.get("power_w") is not None and power not in ("", "[N/A]"):

@@ -101,6 +101,20 @@ def train(peaks, model, batch, steps):
             "seconds": round(last["ended"] - last["started"], 1)}
 
 
+def measure(out, steps, jobs):
+    """Every (model, batch) of MODELS trained and measured on the GPU."""
+    t0 = time.time()
+    summaries(out / "summaries", 8)
+    print(f"summaries written in {time.time() - t0:.0f} s", flush=True)
+    peaks = Peaks()
+    runs = [(m, b) for m, batches in MODELS for b in batches]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        measured = dict(zip(runs, pool.map(lambda r: train(peaks, r[0], r[1], steps), runs)))
+    peaks.stop.set()
+    print(f"trained in {time.time() - t0:.0f} s, NVML read by {peaks.source}", flush=True)
+    return measured
+
+
 def estimate(carma, summary, batch):
     r = subprocess.run([carma, "estimate", "--json", "--batch-size", str(batch), str(summary)],
                        capture_output=True, text=True)
@@ -116,19 +130,19 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=6, help="models trained at once")
+    parser.add_argument("--measured", help="estimates.csv of an earlier run whose peaks and "
+                        "summaries (in --out) are estimated again, with no GPU")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    summaries(out / "summaries", 8)
-    print(f"summaries written in {time.time() - t0:.0f} s", flush=True)
-    peaks = Peaks()
-    runs = [(m, b) for m, batches in MODELS for b in batches]
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        measured = dict(zip(runs, pool.map(lambda r: train(peaks, r[0], r[1], args.steps),
-                                           runs)))
-    peaks.stop.set()
-    print(f"trained in {time.time() - t0:.0f} s, NVML read by {peaks.source}", flush=True)
+    if args.measured:
+        with open(args.measured, newline="") as f:
+            measured = {(r["model"], int(r["batch"])): {
+                k: (int(float(r[k])) if r[k] and k.endswith("_mib") else r[k] or None)
+                for k in ("nvml_peak_mib", "torch_reserved_mib", "seconds", "error")}
+                for r in csv.DictReader(f)}
+    else:
+        measured = measure(out, args.steps, args.jobs)
     rows = []
     for (model, batch), m in measured.items():
         row = {"model": model, "batch": batch, **{k: m.get(k) for k in

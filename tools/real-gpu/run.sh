@@ -15,7 +15,7 @@
 # --carma    the carma binary (default: target/release/carma, built if missing)
 # --out      where results go (default: ./real-gpu-results); summary.txt
 #            there is appended to, so steps can be run one call each
-# --steps    which steps to run (default: 1,2,3,4,5)
+# --steps    which steps to run (default: 1,2,3,4,5,6)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +23,7 @@ repo=$(cd "$here/../.." && pwd)
 fake=0
 carma=""
 out="$PWD/real-gpu-results"
-steps="1,2,3,4,5"
+steps="1,2,3,4,5,6"
 while [ $# -gt 0 ]; do
     case "$1" in
         --fake) fake=1 ;;
@@ -108,7 +108,7 @@ f=$CARMA_FAKE_NVML
 v() { sed -n "s/^0\.$1 //p" "$f"; }
 case "$*" in
     *--query-gpu=compute_mode*) echo "Default" ;;
-    *--query-gpu=*) echo "0, $(v name), $(v total_mib), $(v used_mib), Default, Disabled, $(v power_w)" ;;
+    *--query-gpu=*) echo "0, $(v name), $(v total_mib), $(v used_mib), Default, Disabled, $(v power_w), 0" ;;
     *--query-compute-apps=*) ;;
     *) echo "fake nvidia-smi: $*" ;;
 esac
@@ -182,7 +182,7 @@ job() {  # $1: file, $2: name, $3: memory, rest: script lines
     } > "$file"
 }
 smi_gpus() {
-    nvidia-smi --query-gpu=index,name,memory.total,memory.used,compute_mode,mig.mode.current,power.draw \
+    nvidia-smi --query-gpu=index,name,memory.total,memory.used,compute_mode,mig.mode.current,power.draw,memory.reserved \
         --format=csv,noheader,nounits
 }
 compute_mode() { nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1; }
@@ -257,6 +257,7 @@ if want 4; then
     if [ "$torch_ok" = 0 ]; then
         say "4. skipped: no GPU with PyTorch here"
     else
+        write_config false  # carma estimate reads the kit's configuration too
         "$py" "$here/measure.py" --carma "$carma" --out "$out/4-estimates" | tee -a "$out/summary.txt"
     fi
 fi
@@ -300,5 +301,45 @@ PY
         keep_log "5-mps-$mps"
         [ "$fake" = 1 ] && break
     done
+fi
+# --- 6. carma's main job end to end: jobs that declare no memory, each with
+# the torchinfo summary a user would paste, estimated, capped under MPS and
+# collocated; an underestimate shows as an OOM crash and its re-run
+if want 6; then
+    say "6. estimated jobs collocated under MPS"
+    if [ "$torch_ok" = 0 ]; then
+        say "6. skipped: no GPU with PyTorch here"
+    else
+        write_config true
+        start_daemon
+        names=()
+        for spec in resnet50:128 mobilenet_v3_large:256 vit_b_16:64 convnext_tiny:96 bert-base:32; do
+            model=${spec%%:*} batch=${spec#*:}
+            dir=$work/est/$model
+            mkdir -p "$dir"
+            "$py" "$here/train.py" "$model" 1 0 --summaries "$dir" >/dev/null 2>&1 &
+        done
+        wait
+        for spec in resnet50:128 mobilenet_v3_large:256 vit_b_16:64 convnext_tiny:96 bert-base:32; do
+            model=${spec%%:*} batch=${spec#*:}
+            dir=$work/est/$model
+            cp "$dir/$model.torchinfo.txt" "$dir/model.txt"
+            {
+                echo "name: $model"
+                echo "model: model.txt"
+                echo "batch_size: $batch"
+                if [ -n "${LD_LIBRARY_PATH:-}" ]; then echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; fi
+                echo "$train $model $batch 60"
+            } > "$dir/job.rad"
+            names+=("$("$carma" submit "$dir/job.rad")")
+        done
+        for t in "${names[@]}"; do echo "$t: $(wait_ended "$t" 240)"; done | tee -a "$out/summary.txt"
+        for t in "${names[@]}"; do
+            grep -E "$t: (estimate|run [0-9]+ on|done|failed|out of GPU)" "$work/daemon.log" | cut -c22- | cut -c1-200 || true
+            python3 "$here/oom_timeline.py" "$work/spool" "$t" || true
+        done | tee -a "$out/summary.txt"
+        stop_daemon
+        keep_log 6
+    fi
 fi
 say "results in $out"
