@@ -130,15 +130,16 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=6, help="models trained at once")
-    parser.add_argument("--measured", help="estimates.csv of an earlier run whose peaks and "
-                        "summaries (in --out) are estimated again, with no GPU")
+    parser.add_argument("--measured", help="peaks of an earlier run (its estimates.csv, or "
+                        "data/measured-h200/peaks.csv), whose summaries in --out/summaries "
+                        "are estimated again, with no GPU")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.measured:
         with open(args.measured, newline="") as f:
             measured = {(r["model"], int(r["batch"])): {
-                k: (int(float(r[k])) if r[k] and k.endswith("_mib") else r[k] or None)
+                k: (int(float(r[k])) if r.get(k) and k.endswith("_mib") else r.get(k) or None)
                 for k in ("nvml_peak_mib", "torch_reserved_mib", "seconds", "error")}
                 for r in csv.DictReader(f)}
     else:

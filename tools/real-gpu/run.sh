@@ -59,6 +59,8 @@ stop_daemon() {
 }
 cleanup() {
     stop_daemon
+    # A step cut off by its time limit still leaves its daemon's log.
+    [ -s "$work/daemon.log" ] && cp "$work/daemon.log" "$out/last-daemon.log"
     # What a step leaves behind must not reach the next one: its jobs and
     # an MPS daemon (carma restores the compute mode when MPS stops).
     pkill -f "$here/train.py" 2>/dev/null || true
@@ -312,14 +314,16 @@ if want 6; then
     else
         write_config true
         start_daemon
-        names=()
+        names=() summaries=()
         for spec in resnet50:128 mobilenet_v3_large:256 vit_b_16:64 convnext_tiny:96 bert-base:32; do
             model=${spec%%:*} batch=${spec#*:}
             dir=$work/est/$model
             mkdir -p "$dir"
             "$py" "$here/train.py" "$model" 1 0 --summaries "$dir" >/dev/null 2>&1 &
+            summaries+=($!)
         done
-        wait
+        # These alone: a bare `wait` would wait for the daemon too.
+        wait "${summaries[@]}"
         for spec in resnet50:128 mobilenet_v3_large:256 vit_b_16:64 convnext_tiny:96 bert-base:32; do
             model=${spec%%:*} batch=${spec#*:}
             dir=$work/est/$model
