@@ -236,7 +236,8 @@ impl ActivationsByKind {
 pub struct TransformerShape {
     /// Width of the residual stream (the most common linear input width).
     pub hidden: u64,
-    /// Repeated blocks (the longest `ModuleList`).
+    /// Repeated blocks: the longest `ModuleList`, or the longest run of
+    /// containers of one class side by side (torchvision's `EncoderBlock`s).
     pub blocks: u64,
     /// Width of the feed-forward layer (the widest linear output inside a
     /// block), when seen.

@@ -148,7 +148,16 @@ struct Frame<'a> {
     name: &'a str,
     times: u64,
     children: u64,
+    /// Containers opened directly inside, by class, with their repeats:
+    /// twelve `EncoderBlock`s in torchvision's ViT `Sequential`.
+    opened: Vec<(&'a str, u64)>,
     number: usize,
+}
+
+/// Containers that hold a transformer's repeated blocks: `ModuleList` (Hugging
+/// Face) or `Sequential` (torchvision's ViT and Swin, timm).
+fn holds_blocks(container: &str) -> bool {
+    container == "ModuleList" || container == "Sequential"
 }
 
 /// What the transformer shape is gathered from.
@@ -211,12 +220,17 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
             Line::Open { name, times, .. } => {
                 if let Some(parent) = stack.last_mut() {
                     parent.children = parent.children.saturating_add(times);
+                    match parent.opened.iter_mut().find(|(class, _)| *class == name) {
+                        Some((_, n)) => *n = n.saturating_add(times),
+                        None => parent.opened.push((name, times)),
+                    }
                 }
                 note_names(&mut builder, &mut evidence, name);
                 stack.push(Frame {
                     name,
                     times,
                     children: 0,
+                    opened: Vec::new(),
                     number,
                 });
             }
@@ -231,7 +245,7 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                     parent.children = parent.children.saturating_add(times);
                 }
                 note_names(&mut builder, &mut evidence, name);
-                let in_block = stack.iter().any(|f| f.name == "ModuleList");
+                let in_block = stack.iter().any(|f| holds_blocks(f.name));
                 let kind = builder.add_named(
                     name,
                     args,
@@ -247,6 +261,12 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                 };
                 if frame.name == "ModuleList" {
                     evidence.longest_list = evidence.longest_list.max(frame.children);
+                }
+                // Blocks of one class side by side, whatever holds them.
+                if let Some(run) = frame.opened.iter().map(|(_, n)| *n).max()
+                    && run >= 2
+                {
+                    evidence.longest_list = evidence.longest_list.max(run);
                 }
                 if stack.is_empty() {
                     root_params = Some(params);

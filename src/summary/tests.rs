@@ -349,3 +349,46 @@ fn a_torchinfo_tree_that_hides_layers_is_scaled_to_its_footer() {
     assert_eq!(whole.features.activations_per_sample, Some(4106));
     assert!(whole.notes.is_empty(), "{:?}", whole.notes);
 }
+
+/// torchvision's ViT prints its blocks as `encoder_layer_N` children of a
+/// `Sequential`, with attention as one `MultiheadAttention`; on an H200
+/// its module print was estimated at a third of its peak while no block
+/// was counted (docs/measured-h200.md).
+#[test]
+fn blocks_side_by_side_in_a_sequential_are_counted() {
+    let block = |n: usize| {
+        format!(
+            "      (encoder_layer_{n}): EncoderBlock(
+        (ln_1): LayerNorm((64,), eps=1e-06, elementwise_affine=True)
+        (self_attention): MultiheadAttention(
+          (out_proj): NonDynamicallyQuantizableLinear(in_features=64, out_features=64, bias=True)
+        )
+        (mlp): MLPBlock(
+          (0): Linear(in_features=64, out_features=256, bias=True)
+          (1): GELU(approximate='none')
+          (3): Linear(in_features=256, out_features=64, bias=True)
+        )
+      )
+"
+        )
+    };
+    let text = format!(
+        "VisionTransformer(
+  (conv_proj): Conv2d(3, 64, kernel_size=(16, 16), stride=(16, 16))
+  (encoder): Encoder(
+    (layers): Sequential(
+{}{}{}    )
+    (ln): LayerNorm((64,), eps=1e-06, elementwise_affine=True)
+  )
+  (heads): Sequential(
+    (head): Linear(in_features=64, out_features=10, bias=True)
+  )
+)
+",
+        block(0),
+        block(1),
+        block(2)
+    );
+    let t = Summary::parse(&text).unwrap().features.transformer.unwrap();
+    assert_eq!((t.hidden, t.blocks, t.intermediate), (64, 3, Some(256)));
+}
