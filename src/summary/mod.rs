@@ -120,6 +120,18 @@ fn mentions_half_precision(text: &str) -> bool {
         .any(|dtype| text.contains(dtype))
 }
 
+/// Counts one more `value` in `counts`, which keeps at most `limit`
+/// distinct values (a new one past it is not counted): the few values a
+/// real summary repeats are found, and a hostile one with millions of
+/// distinct values costs no more than `limit` comparisons a line.
+fn tally<T: PartialEq>(counts: &mut Vec<(T, u64)>, value: T, limit: usize) {
+    if let Some((_, n)) = counts.iter_mut().find(|(v, _)| *v == value) {
+        *n = n.saturating_add(1);
+    } else if counts.len() < limit {
+        counts.push((value, 1));
+    }
+}
+
 /// SHA-256 of `bytes` as lower-case hex.
 pub fn hex_digest(bytes: &[u8]) -> String {
     Sha256::digest(bytes)

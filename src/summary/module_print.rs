@@ -27,7 +27,7 @@ use nom::{
 
 use super::{
     FeatureBuilder, LayerKind, ModelFeatures, SummaryError, Totals, TransformerShape, count,
-    footer_totals, is_rule, numbered, stopped_at, type_name,
+    footer_totals, is_rule, numbered, stopped_at, tally, type_name,
 };
 
 /// One line of a module print.
@@ -148,16 +148,14 @@ struct Frame<'a> {
     name: &'a str,
     times: u64,
     children: u64,
-    /// Containers opened directly inside, by class, with their repeats:
-    /// twelve `EncoderBlock`s in torchvision's ViT `Sequential`.
-    opened: Vec<(&'a str, u64)>,
+    /// The widest linear output anywhere inside.
+    widest: u64,
+    /// The run of containers of one class closed one after another
+    /// directly inside (twelve `EncoderBlock`s in torchvision's ViT
+    /// `Sequential`): its class, its length with repeats, and the widest
+    /// linear output in its members.
+    run: Option<(&'a str, u64, u64)>,
     number: usize,
-}
-
-/// Containers that hold a transformer's repeated blocks: `ModuleList` (Hugging
-/// Face) or `Sequential` (torchvision's ViT and Swin, timm).
-fn holds_blocks(container: &str) -> bool {
-    container == "ModuleList" || container == "Sequential"
 }
 
 /// What the transformer shape is gathered from.
@@ -220,17 +218,14 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
             Line::Open { name, times, .. } => {
                 if let Some(parent) = stack.last_mut() {
                     parent.children = parent.children.saturating_add(times);
-                    match parent.opened.iter_mut().find(|(class, _)| *class == name) {
-                        Some((_, n)) => *n = n.saturating_add(times),
-                        None => parent.opened.push((name, times)),
-                    }
                 }
                 note_names(&mut builder, &mut evidence, name);
                 stack.push(Frame {
                     name,
                     times,
                     children: 0,
-                    opened: Vec::new(),
+                    widest: 0,
+                    run: None,
                     number,
                 });
             }
@@ -245,7 +240,7 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                     parent.children = parent.children.saturating_add(times);
                 }
                 note_names(&mut builder, &mut evidence, name);
-                let in_block = stack.iter().any(|f| holds_blocks(f.name));
+                let in_block = stack.iter().any(|f| f.name == "ModuleList");
                 let kind = builder.add_named(
                     name,
                     args,
@@ -253,7 +248,10 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                     params.unwrap_or(0),
                     repeat.saturating_mul(times),
                 );
-                note_shape(&mut evidence, kind, key, args, in_block);
+                let out = note_shape(&mut evidence, kind, key, args, in_block);
+                if let Some(parent) = stack.last_mut() {
+                    parent.widest = parent.widest.max(out);
+                }
             }
             Line::Close { params } => {
                 let Some(frame) = stack.pop() else {
@@ -262,11 +260,9 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                 if frame.name == "ModuleList" {
                     evidence.longest_list = evidence.longest_list.max(frame.children);
                 }
-                // Blocks of one class side by side, whatever holds them.
-                if let Some(run) = frame.opened.iter().map(|(_, n)| *n).max()
-                    && run >= 2
-                {
-                    evidence.longest_list = evidence.longest_list.max(run);
+                if let Some(parent) = stack.last_mut() {
+                    parent.widest = parent.widest.max(frame.widest);
+                    note_run(&mut evidence, parent, &frame);
                 }
                 if stack.is_empty() {
                     root_params = Some(params);
@@ -335,13 +331,40 @@ fn note_names(builder: &mut FeatureBuilder, evidence: &mut ShapeEvidence, name: 
     }
 }
 
+/// Blocks of one class closed one after another, whatever holds them
+/// (`ModuleList` in Hugging Face models, `Sequential` in torchvision's ViT
+/// and Swin): two or more are a transformer's blocks, and the widest linear
+/// output in them its feed-forward width. Only the run just before is kept,
+/// so a container of many classes costs nothing more.
+fn note_run<'a>(evidence: &mut ShapeEvidence, parent: &mut Frame<'a>, closed: &Frame<'a>) {
+    let run = match parent.run {
+        Some((class, length, widest)) if class == closed.name => (
+            class,
+            length.saturating_add(closed.times),
+            widest.max(closed.widest),
+        ),
+        _ => (closed.name, closed.times, closed.widest),
+    };
+    parent.run = Some(run);
+    let (_, length, widest) = run;
+    if length >= 2 {
+        evidence.longest_list = evidence.longest_list.max(length);
+        if widest > 0 {
+            evidence.widest_block_linear =
+                Some(evidence.widest_block_linear.unwrap_or(0).max(widest));
+        }
+    }
+}
+
+/// Notes what a leaf says of the transformer's shape; returns its output
+/// width where it is a linear layer (0 otherwise).
 fn note_shape(
     evidence: &mut ShapeEvidence,
     kind: LayerKind,
     key: &str,
     args: &str,
     in_block: bool,
-) {
+) -> u64 {
     match kind {
         // GPT-2's projections are `Conv1D(nf=3840, nx=1280)`: a linear
         // layer with output width `nf` and input width `nx`.
@@ -352,18 +375,15 @@ fn note_shape(
                 ("nx", "nf")
             };
             if let Some(width) = keyword_arg(args, input) {
-                match evidence.linear_inputs.iter_mut().find(|(w, _)| *w == width) {
-                    Some((_, n)) => *n += 1,
-                    None => evidence.linear_inputs.push((width, 1)),
-                }
+                tally(&mut evidence.linear_inputs, width, MAX_WIDTHS);
             }
-            if let Some(out) = keyword_arg(args, output) {
-                evidence.widest_linear = evidence.widest_linear.max(out);
-                if in_block {
-                    evidence.widest_block_linear =
-                        Some(evidence.widest_block_linear.unwrap_or(0).max(out));
-                }
+            let out = keyword_arg(args, output).unwrap_or(0);
+            evidence.widest_linear = evidence.widest_linear.max(out);
+            if in_block && out > 0 {
+                evidence.widest_block_linear =
+                    Some(evidence.widest_block_linear.unwrap_or(0).max(out));
             }
+            out
         }
         LayerKind::Embedding => {
             if let Some(rows) = positional_arg(args, 0) {
@@ -376,10 +396,16 @@ fn note_shape(
                     evidence.position_rows = Some(rows);
                 }
             }
+            0
         }
-        _ => {}
+        _ => 0,
     }
 }
+
+/// Distinct linear input widths kept while looking for the residual
+/// stream's: a real model has a handful, and a hostile print must not make
+/// each linear layer a long search.
+const MAX_WIDTHS: usize = 64;
 
 fn shape_from(evidence: &ShapeEvidence) -> Option<TransformerShape> {
     // The most common linear input width is the residual stream's; ties go

@@ -334,7 +334,10 @@ fn a_torchinfo_tree_that_hides_layers_is_scaled_to_its_footer() {
     // the footer counts 1.05 MB / 2 (gradients) / 4 bytes / batch 2 =
     // 65,625, because `Block` hides its layers (torchinfo's default depth).
     let s = Summary::parse(&torchinfo_tree("1.05")).unwrap();
-    assert_eq!(s.features.summary_batch, Some(2), "from the model's output");
+    assert_eq!(
+        s.features.summary_batch, None,
+        "the footer's batch is its own"
+    );
     let acts = s.features.activations_per_sample.unwrap();
     assert!((65_620..=65_625).contains(&acts), "{acts}");
     assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
@@ -391,4 +394,43 @@ fn blocks_side_by_side_in_a_sequential_are_counted() {
     );
     let t = Summary::parse(&text).unwrap().features.transformer.unwrap();
     assert_eq!((t.hidden, t.blocks, t.intermediate), (64, 3, Some(256)));
+}
+
+/// A module called twice prints as `(recursive)` the second time, and the
+/// footer counts both calls: a whole tree with one is not scaled.
+#[test]
+fn a_recursive_row_counts_as_a_layer_the_footer_sees() {
+    let text = "\
+==========================================================================================
+Layer (type:depth-idx)                   Output Shape              Param #
+==========================================================================================
+Net                                      [2, 10]                   --
+├─Linear: 1-1                            [2, 4096]                 1,052,672
+├─Linear: 1-2                            [2, 4096]                 (recursive)
+├─Linear: 1-3                            [2, 10]                   40,970
+==========================================================================================
+Total params: 1,093,642
+Trainable params: 1,093,642
+Non-trainable params: 0
+Total mult-adds (M): 2.19
+==========================================================================================
+Input size (MB): 0.00
+Forward/backward pass size (MB): 0.13
+Params size (MB): 4.37
+Estimated Total Size (MB): 4.50
+==========================================================================================
+";
+    let s = Summary::parse(text).unwrap();
+    assert_eq!(s.features.activations_per_sample, Some(8202));
+    assert!(s.notes.is_empty(), "{:?}", s.notes);
+}
+
+/// torchinfo prints frozen parameters in parentheses, as a fine-tuned
+/// model's backbone shows: they are read, not refused.
+#[test]
+fn torchinfo_reads_frozen_parameters() {
+    let text = torchinfo_tree("1.05").replace("38,720", "(38,720)");
+    let s = Summary::parse(&text).unwrap();
+    assert_eq!(s.features.params_total, 79_690);
+    assert_eq!(s.features.layers.linear, 1);
 }

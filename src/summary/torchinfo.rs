@@ -16,21 +16,23 @@
 //! at containers (`_DenseLayer`, `EncoderBlock`) whose layers are hidden.
 //! Its footer still counts every layer: `Forward/backward pass size` is
 //! twice the output bytes of all layers with parameters, at any depth. When
-//! that says more than the rows do, the rows' activations are scaled up to
-//! it. Measured on an H200 (docs/measured-h200.md), DenseNet-121's rows
-//! showed a third of its activations and MobileNetV3's a seventeenth.
+//! that says more than 1.2 times what the rows do, the rows' activations
+//! are scaled up to it. Measured on an H200 (docs/measured-h200.md),
+//! DenseNet-121's rows showed a fifth of what its footer counts and
+//! MobileNetV3's an eighth.
 
 use nom::{
     IResult, Parser,
     branch::alt,
     bytes::complete::{tag, take_while},
-    character::complete::space1,
+    character::complete::{char, space1},
     combinator::{eof, map, opt},
+    sequence::delimited,
 };
 
 use super::{
     FeatureBuilder, ModelFeatures, SummaryError, body_rows, count, depth_idx, footer_totals,
-    numbered, per_sample, rule_below_header, shapes, type_name,
+    numbered, per_sample, rule_below_header, shapes, tally, type_name,
 };
 
 /// One cell of a row after the layer name.
@@ -56,6 +58,10 @@ fn cell(input: &str) -> IResult<&str, Cell> {
         map(shapes, Cell::Shapes),
         map(tag("--"), |_| Cell::Empty),
         map(tag("(recursive)"), |_| Cell::Recursive),
+        // `(9,408)`: parameters that are frozen (`requires_grad=False`), as
+        // torchinfo prints a fine-tuned model's backbone. They take memory
+        // all the same; the footer's `Trainable params` says how many learn.
+        map(delimited(char('('), count, char(')')), Cell::Count),
         map(count, Cell::Count),
     ))
     .parse(input)
@@ -161,9 +167,13 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
         _ => None,
     });
     let mut builder = FeatureBuilder::default();
-    // Per-sample outputs of the shown leaves that hold parameters: what
+    // Per-sample outputs of the shown leaves that hold parameters (a
+    // `(recursive)` row is a module with parameters called again): what
     // the footer's forward/backward size counts, had nothing been hidden.
     let mut param_outputs = 0u64;
+    // The leading dimension of the leaves' outputs, by how often it leads:
+    // the batch that `per_sample` takes off, and the footer's divisor.
+    let mut leading: Vec<(i64, u64)> = Vec::new();
     for (k, r) in rows.iter().enumerate() {
         let is_leaf = rows.get(k + 1).is_none_or(|next| next.depth <= r.depth);
         if !is_leaf {
@@ -177,8 +187,13 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
             Cell::Count(n) => n,
             _ => 0,
         };
-        if params > 0 {
+        if params > 0 || r.cells[param_col] == Cell::Recursive {
             param_outputs = param_outputs.saturating_add(outputs.unwrap_or(0));
+        }
+        if let Cell::Shapes(s) = &r.cells[output_col] {
+            for first in s.iter().filter_map(|dims| dims.first()) {
+                tally(&mut leading, *first, MAX_LEADING);
+            }
         }
         builder.add_named(r.name, "", outputs, params, 1);
     }
@@ -188,16 +203,14 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
         totals.summary_batch = dims.first().and_then(|b| u64::try_from(*b).ok());
         totals.input_shape = Some(dims.iter().skip(1).map(|d| d.unsigned_abs()).collect());
     }
-    // torchinfo's default columns have no input shape: the model's output
-    // then gives the batch.
-    if totals.summary_batch.is_none()
-        && let Cell::Shapes(s) = &root.cells[output_col]
-    {
-        totals.summary_batch = s
-            .first()
-            .and_then(|dims| dims.first())
-            .and_then(|b| u64::try_from(*b).ok());
-    }
+    // torchinfo's default columns have no input shape: the leaves' most
+    // common leading dimension is then the batch the footer counts.
+    let footer_batch = totals.summary_batch.or_else(|| {
+        leading
+            .iter()
+            .max_by_key(|(_, n)| *n)
+            .and_then(|(d, _)| u64::try_from(*d).ok())
+    });
     let mut features = builder.finish(totals);
     let mut notes = Vec::new();
     let pass_mb = footer.iter().find_map(|(_, line)| {
@@ -209,7 +222,7 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
             .ok()
             .filter(|mb| mb.is_finite() && *mb > 0.0)
     });
-    if let (Some(mb), Some(batch)) = (pass_mb, features.summary_batch.filter(|b| *b > 0)) {
+    if let (Some(mb), Some(batch)) = (pass_mb, footer_batch.filter(|b| *b > 0)) {
         let element_bytes = if super::mentions_half_precision(text) {
             2.0
         } else {
@@ -218,7 +231,7 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
         // Twice (gradients) the output bytes of every layer with
         // parameters, in units of 10^6 bytes, for the whole batch.
         let hidden = mb * 1e6 / 2.0 / element_bytes / batch as f64;
-        if hidden > HIDDEN_LAYERS_RATIO * param_outputs as f64 {
+        if hidden.is_finite() && hidden > HIDDEN_LAYERS_RATIO * param_outputs as f64 {
             scale_to_footer(&mut features, hidden, param_outputs);
             notes.push(format!(
                 "the tree hides layers: its footer's forward/backward pass size ({mb} MB) \
@@ -229,6 +242,10 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
     }
     Ok((features, notes))
 }
+
+/// Distinct leading dimensions kept while looking for the batch: a real
+/// tree has one or two, and a hostile one must not make the search slow.
+const MAX_LEADING: usize = 8;
 
 /// How much more the footer must count than the rows show before the tree
 /// is taken to hide layers: the footer's MB are rounded, and a model whose

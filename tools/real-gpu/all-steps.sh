@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# All five steps of run.sh in one go, each under its own time limit, for a
+# All six steps of run.sh in one go, each under its own time limit, for a
 # GPU machine lent for minutes: a step that hangs (MPS that never answers, a
 # job that never ends) costs its own budget, not the rest. After each step
 # the results so far are packed into OUT/results.tar.gz, so a run cut off
@@ -7,13 +7,13 @@
 #
 #   tools/real-gpu/all-steps.sh CARMA OUT [STEP:SECONDS ...]
 #
-# Default budgets: 1:30 3:120 2:110 4:170 5:80 (run in that order).
+# Default budgets: 1:30 3:120 2:110 4:170 5:80 6:150 (run in that order).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 carma=$1 out=$2
 shift 2
 budgets=("$@")
-[ ${#budgets[@]} -gt 0 ] || budgets=(1:30 3:120 2:110 4:170 5:80)
+[ ${#budgets[@]} -gt 0 ] || budgets=(1:30 3:120 2:110 4:170 5:80 6:150)
 mkdir -p "$out/results"
 results=$(cd "$out/results" && pwd)
 {
@@ -35,11 +35,16 @@ cat "$results/environment.txt"
 for b in "${budgets[@]}"; do
     step=${b%%:*} seconds=${b#*:}
     start=$(date +%s)
-    timeout -k 10 "$seconds" "$here/run.sh" --carma "$carma" --out "$results" --steps "$step"
+    # run.sh's own cleanup (stop the daemon, end the jobs, quit MPS) takes
+    # at most about 25 s after the TERM.
+    timeout -k 40 "$seconds" "$here/run.sh" --carma "$carma" --out "$results" --steps "$step"
     rc=$?
     echo "== step $step: exit $rc after $(($(date +%s) - start)) s (budget $seconds s)" | tee -a "$results/summary.txt"
     # The step's leftovers, should its own cleanup have been cut short.
     pkill -f "$here/train.py" 2>/dev/null
+    for pipe in /tmp/carma-real-gpu.*/mps-pipe; do
+        [ -d "$pipe" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$pipe timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+    done
     nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | grep -qv Default \
         && { echo "== compute mode left at non-default; setting DEFAULT" | tee -a "$results/summary.txt"; nvidia-smi -c DEFAULT; }
     tar -czf "$out/results.tar.gz" -C "$results/.." results

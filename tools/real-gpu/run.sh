@@ -50,9 +50,11 @@ daemon_pid=""
 # driver may need).
 py=$(command -v python3)
 mps_control=$(command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null || true)
-stop_daemon() {
+stop_daemon() {  # asks, then after 10 s forces: a step's time limit must not run out here
     if [ -n "$daemon_pid" ]; then
         kill -TERM "$daemon_pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$daemon_pid" 2>/dev/null || true
         wait "$daemon_pid" 2>/dev/null || true
         daemon_pid=""
     fi
@@ -285,7 +287,7 @@ if want 5; then
             echo "$t0,$(tail -1 "$work/spool/done/$name/run-1/stdout")" >> "$work/latency.csv"
             [ "$i" -ge 20 ] && ! has_trainer && break
         done
-        python3 - "$work/latency.csv" "$mps" <<'PY' | tee -a "$out/summary.txt"
+        python3 - "$work/latency.csv" "$mps" <<'PY' | tee -a "$out/summary.txt" || say "5. the latencies could not be read"
 import json, statistics, sys
 first, kernel = [], []
 for row in open(sys.argv[1]):
@@ -322,11 +324,16 @@ if want 6; then
             "$py" "$here/train.py" "$model" 1 0 --summaries "$dir" >/dev/null 2>&1 &
             summaries+=($!)
         done
-        # These alone: a bare `wait` would wait for the daemon too.
-        wait "${summaries[@]}"
+        # These alone: a bare `wait` would wait for the daemon too. A model
+        # whose summary could not be made is skipped below.
+        wait "${summaries[@]}" || true
         for spec in resnet50:128 mobilenet_v3_large:256 vit_b_16:64 convnext_tiny:96 bert-base:32; do
             model=${spec%%:*} batch=${spec#*:}
             dir=$work/est/$model
+            if [ ! -s "$dir/$model.torchinfo.txt" ]; then
+                say "$model: no torchinfo summary (torchinfo or transformers missing?): skipped"
+                continue
+            fi
             cp "$dir/$model.torchinfo.txt" "$dir/model.txt"
             {
                 echo "name: $model"
