@@ -7,7 +7,7 @@ use std::fs;
 use std::process::Command;
 
 #[test]
-#[ignore = "needs cc and python3: runs tools/real-gpu/run.sh --fake, about 40 s"]
+#[ignore = "needs cc and python3 (and root for step 7): runs tools/real-gpu/run.sh --fake, about 40 s"]
 fn the_real_gpu_kit_runs_its_steps_against_the_fake_nvml() {
     let out = tempfile::tempdir().unwrap();
     let run = Command::new("tools/real-gpu/run.sh")
@@ -16,7 +16,7 @@ fn the_real_gpu_kit_runs_its_steps_against_the_fake_nvml() {
             "--carma",
             env!("CARGO_BIN_EXE_carma"),
             "--steps",
-            "1,2,3,5",
+            "1,2,3,5,7",
         ])
         .arg("--out")
         .arg(out.path())
@@ -44,4 +44,20 @@ fn the_real_gpu_kit_runs_its_steps_against_the_fake_nvml() {
         summary.contains("submit -> first line p50") && !summary.contains("p50 n/a"),
         "{summary}"
     );
+    // 7, as root: two users made, each job run as its user, the users gone.
+    if nix::unistd::Uid::effective().is_root() {
+        for user in ["carma-gpu-a", "carma-gpu-b"] {
+            assert!(
+                summary.contains(&format!("-{user}: done"))
+                    && summary.contains(&format!("on GPU 0 as {user}")),
+                "{user}: {summary}"
+            );
+            assert!(
+                nix::unistd::User::from_name(user).unwrap().is_none(),
+                "{user} left behind"
+            );
+        }
+    } else {
+        assert!(summary.contains("7. skipped: needs root"), "{summary}");
+    }
 }

@@ -15,7 +15,7 @@
 # --carma    the carma binary (default: target/release/carma, built if missing)
 # --out      where results go (default: ./real-gpu-results); summary.txt
 #            there is appended to, so steps can be run one call each
-# --steps    which steps to run (default: 1,2,3,4,5,6)
+# --steps    which steps to run (default: 1,2,3,4,5,6,7)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +23,7 @@ repo=$(cd "$here/../.." && pwd)
 fake=0
 carma=""
 out="$PWD/real-gpu-results"
-steps="1,2,3,4,5,6"
+steps="1,2,3,4,5,6,7"
 while [ $# -gt 0 ]; do
     case "$1" in
         --fake) fake=1 ;;
@@ -59,8 +59,10 @@ stop_daemon() {  # asks, then after 10 s forces: a step's time limit must not ru
         daemon_pid=""
     fi
 }
+made_users=()
 cleanup() {
     stop_daemon
+    for u in "${made_users[@]}"; do userdel -r "$u" >/dev/null 2>&1 || true; done
     # A step cut off by its time limit still leaves its daemon's log.
     [ -s "$work/daemon.log" ] && cp "$work/daemon.log" "$out/last-daemon.log"
     # What a step leaves behind must not reach the next one: its jobs and
@@ -351,6 +353,49 @@ if want 6; then
         done | tee -a "$out/summary.txt"
         stop_daemon
         keep_log 6
+    fi
+fi
+# --- 7. two users under MPS: an MPS server serves one user at a time, so
+# on one GPU carma runs their jobs one user after the other (without MPS
+# they may share it). Needs root: it makes two users, and removes them.
+if want 7; then
+    say "7. jobs of two users"
+    if ! has_trainer; then
+        say "7. skipped: no GPU with PyTorch here"
+    elif [ "$(id -u)" != 0 ]; then
+        say "7. skipped: needs root"
+    else
+        write_config true
+        start_daemon
+        names=()
+        for u in carma-gpu-a carma-gpu-b; do
+            id "$u" >/dev/null 2>&1 || { useradd -m -s /bin/bash "$u" && made_users+=("$u"); }
+            mkdir -p "$work/$u"
+            job "$work/$u/job.rad" "$u" 4G "$train resnet18 32 150"
+            chown -R "$u:" "$work/$u"
+            names+=("$(cd "$work/$u" && setpriv --reuid="$u" --regid="$u" --init-groups "$carma" submit job.rad)")
+        done
+        for t in "${names[@]}"; do echo "$t: $(wait_ended "$t" 240)"; done | tee -a "$out/summary.txt"
+        grep -hE "($(IFS='|'; echo "${names[*]}")): run [0-9]+ on" "$work/daemon.log" | cut -c22- | cut -c1-160 | tee -a "$out/summary.txt" || true
+        python3 - "$work/spool" "${names[@]}" <<'PY' | tee -a "$out/summary.txt" || say "7. the runs could not be read"
+import json, pathlib, sys
+spool, names = pathlib.Path(sys.argv[1]), sys.argv[2:]
+spans = []
+for name in names:
+    run = next((spool / s / name / "run-1" for s in ("done", "failed") if (spool / s / name).is_dir()), None)
+    if run is None:
+        print(f"{name}: did not end")
+        continue
+    start = json.loads((run / "launch.json").read_text())["launched_at"]
+    end = json.loads((run / "exit.json").read_text())["ended_at"]
+    spans.append((start, end))
+    print(f"{name}: ran {start:.1f} to {end:.1f}")
+if len(spans) == 2:
+    (a0, a1), (b0, b1) = sorted(spans)
+    print(f"the two users' jobs {'overlapped' if b0 < a1 else 'ran one after the other'}")
+PY
+        stop_daemon
+        keep_log 7
     fi
 fi
 say "results in $out"
