@@ -346,6 +346,17 @@ fn a_torchinfo_tree_that_hides_layers_is_scaled_to_its_footer() {
         "{:?}",
         s.notes
     );
+    // The same size in other units and with a thousands separator.
+    for other in ["0.00105 GB", "1,050 KB"] {
+        let (value, unit) = other.split_once(' ').unwrap();
+        let text = torchinfo_tree(value).replace("(MB): ", &format!("({unit}): "));
+        let scaled = Summary::parse(&text).unwrap();
+        assert_eq!(
+            scaled.features.activations_per_sample,
+            Some(acts),
+            "{other}"
+        );
+    }
     // A footer that agrees with the rows (0.07 MB is 4,375 per sample,
     // rounding) changes nothing.
     let whole = Summary::parse(&torchinfo_tree("0.07")).unwrap();

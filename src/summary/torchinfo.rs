@@ -213,15 +213,7 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
     });
     let mut features = builder.finish(totals);
     let mut notes = Vec::new();
-    let pass_mb = footer.iter().find_map(|(_, line)| {
-        let rest = line
-            .trim_start()
-            .strip_prefix("Forward/backward pass size (MB):")?;
-        rest.trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|mb| mb.is_finite() && *mb > 0.0)
-    });
+    let pass_mb = footer.iter().find_map(|(_, line)| pass_size_mb(line));
     if let (Some(mb), Some(batch)) = (pass_mb, footer_batch.filter(|b| *b > 0)) {
         let element_bytes = if super::mentions_half_precision(text) {
             2.0
@@ -241,6 +233,25 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
         }
     }
     Ok((features, notes))
+}
+
+/// The footer's `Forward/backward pass size (MB): 180.54` in MB (10^6
+/// bytes). torchinfo 1.8 prints MB; later versions may print other units
+/// and thousands separators (`(GB): 1,234.56`), read alike.
+fn pass_size_mb(line: &str) -> Option<f64> {
+    let rest = line
+        .trim_start()
+        .strip_prefix("Forward/backward pass size (")?;
+    let (unit, value) = rest.split_once("):")?;
+    let scale = match unit {
+        "KB" => 1e-3,
+        "MB" => 1.0,
+        "GB" => 1e3,
+        "TB" => 1e6,
+        _ => return None,
+    };
+    let mb = value.trim().replace(',', "").parse::<f64>().ok()? * scale;
+    (mb.is_finite() && mb > 0.0).then_some(mb)
 }
 
 /// Distinct leading dimensions kept while looking for the batch: a real
