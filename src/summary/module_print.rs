@@ -286,10 +286,14 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
     let totals = match footer.params_total {
         Some(stated) if stated != tree_total => {
             let larger = stated.max(tree_total);
-            notes.push(format!(
-                "the footer says {stated} parameters but the modules add up to {tree_total}; \
-                 using the larger, {larger}"
-            ));
+            // A plain print (no `, N params` anywhere) adds up to nothing:
+            // its footer is all there is, not a disagreement.
+            if tree_total > 0 {
+                notes.push(format!(
+                    "the footer says {stated} parameters but the modules add up to \
+                     {tree_total}; using the larger, {larger}"
+                ));
+            }
             let frozen = stated.saturating_sub(footer.params_trainable.unwrap_or(stated));
             Totals {
                 params_total: Some(larger),

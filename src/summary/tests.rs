@@ -445,3 +445,14 @@ fn torchinfo_reads_frozen_parameters() {
     assert_eq!(s.features.params_total, 79_690);
     assert_eq!(s.features.layers.linear, 1);
 }
+
+/// `print(model)` and a parameter count, as the H200 runs saved them: no
+/// module says its parameters, so the footer's count is all there is.
+#[test]
+fn a_plain_module_print_takes_its_footer_without_a_note() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("data/measured-h200/summaries/bert-base.print.txt");
+    let s = Summary::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(s.features.params_total, 109_483_778);
+    assert!(s.notes.is_empty(), "{:?}", s.notes);
+}
