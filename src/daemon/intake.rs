@@ -602,6 +602,16 @@ impl Daemon {
         self.with_world(|life, now, world| {
             life.refuse(now, (name, state, run), record, reason, world)
         });
+        // It never runs again, and only intake reads carma's copies of its
+        // files: kept, they would hold root's disk for retention_days, as
+        // often as a user cares to submit what is refused (a request over
+        // the socket carries up to 10 MiB). Its record and reason stay.
+        let job = self.spool.task_dir(State::Failed, name).join(JOB);
+        if fs::symlink_metadata(&job).is_ok_and(|m| m.is_dir()) {
+            if let Err(e) = self.spool.discard(&job) {
+                log::warn!("{name}: cannot remove the refused job's files: {e}");
+            }
+        }
     }
 
     /// A task directory left `pending/` without the daemon moving it: a
