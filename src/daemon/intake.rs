@@ -343,7 +343,7 @@ impl Daemon {
             Err(NotLoaded::Refused(reason)) => {
                 self.reject(&name, state, &reason);
                 if fresh {
-                    self.forget_copies(&name);
+                    self.forget_copies(&name, &reason);
                 }
                 Some(reason.to_string())
             }
@@ -631,13 +631,37 @@ impl Daemon {
     /// refused: only intake reads them, and kept they would hold root's
     /// disk for `retention_days`, as often as a user cares to submit what
     /// is refused (a request over the socket carries up to 10 MiB, and a
-    /// user at `queue.user_max_tasks` has every one refused). Its record
-    /// and reason stay; the user still has the files.
-    fn forget_copies(&mut self, name: &TaskName) {
+    /// user at `queue.user_max_tasks` has every one refused). A job over
+    /// a limit keeps none (the user has the file); any other keeps its
+    /// job file, to be read with its reason, but not its model summary.
+    fn forget_copies(&mut self, name: &TaskName, reason: &Refused) {
         let job = self.spool.task_dir(State::Failed, name).join(JOB);
-        if fs::symlink_metadata(&job).is_ok_and(|m| m.is_dir()) {
-            if let Err(e) = self.spool.discard(&job) {
-                log::warn!("{name}: cannot remove the refused job's files: {e}");
+        if !fs::symlink_metadata(&job).is_ok_and(|m| m.is_dir()) {
+            return;
+        }
+        let keep = match reason.kind {
+            Refusal::OverLimit => None,
+            _ => match self.spool.load_record(State::Failed, name) {
+                Ok(record) => Some(record.rad),
+                Err(_) => return,
+            },
+        };
+        let gone: Vec<std::path::PathBuf> = match keep {
+            None => vec![job],
+            Some(rad) => fs::read_dir(&job)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|entry| entry.file_name() != OsStr::new(&rad))
+                .map(|entry| entry.path())
+                .collect(),
+        };
+        for path in gone {
+            if let Err(e) = self.spool.discard(&path) {
+                log::warn!(
+                    "{name}: cannot remove the refused job's copy {}: {e}",
+                    path.display()
+                );
             }
         }
     }
