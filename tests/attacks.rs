@@ -774,3 +774,98 @@ while (time < $end) { for my $s ($held->can_read(1)) { $held->remove($s); close 
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// Bytes of the files below `dir`.
+fn bytes_below(dir: &Path) -> u64 {
+    common::files_below(dir)
+        .iter()
+        .filter_map(|p| fs::symlink_metadata(p).ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn jobs_refused_over_a_users_limits_leave_no_copies_on_roots_disk() {
+    // A user at queue.user_max_tasks hands over job after job, each with
+    // an 8 MiB summary: every one is refused, and none may leave its
+    // copies behind in failed/ (root's disk, kept for retention_days).
+    let (alice, bob, spool) = shared_daemon("[queue]\nuser_max_tasks = 1\n");
+    spool.submit_as(
+        &alice,
+        "alice-hog",
+        &[("hog.rad", "memory: 1G\nsleep 424211\n")],
+    );
+    let summary = "x".repeat(8 << 20);
+    let job = "model: big.model\nmemory: 1G\ntrue\n";
+    for i in 0..6 {
+        let (name, said) = spool.submit_refused_as(
+            &alice,
+            &format!("alice-big{i}"),
+            &[("big.rad", job), ("big.model", &summary)],
+        );
+        assert!(said.contains("queue.user_max_tasks"), "{said}");
+        spool.wait_for("the job to be refused", 10.0, || {
+            spool.root.join("failed").join(&name).exists()
+        });
+    }
+    assert!(spool.daemon_log().contains("received big.rad from uid"));
+    let held = bytes_below(&spool.root.join("failed"));
+    assert!(
+        held < 8 << 20,
+        "{} MiB of refused jobs' copies kept in failed/",
+        held >> 20
+    );
+    // The hog's GPU, for bob.
+    for pid in sleepers("424211") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    still_serves(&spool, &bob, "1");
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn requeuing_ended_tasks_is_held_to_a_users_limits() {
+    // queue.user_max_tasks bounds a user's waiting and running tasks; a
+    // requeued task that ended is a new waiting one, and was taken in
+    // unchecked: a user could wait out their ended tasks and requeue
+    // them all past the limit.
+    let (alice, bob, spool) = shared_daemon("[queue]\nuser_max_tasks = 1\n");
+    let ended = spool.submit_as(&alice, "alice-1", &[("a.rad", "memory: 1G\ntrue\n")]);
+    spool.wait_for("alice's first job to end", 15.0, || {
+        spool.root.join("done").join(&ended).exists()
+    });
+    spool.submit_as(
+        &alice,
+        "alice-hog",
+        &[("hog.rad", "memory: 1G\nsleep 424212\n")],
+    );
+    spool.wait_for("the hog to run", 15.0, || !sleepers("424212").is_empty());
+    let out = alice.carma(&spool, &format!("requeue {ended}"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("the requeued task to be refused", 10.0, || {
+        spool.root.join("failed").join(&ended).exists()
+    });
+    let reason = fs::read_to_string(spool.root.join("failed").join(&ended).join("reason")).unwrap();
+    assert!(reason.contains("queue.user_max_tasks"), "{reason}");
+    // Its files are kept: requeued once under the limit, it runs.
+    for pid in sleepers("424212") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    spool.wait_for("the hog to end", 15.0, || {
+        spool.tasks("running").is_empty() && spool.tasks("pending").is_empty()
+    });
+    let out = alice.carma(&spool, &format!("requeue {ended}"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("the requeued task to run again", 15.0, || {
+        spool.root.join("done").join(&ended).exists()
+    });
+    still_serves(&spool, &bob, "1");
+}

@@ -40,8 +40,9 @@ pub(super) struct Hands<'a> {
     pub supervisors: &'a mut Supervisors,
     pub tx: &'a Sender<Msg>,
     pub chain: &'a Chain,
-    /// Tasks to take in again once the step is over.
-    pub take_in: Vec<(TaskName, State)>,
+    /// Tasks to take in again once the step is over, and whether each is
+    /// held to the per-user limits (an ended task requeued).
+    pub take_in: Vec<(TaskName, State, bool)>,
 }
 
 impl World for Hands<'_> {
@@ -203,7 +204,11 @@ impl World for Hands<'_> {
     }
 
     fn take_in(&mut self, name: &TaskName, state: State) {
-        self.take_in.push((name.clone(), state));
+        self.take_in.push((name.clone(), state, false));
+    }
+
+    fn take_in_requeued(&mut self, name: &TaskName) {
+        self.take_in.push((name.clone(), State::Pending, true));
     }
 }
 

@@ -301,7 +301,22 @@ impl Daemon {
         state: State,
         record: Option<TaskRecord>,
     ) -> Option<String> {
-        match self.load(&name, state, record) {
+        let fresh = record.is_some();
+        self.take_as(name, state, record, fresh)
+    }
+
+    /// [`Daemon::take_with`], held to the per-user limits when `limited`
+    /// (a fresh submission, or an ended task requeued: a new waiting task
+    /// either way).
+    pub(super) fn take_as(
+        &mut self,
+        name: TaskName,
+        state: State,
+        record: Option<TaskRecord>,
+        limited: bool,
+    ) -> Option<String> {
+        let fresh = record.is_some();
+        match self.load(&name, state, record, limited) {
             Err(NotLoaded::Later(why)) => {
                 self.entry_failed(
                     name.to_string().into(),
@@ -327,6 +342,9 @@ impl Daemon {
             }
             Err(NotLoaded::Refused(reason)) => {
                 self.reject(&name, state, &reason);
+                if fresh {
+                    self.forget_copies(&name, &reason);
+                }
                 Some(reason.to_string())
             }
         }
@@ -341,6 +359,7 @@ impl Daemon {
         name: &TaskName,
         state: State,
         record: Option<TaskRecord>,
+        limited: bool,
     ) -> Result<Task, NotLoaded> {
         use Refusal::{Dependency, InvalidJob, OverLimit, Owner, Unrecorded};
         let dir = self.spool.task_dir(state, name);
@@ -414,12 +433,16 @@ impl Daemon {
                     .and_then(|r| self.config.recovery.retries_refusal(r))
             });
         let bytes = crate::spool::tree_bytes(&job);
-        // Counted when first taken in; a restart reloads what was accepted.
-        let elements = spec.array.map_or(1, |a| u64::from(a.last - a.first) + 1);
+        // Counted when first taken in, or requeued; a restart reloads what
+        // was accepted. An array's task requeued is one task.
+        let elements = match record.array {
+            Some(_) => 1,
+            None => spec.array.map_or(1, |a| u64::from(a.last - a.first) + 1),
+        };
         let refused = refused
             .or_else(|| self.config.queue.host_limits(spec.host).err())
             .or_else(|| {
-                (fresh && unprivileged)
+                (limited && unprivileged)
                     .then(|| self.over_limits(owner, elements, bytes))
                     .flatten()
             });
@@ -602,6 +625,45 @@ impl Daemon {
         self.with_world(|life, now, world| {
             life.refuse(now, (name, state, run), record, reason, world)
         });
+    }
+
+    /// Removes carma's copies of the files of a fresh submission it just
+    /// refused: only intake reads them, and kept they would hold root's
+    /// disk for `retention_days`, as often as a user cares to submit what
+    /// is refused (a request over the socket carries up to 10 MiB, and a
+    /// user at `queue.user_max_tasks` has every one refused). A job over
+    /// a limit keeps none (the user has the file); any other keeps its
+    /// job file, to be read with its reason, but not its model summary.
+    fn forget_copies(&mut self, name: &TaskName, reason: &Refused) {
+        let job = self.spool.task_dir(State::Failed, name).join(JOB);
+        if !fs::symlink_metadata(&job).is_ok_and(|m| m.is_dir()) {
+            return;
+        }
+        let keep = match reason.kind {
+            Refusal::OverLimit => None,
+            _ => match self.spool.load_record(State::Failed, name) {
+                Ok(record) => Some(record.rad),
+                Err(_) => return,
+            },
+        };
+        let gone: Vec<std::path::PathBuf> = match keep {
+            None => vec![job],
+            Some(rad) => fs::read_dir(&job)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|entry| entry.file_name() != OsStr::new(&rad))
+                .map(|entry| entry.path())
+                .collect(),
+        };
+        for path in gone {
+            if let Err(e) = self.spool.discard(&path) {
+                log::warn!(
+                    "{name}: cannot remove the refused job's copy {}: {e}",
+                    path.display()
+                );
+            }
+        }
     }
 
     /// A task directory left `pending/` without the daemon moving it: a

@@ -423,8 +423,8 @@ impl Daemon {
             take_in: Vec::new(),
         };
         let result = f(&mut self.life, now, &mut hands);
-        for (name, state) in hands.take_in {
-            self.take(name, state);
+        for (name, state, limited) in hands.take_in {
+            let _ = self.take_as(name, state, None, limited);
         }
         result
     }

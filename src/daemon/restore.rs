@@ -156,7 +156,7 @@ impl Daemon {
         // A job that runs (or ran) is never refused now: whatever its
         // directory says today, it is adopted as it was launched, and
         // decided on when it ends.
-        let mut task = match self.load(&name, State::Running, None) {
+        let mut task = match self.load(&name, State::Running, None, false) {
             Ok(task) => task,
             Err(reason) => {
                 log::warn!("{name}: {reason}; adopting its run as it was launched");

@@ -254,6 +254,12 @@ pub trait World {
     /// Takes in (reads, estimates, queues) a task whose directory is back
     /// in `state`, as if it had just been submitted.
     fn take_in(&mut self, name: &TaskName, state: State);
+    /// [`World::take_in`] of an ended task put back in `pending/` by a
+    /// request: a new waiting task of its owner's, held to the per-user
+    /// limits as a submission is.
+    fn take_in_requeued(&mut self, name: &TaskName) {
+        self.take_in(name, State::Pending);
+    }
 }
 
 /// The daemon's tasks and what it decided about them.

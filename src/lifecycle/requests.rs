@@ -259,7 +259,7 @@ impl Lifecycle {
         match moved {
             Ok(()) => {
                 self.ended.remove(name.seq());
-                world.take_in(name, State::Pending);
+                world.take_in_requeued(name);
                 Answer::Done(format!(
                     "{name}: requeued from {state}/; it waits in pending/"
                 ))
