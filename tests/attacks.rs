@@ -829,6 +829,52 @@ fn jobs_refused_over_a_users_limits_leave_no_copies_on_roots_disk() {
 
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn short_jobs_with_large_summaries_keep_their_copies_only_up_to_the_cap() {
+    // Each job ends at once, so the per-user limits at intake (waiting and
+    // running tasks) never bite; what ended tasks keep is root's disk until
+    // retention_days. Past queue.user_max_ended_mib, the oldest copies go.
+    let (alice, bob, spool) = shared_daemon("[queue]\nuser_max_ended_mib = 10\n");
+    let summary = "x".repeat(4 << 20);
+    let job = "model: big.model\nmemory: 1G\ntrue\n";
+    let mut ended = Vec::new();
+    for i in 0..6 {
+        let name = spool.submit_as(
+            &alice,
+            &format!("alice-big{i}"),
+            &[("big.rad", job), ("big.model", &summary)],
+        );
+        spool.wait_for("the job to end", 15.0, || {
+            spool.root.join("done").join(&name).exists()
+        });
+        ended.push(name);
+    }
+    spool.wait_for("the oldest copies to go", 10.0, || {
+        bytes_below(&spool.root.join("done")) <= 10 << 20
+    });
+    let done = spool.root.join("done");
+    assert!(
+        !done.join(&ended[0]).join("job").exists(),
+        "the oldest kept its copies"
+    );
+    assert!(
+        done.join(&ended[5]).join("job").exists(),
+        "the newest lost its copies"
+    );
+    assert!(
+        done.join(&ended[0]).join("task.json").exists(),
+        "its record stays"
+    );
+    let out = alice.carma(&spool, &format!("requeue {}", ended[0]));
+    assert!(
+        !out.status.success() && stderr(&out).contains("were not kept"),
+        "{}",
+        stderr(&out)
+    );
+    still_serves(&spool, &bob, "1");
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn requeuing_ended_tasks_is_held_to_a_users_limits() {
     // queue.user_max_tasks bounds a user's waiting and running tasks; a
     // requeued task that ended is a new waiting one, and was taken in

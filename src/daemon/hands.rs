@@ -210,6 +210,19 @@ impl World for Hands<'_> {
     fn take_in_requeued(&mut self, name: &TaskName) {
         self.take_in.push((name.clone(), State::Pending, true));
     }
+
+    fn drop_copies(&mut self, state: State, name: &TaskName) -> io::Result<()> {
+        let job = self
+            .spool
+            .task_dir(state, name)
+            .join(crate::spool::record::JOB);
+        match std::fs::symlink_metadata(&job) {
+            Ok(m) if m.is_dir() => self.spool.discard(&job),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 impl Hands<'_> {

@@ -290,6 +290,11 @@ pub fn run(options: Options) -> Result<()> {
         fresh: Vec::new(),
         restored: false,
     };
+    daemon.life.kept.cap = daemon
+        .config
+        .queue
+        .user_max_ended_mib
+        .saturating_mul(1 << 20);
     daemon.on_readings(readings);
     daemon.restore()?;
     // Listened on only once the spool is restored: a submission's number
@@ -630,6 +635,7 @@ impl Daemon {
             log::warn!("reload: daemon.job_cgroups changed; it takes effect at the next start");
         }
         self.life.core.set_rules(config.rules());
+        self.life.kept.cap = config.queue.user_max_ended_mib.saturating_mul(1 << 20);
         self.sample_interval_ms
             .store(interval_ms(&config), Ordering::Relaxed);
         self.gpu_log.set_limits(
@@ -696,6 +702,7 @@ impl Daemon {
                 Ok(()) => {
                     log::info!("{name}: archived from {state}/ after {days} days");
                     self.life.ended.remove(name.seq());
+                    self.life.kept.forget(name.seq());
                 }
                 Err(e) => log::warn!("{name}: cannot archive it: {e}"),
             }

@@ -64,6 +64,7 @@ impl Lifecycle {
                 to,
                 run: task.run,
                 retry: Backoff::default(),
+                bytes: task.bytes,
                 notify: task.job.notify,
                 run_as: task.run_as,
             },
@@ -158,6 +159,17 @@ impl Lifecycle {
             return;
         };
         self.ended.insert(to, name.clone());
+        if let Some(user) = c.record.owner.filter(|&u| !self.privileged(u)) {
+            for (state, old) in self.kept.landed(user, c.bytes, to, name.clone()) {
+                match world.drop_copies(state, &old) {
+                    Ok(()) => log::info!(
+                        "{old}: its copies of the job's files removed: its owner's ended \
+                         tasks keep more than queue.user_max_ended_mib"
+                    ),
+                    Err(e) => log::warn!("{old}: cannot remove its copies: {e}"),
+                }
+            }
+        }
         if c.retry.next().is_some() {
             log::info!("{name}: moved to {to}/ at last");
         }

@@ -29,6 +29,7 @@ mod backoff;
 mod closing;
 mod ended;
 mod endings;
+mod kept;
 mod refusal;
 mod requests;
 mod tasks;
@@ -145,6 +146,9 @@ pub struct Closing {
     /// The latest run, whose peak goes to history on success.
     pub run: u32,
     pub retry: Backoff,
+    /// Bytes of carma's copies of its files, counted against its owner's
+    /// cap once it has ended (`queue.user_max_ended_mib`).
+    pub bytes: u64,
     /// The job file's own `notify:` command, if any.
     pub notify: Option<String>,
     /// Who the notification runs as.
@@ -260,6 +264,10 @@ pub trait World {
     fn take_in_requeued(&mut self, name: &TaskName) {
         self.take_in(name, State::Pending);
     }
+    /// Removes carma's copies of an ended task's files (its `job/`),
+    /// keeping its record and output: its owner's ended tasks keep more
+    /// than `queue.user_max_ended_mib`.
+    fn drop_copies(&mut self, state: State, name: &TaskName) -> io::Result<()>;
 }
 
 /// The daemon's tasks and what it decided about them.
@@ -272,6 +280,8 @@ pub struct Lifecycle {
     pub closing: BTreeMap<u64, Closing>,
     /// Tasks in `done/` and `failed/`.
     pub ended: Ended,
+    /// What ended tasks keep of their owners' files, held to a cap.
+    pub kept: kept::Kept,
     /// What became of users' recent requests, for the status file.
     pub verdicts: Verdicts,
     /// Requests that named no task, per user.
@@ -298,6 +308,7 @@ impl Lifecycle {
             tasks: Tasks::default(),
             closing: BTreeMap::new(),
             ended: Ended::default(),
+            kept: kept::Kept::default(),
             verdicts: Verdicts::default(),
             junk: Junk::default(),
             metrics: Arc::default(),
@@ -419,6 +430,7 @@ impl Lifecycle {
                 to: State::Failed,
                 run,
                 retry: Backoff::default(),
+                bytes: 0,
                 notify: None,
                 run_as: None,
             },

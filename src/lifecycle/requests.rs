@@ -251,6 +251,12 @@ impl Lifecycle {
                 "{name} is not yours; only its owner or root may requeue it"
             ));
         }
+        if self.kept.dropped(name.seq()) {
+            return Answer::Refused(format!(
+                "{name}'s job files were not kept (its owner's ended tasks kept more than \
+                 queue.user_max_ended_mib): submit it again"
+            ));
+        }
         record.requeued();
         let moved = world
             .write_record(state, name, &record)
@@ -259,6 +265,7 @@ impl Lifecycle {
         match moved {
             Ok(()) => {
                 self.ended.remove(name.seq());
+                self.kept.forget(name.seq());
                 world.take_in_requeued(name);
                 Answer::Done(format!(
                     "{name}: requeued from {state}/; it waits in pending/"

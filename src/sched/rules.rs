@@ -35,6 +35,8 @@ pub struct QueueRules {
     pub user_max_tasks: u64,
     pub user_max_array: u64,
     pub user_max_spool_mib: u64,
+    /// MiB of copies one user's ended tasks keep; 0: no cap.
+    pub user_max_ended_mib: u64,
     pub default_cpus: f64,
     pub max_cpus: f64,
     pub default_host_memory_mib: u64,

@@ -37,6 +37,7 @@ enum Did {
     Remembered(String, u64),
     Notified(String, State),
     TookIn(String, State),
+    DroppedCopies(String, State),
 }
 
 /// A world in memory.
@@ -200,6 +201,11 @@ impl World for Memory {
 
     fn take_in(&mut self, name: &TaskName, state: State) {
         self.did.push(Did::TookIn(name.to_string(), state));
+    }
+
+    fn drop_copies(&mut self, state: State, name: &TaskName) -> io::Result<()> {
+        self.did.push(Did::DroppedCopies(name.to_string(), state));
+        Ok(())
     }
 }
 

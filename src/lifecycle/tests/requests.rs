@@ -307,3 +307,38 @@ fn verdicts_keep_the_last_minute_and_a_few_per_user() {
     verdicts.add(verdict(BOB, 170.0));
     assert_eq!(verdicts.recent().len(), 1, "older than a minute: gone");
 }
+
+#[test]
+fn a_users_ended_tasks_keep_copies_up_to_the_cap_the_oldest_going_first() {
+    // Each task's copies take 100 bytes; a user's ended tasks may keep 250.
+    let mut story = Story::new();
+    story.life.kept.cap = 250;
+    let tasks: Vec<TaskName> = [(1, ALICE), (2, BOB), (3, ALICE), (4, ALICE), (5, 0)]
+        .into_iter()
+        .map(|(seq, owner)| story.submit(task(seq, "t", owner, 1)))
+        .collect();
+    for name in &tasks {
+        story.later(1.0).exits(name, Exit::Success, 1);
+        assert_eq!(story.state(name), Some(State::Done), "{name}");
+    }
+    let dropped: Vec<&Did> = story
+        .world
+        .did()
+        .iter()
+        .filter(|d| matches!(d, Did::DroppedCopies(..)))
+        .collect();
+    // Alice's third ended task took her past the cap: her first's copies
+    // went, and nobody else's (Bob is under it, root is not counted).
+    assert_eq!(
+        dropped,
+        vec![&Did::DroppedCopies(tasks[0].to_string(), State::Done)]
+    );
+    assert!(refused(
+        &story.asks(ALICE, "requeue.000001-t"),
+        "were not kept"
+    ));
+    assert_eq!(
+        story.asks(ALICE, "requeue.000003-t"),
+        Answer::Done("000003-t: requeued from done/; it waits in pending/".into())
+    );
+}
