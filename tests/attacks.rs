@@ -702,16 +702,17 @@ fn the_submission_socket_runs_nobodys_job_as_another_user() {
     let (alice, bob, spool) = shared_daemon("");
     let before = next_id(&spool);
     let forge = r#"
-my ($path, $owner) = @ARGV;
+my ($path, $owner, $token) = @ARGV;
 my $rad = "memory: 1G\nid -u > /tmp/carma-forged-$owner\n";
-my $header = qq({"token":"forged","jobs":[{"rad":"x.rad","rad_len":) . length($rad)
+my $header = qq({"token":"$token","jobs":[{"rad":"x.rad","rad_len":) . length($rad)
     . qq(,"owner":$owner,"workdir":"/tmp"}]});
 my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $path) or die "connect: $!";
 print $s "carma-submit/1\n" . pack("V", length $header) . $header . $rad;
 local $/; print scalar <$s>;
 "#;
+    let own_token = format!("submit-{}-1-2", alice.uid);
     for owner in [bob.uid, 0] {
-        let out = socket_client(&spool, &alice, forge, &owner.to_string())
+        let out = socket_client(&spool, &alice, forge, &format!("{owner} {own_token}"))
             .output()
             .unwrap();
         let reply = stdout(&out);
@@ -721,6 +722,23 @@ local $/; print scalar <$s>;
             stderr(&out)
         );
     }
+    // Nor may a request go under another user's token (which decides, after
+    // a crash, what became of that user's submission).
+    let bobs_token = format!("submit-{}-1-2", bob.uid);
+    let out = socket_client(
+        &spool,
+        &alice,
+        forge,
+        &format!("{} {bobs_token}", alice.uid),
+    )
+    .output()
+    .unwrap();
+    assert!(
+        stdout(&out).contains("the sender's uid"),
+        "{} {}",
+        stdout(&out),
+        stderr(&out)
+    );
     assert_eq!(next_id(&spool), before, "no task was made");
     // A stranger's bytes are answered, not taken.
     let junk = r#"

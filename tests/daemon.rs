@@ -958,7 +958,9 @@ fn a_running_daemon_takes_jobs_over_its_socket_and_says_at_once_what_it_refused(
         socket_job("a.rad", "memory: 1G\necho ran\n"),
         socket_job("dep.rad", "memory: 1G\nafterok: 999999\ntrue\n"),
     ];
-    let handed = lib.hand_over(jobs, &[], "submit-test-1");
+    // A token is `submit-` and the sender's uid, then anything.
+    let me = nix::unistd::geteuid();
+    let handed = lib.hand_over(jobs, &[], &format!("submit-{me}-test-1"));
     assert!(handed.rest.is_none(), "{:?}", handed.rest);
     let [ran, refused] = &handed.receipts[..] else {
         panic!("{:?}", handed.receipts);
@@ -1030,7 +1032,8 @@ fn a_submitter_whose_daemon_died_before_answering_learns_from_the_next_what_it_t
             fs::remove_file(&socket).unwrap();
             fs::write(&status, next.to_string()).unwrap();
         });
-        let handed = lib.hand_over(vec![socket_job("a.rad", "true\n")], &[], "submit-test-2");
+        let token = format!("submit-{}-test-2", nix::unistd::geteuid());
+        let handed = lib.hand_over(vec![socket_job("a.rad", "true\n")], &[], &token);
         server.join().unwrap();
         assert!(handed.receipts.is_empty());
         let Some(Unsent::Unanswered(unanswered)) = handed.rest else {

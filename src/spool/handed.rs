@@ -53,6 +53,16 @@ impl Request {
                 crate::rad::clip(&self.token)
             ));
         }
+        // A token names the submission in its tasks' records and, after a
+        // crash, decides what became of it: one user's must never be taken
+        // for another's, or for a name a user dropped into pending/.
+        let own = format!("submit-{peer}-");
+        if !self.token.starts_with(&own) {
+            return Err(format!(
+                "the request's token `{}` does not start with `{own}` (the sender's uid)",
+                crate::rad::clip(&self.token)
+            ));
+        }
         let after = checked_dependencies("the request", self.after)?;
         let mut handed = Vec::with_capacity(self.jobs.len());
         for mut job in self.jobs {
@@ -217,56 +227,67 @@ mod tests {
         request.check(peer, me).unwrap_err()
     }
 
+    /// A request of `jobs` as `peer`'s `carma submit` makes it.
+    fn sent(peer: u32, jobs: Vec<Job>) -> Request {
+        let mut request = request(jobs);
+        request.token = format!("submit-{peer}-2-3");
+        request
+    }
+
     #[test]
     fn a_job_runs_as_whoever_sent_it_unless_carmas_own_user_says_otherwise() {
-        let handed = request(vec![job("a.rad", "true\n")])
+        let handed = sent(ALICE, vec![job("a.rad", "true\n")])
             .check(ALICE, ROOT)
             .unwrap();
         assert_eq!(handed[0].owner, ALICE);
         let mut for_bob = job("a.rad", "true\n");
         for_bob.owner = Some(1001);
-        let why = refused(request(vec![for_bob]), ALICE, ROOT);
+        let why = refused(sent(ALICE, vec![for_bob]), ALICE, ROOT);
         assert!(why.contains("only carma's own user"), "{why}");
         let mut as_root = job("a.rad", "true\n");
         as_root.owner = Some(ROOT);
-        assert!(refused(request(vec![as_root]), ALICE, ROOT).contains("only carma's own user"));
+        assert!(refused(sent(ALICE, vec![as_root]), ALICE, ROOT).contains("only carma's own user"));
         let mut alices = job("a.rad", "true\n");
         alices.owner = Some(ALICE);
-        let handed = request(vec![alices]).check(ROOT, ROOT).unwrap();
+        let handed = sent(ROOT, vec![alices]).check(ROOT, ROOT).unwrap();
         assert_eq!(handed[0].owner, ALICE);
     }
 
     #[test]
     fn a_daemon_not_run_by_root_takes_only_its_own_users_jobs() {
-        let why = refused(request(vec![job("a.rad", "true\n")]), 1001, ALICE);
+        let why = refused(sent(1001, vec![job("a.rad", "true\n")]), 1001, ALICE);
         assert!(why.contains("takes only that user's jobs"), "{why}");
-        request(vec![job("a.rad", "true\n")])
+        sent(ALICE, vec![job("a.rad", "true\n")])
             .check(ALICE, ALICE)
             .unwrap();
     }
 
     #[test]
     fn names_paths_and_tokens_are_held_to_the_file_paths_rules() {
-        let why = refused(request(vec![job("../x.rad", "true\n")]), ALICE, ROOT);
+        let why = refused(sent(ALICE, vec![job("../x.rad", "true\n")]), ALICE, ROOT);
         assert!(why.contains("not the name of a .rad file"), "{why}");
         let mut relative = job("a.rad", "true\n");
         relative.workdir = Some("home/u".into());
-        assert!(refused(request(vec![relative]), ALICE, ROOT).contains("absolute"));
+        assert!(refused(sent(ALICE, vec![relative]), ALICE, ROOT).contains("absolute"));
         // A path out of the task's directory is no model summary to the
         // job file's parser: nothing of it is kept.
         let mut escaping = job("a.rad", "model: ../../etc/x.model\ntrue\n");
         escaping.summary = Some(("../../etc/x.model".into(), b"x".to_vec()));
-        let handed = request(vec![escaping]).check(ALICE, ROOT).unwrap();
+        let handed = sent(ALICE, vec![escaping]).check(ALICE, ROOT).unwrap();
         assert_eq!(handed[0].job.summary, None);
         let mut other = job("a.rad", "model: a.model\ntrue\n");
         other.summary = Some(("b.model".into(), b"x".to_vec()));
-        assert!(refused(request(vec![other]), ALICE, ROOT).contains("summary"));
-        let mut bad_token = request(vec![job("a.rad", "true\n")]);
+        assert!(refused(sent(ALICE, vec![other]), ALICE, ROOT).contains("summary"));
+        let mut bad_token = sent(ALICE, vec![job("a.rad", "true\n")]);
         bad_token.token = "../../x".into();
         assert!(refused(bad_token, ALICE, ROOT).contains("token"));
+        // Another user's token, which would decide what became of their
+        // submission after a crash.
+        let other = sent(1001, vec![job("a.rad", "true\n")]);
+        assert!(refused(other, ALICE, ROOT).contains("the sender's uid"));
         let mut no_model = job("a.rad", "true\n");
         no_model.summary = Some(("a.model".into(), b"x".to_vec()));
-        let handed = request(vec![no_model]).check(ALICE, ROOT).unwrap();
+        let handed = sent(ALICE, vec![no_model]).check(ALICE, ROOT).unwrap();
         assert_eq!(
             handed[0].job.summary, None,
             "a summary no job names is dropped"
@@ -279,7 +300,7 @@ mod tests {
         let me = nix::unistd::geteuid().as_raw();
         let mut with_summary = job("b.rad", "name: bee\nmodel: m/B.model\nmemory: 1G\ntrue\n");
         with_summary.summary = Some(("m/b.model".into(), b"summary".to_vec()));
-        let handed = request(vec![job("a.rad", "not a job file"), with_summary])
+        let handed = sent(me, vec![job("a.rad", "not a job file"), with_summary])
             .check(me, me)
             .unwrap();
         let staged = spool.stage_handed(handed).unwrap();
@@ -297,7 +318,7 @@ mod tests {
             .load_record(State::Pending, &TaskName::parse("000002-bee").unwrap())
             .unwrap();
         assert_eq!(record.owner, Some(me));
-        assert_eq!(record.submitted_as.as_deref(), Some("submit-1-2-3"));
+        assert_eq!(record.submitted_as, Some(format!("submit-{me}-2-3")));
         assert_eq!(record.workdir, Some("/home/u".into()));
         assert_eq!(fs::metadata(bee.join(RECORD)).unwrap().uid(), me);
         let left: Vec<_> = fs::read_dir(spool.staging())

@@ -393,7 +393,8 @@ impl Spool {
     /// documentation); in requests of at most [`MAX_JOBS`] jobs and
     /// [`MAX_REQUEST_BYTES`], each answered before the next goes. A job
     /// that does not fit in a request on its own goes by the file path,
-    /// with the rest after it. `token` names the submission; its requests
+    /// with the rest after it. `token` names the submission
+    /// (`submit-UID-...`, UID the sender's: the daemon takes no other); its requests
     /// are told apart by a suffix.
     pub fn hand_over(&self, jobs: Vec<Job>, after: &[DependencyRef], token: &str) -> HandOver {
         let mut done = HandOver::default();
