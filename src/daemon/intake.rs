@@ -30,9 +30,6 @@ use crate::supervisor::is_transient;
 /// How every directory a user's `carma submit` hands in is named.
 const SUBMISSION_PREFIX: &str = "submit-";
 
-/// Adoptions remembered in `status.json` for submitters to find.
-const ADOPTIONS_KEPT: usize = 256;
-
 /// How long a file may stay open for writing in `pending/` before the
 /// daemon takes it anyway (a writer that crashed never closes it).
 const UNFINISHED_GRACE: Duration = Duration::from_secs(5);
@@ -160,10 +157,7 @@ impl Daemon {
     /// Says in `status.json`, for a while, which task the submission
     /// `entry` became: its submitter may be looking for it there.
     pub(super) fn remember_adoption(&mut self, entry: String, name: &str) {
-        self.adopted.push_back((entry, name.to_string()));
-        if self.adopted.len() > ADOPTIONS_KEPT {
-            self.adopted.pop_front();
-        }
+        self.adopted.remember(entry, name.to_string());
     }
 
     /// Looking at `pending/` failed for a reason that may pass (too many

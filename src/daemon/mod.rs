@@ -29,6 +29,7 @@
 //! state from the spool ([`restore`]), re-attaches to live supervisors and
 //! finishes the runs that ended while it was away.
 
+mod adoptions;
 mod array;
 mod depends;
 mod environment;
@@ -46,7 +47,7 @@ mod snapshot;
 mod submissions;
 mod watch;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -174,7 +175,7 @@ struct Daemon {
     /// itself a file event, which must not start the claim over).
     entry_retry: Backoffs<OsString>,
     /// Recent adoptions of other users' submissions, for `status.json`.
-    adopted: VecDeque<(String, String)>,
+    adopted: adoptions::Adoptions,
     /// Where each status is published for the status page and metrics,
     /// when they are served.
     feed: Option<Feed>,
@@ -284,7 +285,7 @@ pub fn run(options: Options) -> Result<()> {
         mps,
         intake_retry: Backoff::default(),
         entry_retry: Backoffs::default(),
-        adopted: VecDeque::new(),
+        adopted: adoptions::Adoptions::default(),
         feed: None,
         turn_started: Instant::now(),
         fresh: Vec::new(),

@@ -122,7 +122,7 @@ impl Daemon {
                     .map_or_else(|| format!("task {}", w.task.0), |t| t.name.to_string());
                 format!("{name} {}", w.why)
             }),
-            adopted: self.adopted.iter().cloned().collect(),
+            adopted: self.adopted.entries(),
             ending: self
                 .life
                 .closing
