@@ -893,6 +893,41 @@ fn short_jobs_with_large_summaries_keep_their_copies_only_up_to_the_cap() {
 
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn refused_job_files_are_kept_only_up_to_the_cap() {
+    // A job file refused as it is taken in is kept beside its reason, for
+    // its owner to read; dropped again and again, those copies counted
+    // against no limit. They count against queue.user_max_ended_mib now.
+    let (alice, bob, spool) = shared_daemon("[queue]\nuser_max_ended_mib = 5\n");
+    let comment = format!("# {}\n", "x".repeat(60_000));
+    let bad = format!("{}memory: banana\ntrue\n", comment.repeat(15));
+    let dir = spool.user_dir(&alice, "alice-bad", &[("bad.rad", &bad)]);
+    for i in 0..12 {
+        let out = alice.run(&format!(
+            "cp {} {}/pending/bad{i}.rad",
+            dir.join("bad.rad").display(),
+            spool.root.display()
+        ));
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let failed = spool.root.join("failed");
+    spool.wait_for("the twelve to be refused", 20.0, || {
+        fs::read_dir(&failed).map_or(0, |d| d.count()) >= 12
+    });
+    spool.wait_for("what they keep to come under the cap", 10.0, || {
+        bytes_below(&failed) <= 6 << 20
+    });
+    assert!(
+        spool
+            .daemon_log()
+            .contains("its owner's ended tasks keep more than"),
+        "{}",
+        spool.daemon_log()
+    );
+    still_serves(&spool, &bob, "1");
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn requeuing_ended_tasks_is_held_to_a_users_limits() {
     // queue.user_max_tasks bounds a user's waiting and running tasks; a
     // requeued task that ended is a new waiting one, and was taken in

@@ -335,10 +335,10 @@ impl Daemon {
                 None
             }
             Err(NotLoaded::Refused(reason)) => {
-                self.reject(&name, state, &reason);
                 if fresh {
-                    self.forget_copies(&name, &reason);
+                    self.forget_copies(&name, state, &reason);
                 }
+                self.reject(&name, state, &reason);
                 Some(reason.to_string())
             }
         }
@@ -615,9 +615,13 @@ impl Daemon {
             .spool
             .load_record(state, name)
             .unwrap_or_else(|_| TaskRecord::new(name, "", unix_now()));
-        let run = last_run(&self.spool.task_dir(state, name));
+        let dir = self.spool.task_dir(state, name);
+        let run = last_run(&dir);
+        // What stays of the job's files counts against its owner's cap
+        // (queue.user_max_ended_mib) like an ended task's copies.
+        let bytes = crate::spool::tree_bytes(&dir.join(JOB));
         self.with_world(|life, now, world| {
-            life.refuse(now, (name, state, run), record, reason, world)
+            life.refuse(now, (name, state, run, bytes), record, reason, world)
         });
     }
 
@@ -628,14 +632,14 @@ impl Daemon {
     /// user at `queue.user_max_tasks` has every one refused). A job over
     /// a limit keeps none (the user has the file); any other keeps its
     /// job file, to be read with its reason, but not its model summary.
-    fn forget_copies(&mut self, name: &TaskName, reason: &Refused) {
-        let job = self.spool.task_dir(State::Failed, name).join(JOB);
+    fn forget_copies(&mut self, name: &TaskName, state: State, reason: &Refused) {
+        let job = self.spool.task_dir(state, name).join(JOB);
         if !fs::symlink_metadata(&job).is_ok_and(|m| m.is_dir()) {
             return;
         }
         let keep = match reason.kind {
             Refusal::OverLimit => None,
-            _ => match self.spool.load_record(State::Failed, name) {
+            _ => match self.spool.load_record(state, name) {
                 Ok(record) => Some(record.rad),
                 Err(_) => return,
             },

@@ -397,11 +397,12 @@ impl Lifecycle {
 
     /// A task that never reached the core goes to `failed/` with `reason`;
     /// tasks that depend on it learn it failed. Its directory is at `at`,
-    /// and its last run (if any) was `run`.
+    /// its last run (if any) was `run`, and carma's copies in it take
+    /// `bytes`, counted against its owner's cap once it has landed.
     pub fn refuse(
         &mut self,
         now: Moment,
-        (name, at, run): (&TaskName, State, u32),
+        (name, at, run, bytes): (&TaskName, State, u32, u64),
         mut record: TaskRecord,
         refused: &Refused,
         world: &mut impl World,
@@ -430,7 +431,7 @@ impl Lifecycle {
                 to: State::Failed,
                 run,
                 retry: Backoff::default(),
-                bytes: 0,
+                bytes,
                 notify: None,
                 run_as: None,
             },

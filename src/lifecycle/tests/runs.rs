@@ -227,7 +227,7 @@ fn a_task_refused_at_intake_goes_to_failed_with_its_reason_and_dependents_learn(
     let record = TaskRecord::new(&name, "job.rad", 0.0);
     story.life.refuse(
         story.now,
-        (&name, State::Pending, 0),
+        (&name, State::Pending, 0, 0),
         record,
         &super::super::Refusal::InvalidJob.because("job.rad:3:1: expected a directive"),
         &mut story.world,
