@@ -39,6 +39,7 @@ mod listener;
 mod loose;
 mod monitor;
 mod notify;
+mod owners;
 mod readings;
 mod requests;
 mod restore;
