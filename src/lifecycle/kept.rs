@@ -85,8 +85,9 @@ impl Kept {
         self.dropped.contains(&seq)
     }
 
-    /// Bytes `user`'s ended tasks keep, as counted.
-    pub fn bytes(&self, user: u32) -> u64 {
+    /// Bytes `user`'s ended tasks keep, as counted (for the tests).
+    #[cfg(test)]
+    fn bytes(&self, user: u32) -> u64 {
         self.users.get(&user).map_or(0, |k| k.bytes)
     }
 }
