@@ -7,8 +7,9 @@
 //! job may be lost or run twice. So the daemon never waits on a job
 //! directly. For each run it:
 //!
-//! 1. writes `launch.json` (script, user, environment, GPUs) into the run
-//!    directory;
+//! 1. writes `launch.json` (script, user, environment, GPUs, the boot)
+//!    into the run directory, which gets its name with it inside and is
+//!    flushed: it is all a power loss must not take;
 //! 2. opens `supervisor.lock` there and takes an exclusive `flock` on it;
 //! 3. starts `carma supervise RUN_DIR --lock-fd 0`, handing the locked
 //!    descriptor down as its standard input, and closes its own copy. The
@@ -50,7 +51,8 @@ use crate::cgroup::RunCgroup;
 use crate::procfs::ProcessId;
 use crate::spawn::Spawn;
 pub use crate::spool::record::{EXIT, LAUNCH};
-use crate::spool::record::{Launch, RunExit, read_json, read_state, unix_now, write_json};
+use crate::spool::record::{Launch, RunExit, read_json, read_state, to_json, unix_now, write_json};
+use crate::spool::{PRIVATE, write_replace};
 
 /// File names inside a run directory (besides [`LAUNCH`] and [`EXIT`]).
 pub const IDENTITY: &str = "supervisor.json";
@@ -140,6 +142,26 @@ pub fn identity(run_dir: &Path) -> Option<ProcessId> {
         })
 }
 
+/// Whether the run in `run_dir` may have started its job, judged after
+/// its supervisor is gone. A supervisor names itself ([`IDENTITY`]) before
+/// it starts the job, without flushing the name: within the boot the run
+/// was launched in (its `launch.json` says which), a run without a name
+/// never started. After another boot the name may have been lost with
+/// the page cache, and so may `launch.json`: such a run counts as started,
+/// and is never launched again. A launch that names no boot is from a
+/// supervisor that flushed its name, which then decides alone.
+pub fn may_have_started(run_dir: &Path) -> bool {
+    if run_dir.join(IDENTITY).exists() {
+        return true;
+    }
+    match read_state::<Launch>(&run_dir.join(LAUNCH)) {
+        Ok(launch) => launch
+            .boot
+            .is_some_and(|boot| Some(boot) != crate::spool::this_boot()),
+        Err(_) => true,
+    }
+}
+
 /// Asks the run's supervisor to cancel its job. Returns false when no live
 /// supervisor was found.
 pub fn cancel(run_dir: &Path) -> io::Result<bool> {
@@ -197,7 +219,16 @@ fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
     let timed_out = Arc::new(AtomicBool::new(false));
     let me = ProcessId::current()
         .ok_or_else(|| io::Error::other("cannot read this process in /proc"))?;
-    write_json(&run_dir.join(IDENTITY), &me)?;
+    // Within the boot the run was launched in, the page cache is the
+    // truth: the name needs no flush before the job starts (see
+    // [`may_have_started`]). A launch that names no boot (or none could be
+    // read) is judged by the name alone, which must then be on disk.
+    match &launch {
+        Ok(l) if l.boot.is_some() => {
+            write_replace(&run_dir.join(IDENTITY), &to_json(&me), PRIVATE)?;
+        }
+        _ => write_json(&run_dir.join(IDENTITY), &me)?,
+    }
     let started_at = unix_now();
     // Anything that goes wrong before the job runs is recorded as the
     // run's end, so the daemon learns of it instead of seeing a vanished
@@ -566,4 +597,40 @@ pub fn runs_of(dir: &Path) -> Vec<(Launch, Option<RunExit>)> {
         .collect();
     runs.sort_by_key(|r| r.0);
     runs.into_iter().map(|(_, l, e)| (l, e)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run directory whose `launch.json` names `boot`.
+    fn launched_in(boot: Option<&str>) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let launch = serde_json::json!({
+            "task": "t-1", "run": 1, "gpus": [0], "why": "", "launched_at": 0.0,
+            "script": ["true"], "workdir": "/", "env": [], "grace_s": 1.0,
+            "boot": boot,
+        });
+        fs::write(dir.path().join(LAUNCH), launch.to_string()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_run_without_a_name_never_started_only_within_the_boot_it_was_launched_in() {
+        let this = crate::spool::this_boot().expect("Linux names its boot");
+        // Launched in this boot: the page cache is the truth.
+        let run = launched_in(Some(&this));
+        assert!(!may_have_started(run.path()));
+        fs::write(run.path().join(IDENTITY), "{}").unwrap();
+        assert!(may_have_started(run.path()), "it named itself");
+        // Launched in another boot: its name may have been lost.
+        assert!(may_have_started(launched_in(Some("another-boot")).path()));
+        // Its launch.json lost as well (never flushed).
+        let lost = launched_in(Some(&this));
+        fs::remove_file(lost.path().join(LAUNCH)).unwrap();
+        assert!(may_have_started(lost.path()));
+        // A launch from before boots were recorded: its supervisor flushed
+        // its name, which decides alone.
+        assert!(!may_have_started(launched_in(None).path()));
+    }
 }

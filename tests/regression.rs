@@ -237,6 +237,52 @@ fn a_started_run_whose_move_into_running_was_lost_is_not_launched_again() {
 }
 
 #[test]
+fn a_run_launched_before_a_power_loss_is_not_launched_again_though_its_name_was_lost() {
+    // Neither launch.json nor the supervisor's name is flushed before the
+    // job starts; only the run directory is. A power loss can take both
+    // while the job had started: the run counts as started, as it was
+    // launched in another boot, and is never launched a second time. Two
+    // cases: the task found in running/ with launch.json from another
+    // boot, and the task found in pending/ (its move lost too) with no
+    // launch.json at all.
+    for move_lost in [false, true] {
+        let (mut spool, name, ledger) = killed_while_running("sleep 30\n");
+        let running = spool.root.join("running").join(&name);
+        let run = running.join("run-1");
+        let supervisor = {
+            let text = fs::read_to_string(run.join("supervisor.json")).unwrap();
+            let id: serde_json::Value = serde_json::from_str(&text).unwrap();
+            id["pid"].as_i64().unwrap() as i32
+        };
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(supervisor),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        spool.wait_for("the supervisor to die", 10.0, || {
+            fs::read_to_string(format!("/proc/{supervisor}/stat"))
+                .map_or(true, |stat| stat.contains(") Z "))
+        });
+        fs::remove_file(run.join("supervisor.json")).unwrap();
+        if move_lost {
+            fs::remove_file(run.join("launch.json")).unwrap();
+            fs::rename(&running, spool.root.join("pending").join(&name)).unwrap();
+        } else {
+            let text = fs::read_to_string(run.join("launch.json")).unwrap();
+            let mut launch: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert!(launch["boot"].is_string(), "{text}");
+            launch["boot"] = "a-boot-before-the-power-loss".into();
+            fs::write(run.join("launch.json"), launch.to_string()).unwrap();
+        }
+        spool.start_daemon();
+        spool.wait_count("failed", 1, 15.0);
+        let dir = spool.root.join("failed").join(&name);
+        assert!(!dir.join("run-2").exists(), "launched again");
+        assert_eq!(fs::read_to_string(&ledger).unwrap(), "start\n");
+    }
+}
+
+#[test]
 #[ignore = "needs root: other users, root-owned files or mounts (.ci/run runs it)"]
 fn another_user_cannot_read_or_list_a_running_jobs_files() {
     // Hole 3: while alice's job runs, bob can neither list its task

@@ -22,7 +22,9 @@ use crate::spool::record::{
     Launch, REASON, RECORD, TaskRecord, WORK, give_dir_to_owner, to_json, unix_now, write_json,
     write_owner_copy, write_reason,
 };
-use crate::spool::{Spool, State, TASK_DIR_MODE, TaskName, make_dir, sync_dir, write_whole};
+use crate::spool::{
+    PRIVATE, Spool, State, TASK_DIR_MODE, TaskName, make_dir, sync_dir, write_replace, write_whole,
+};
 use crate::supervisor;
 
 /// What the daemon lends the lifecycle for one step: its spool, its
@@ -112,14 +114,25 @@ impl World for Hands<'_> {
             make_work_dir(&from_dir.join(WORK), task.record.owner)
                 .map_err(|e| failed("cannot create the work directory", e))?;
         }
-        let staged = from_dir.join(&run_name);
+        // The run directory gets its name with its `launch.json` inside, so
+        // within a boot a run directory always has one. Only the directory
+        // is flushed before the job can start: a run launched in an earlier
+        // boot counts as started whatever its files say
+        // ([`supervisor::may_have_started`]), so neither `launch.json` nor
+        // the supervisor's name needs its own flush on the way to the job.
+        let staged = from_dir.join(format!(".{run_name}"));
+        let named = from_dir.join(&run_name);
+        let _ = self.spool.discard(&staged);
         make_dir(&staged, TASK_DIR_MODE)
             .map_err(|e| failed("cannot create the run directory", e))?;
-        write_json(&staged.join(supervisor::LAUNCH), &launch)
+        write_replace(&staged.join(supervisor::LAUNCH), &to_json(&launch), PRIVATE)
+            .and_then(|()| std::fs::rename(&staged, &named))
             .map_err(|e| failed("cannot write launch.json", e))?;
-        // The run directory's own entry, before the move that makes the
+        // The run directory and its entry, before the move that makes the
         // launch count.
-        sync_dir(&from_dir).map_err(|e| failed("cannot sync the task's directory", e))?;
+        sync_dir(&named)
+            .and_then(|()| sync_dir(&from_dir))
+            .map_err(|e| failed("cannot sync the task's directory", e))?;
         if from != State::Running {
             self.spool
                 .move_task_unsynced(name, from, State::Running)
@@ -306,6 +319,7 @@ impl Hands<'_> {
             cpus: host.cpus,
             host_memory_mib: host.memory_mib,
             crashes: Some(task.record.crashes),
+            boot: crate::spool::this_boot(),
         }
     }
 }

@@ -83,6 +83,7 @@ pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing
         cpus: None,
         host_memory_mib: None,
         crashes: None,
+        boot: None,
     };
     let started = notify_dir(&dir)
         .and_then(|notify_dir| {

@@ -9,8 +9,9 @@
 //! A run is judged by its supervisor's lock first, by its records second:
 //! a supervisor that holds the lock is alive, whatever any file says, and
 //! its run is re-attached, never launched again. Only a run whose lock is
-//! free and that left no sign of a supervisor (no `supervisor.json`, no
-//! `exit.json`) never started, and goes back to the queue. A run that
+//! free, that was launched in this boot and that left no sign of a
+//! supervisor (no `supervisor.json`, no `exit.json`) never started, and
+//! goes back to the queue ([`supervisor::may_have_started`]). A run that
 //! started is settled so wherever its task is found: a power loss may
 //! undo a launch's move into `running/` (flushed while the job starts),
 //! and such a task, found waiting, must not be launched a second time.
@@ -144,7 +145,7 @@ impl Daemon {
         // Asked first: a live supervisor wins over any record.
         let alive = run > 0 && supervisor::is_running(&run_dir);
         let has_exit = run_dir.join(supervisor::EXIT).exists();
-        let started = run_dir.join(supervisor::IDENTITY).exists();
+        let started = run > 0 && supervisor::may_have_started(&run_dir);
         if !alive && !has_exit && !started {
             return self.requeue(&name, "its supervisor never started");
         }
@@ -323,14 +324,11 @@ impl Daemon {
     }
 }
 
-/// Whether run `run` of the task directory `dir` started its job (its
-/// supervisor named itself, which it does before it starts the job) and
-/// recorded no end.
+/// Whether run `run` of the task directory `dir` may have started its
+/// job ([`supervisor::may_have_started`]) and recorded no end.
 pub(super) fn started_unended(dir: &Path, run: u32) -> bool {
     let run_dir = dir.join(format!("run-{run}"));
-    run > 0
-        && run_dir.join(supervisor::IDENTITY).exists()
-        && !run_dir.join(supervisor::EXIT).exists()
+    run > 0 && supervisor::may_have_started(&run_dir) && !run_dir.join(supervisor::EXIT).exists()
 }
 
 /// Sends SIGKILL to every process of the job's user whose environment

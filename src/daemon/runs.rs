@@ -82,8 +82,9 @@ impl Daemon {
             }
             Err(_) if supervisor::is_running(&run_dir) => return,
             // It names itself before it starts the job: without that, the
-            // job never ran (it could not write in a full disk, say).
-            Err(_) if !run_dir.join(supervisor::IDENTITY).exists() => {
+            // job never ran (it could not write in a full disk, say),
+            // unless the name was lost with a boot since.
+            Err(_) if !supervisor::may_have_started(&run_dir) => {
                 let why = "its supervisor ended before it started the job";
                 return self.ended(seq, RunEnd::NotStarted(why.into()));
             }

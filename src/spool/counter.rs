@@ -113,11 +113,16 @@ pub fn take(stored: Counter, boot: Option<&str>, count: u64) -> Option<Taken> {
     })
 }
 
-/// This boot's identity, from the kernel.
+/// This boot's identity, from the kernel; read once per process, as a
+/// boot cannot change under it.
 pub fn this_boot() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let id = id.trim();
-    (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let id = id.trim();
+        (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+    })
+    .clone()
 }
 
 /// Reads the counter from the locked `file`.

@@ -72,6 +72,7 @@ pub use atomic::{
     PRIVATE, PUBLIC, sync_dir, write_durable, write_replace, write_replace_with, write_whole,
 };
 pub use claim::forget_linked_original;
+pub use counter::this_boot;
 pub use handed::{Handed, Staged};
 pub use name::TaskName;
 use record::{RECORD, TaskRecord};

@@ -289,6 +289,13 @@ pub struct Launch {
     /// launch written before carma recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crashes: Option<u32>,
+    /// The boot it was launched in (`/proc/sys/kernel/random/boot_id`).
+    /// Within that boot the page cache is the truth, so the supervisor's
+    /// name need not be flushed before the job starts
+    /// ([`crate::supervisor::may_have_started`]); `None` in launches from
+    /// before, whose supervisors flushed it, and where the boot is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
 }
 
 /// A Linux user a job runs as.
