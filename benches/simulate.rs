@@ -77,13 +77,16 @@ fn main() {
 fn library() {
     let trace: Vec<TraceTask> = synthetic_trace(TASKS, 25.0).collect();
     let config = Config::load(None).expect("built-in config");
-    for (policy, estimator) in [
-        (Policy::Exclusive, MemoryLine::Oracle),
-        (Policy::Magm, MemoryLine::Oracle),
-        (Policy::BestFit, MemoryLine::Horus),
+    for (policy, estimator, backfill) in [
+        (Policy::Exclusive, MemoryLine::Oracle, false),
+        (Policy::Magm, MemoryLine::Oracle, false),
+        (Policy::BestFit, MemoryLine::Horus, false),
+        (Policy::Exclusive, MemoryLine::Oracle, true),
+        (Policy::Magm, MemoryLine::Oracle, true),
     ] {
         let mut rules = config.rules();
         rules.placement.policy = policy;
+        rules.queue.backfill = backfill;
         let setup = Setup {
             gpus: vec![Declared::whole(40 * 1024); GPUS],
             estimator,
@@ -95,8 +98,9 @@ fn library() {
         let m = simulate::run(&trace, &setup);
         let took = start.elapsed();
         println!(
-            "{TASKS} tasks, {GPUS} GPUs, {policy}/{estimator:?}: simulated in {:.3} s \
+            "{TASKS} tasks, {GPUS} GPUs, {policy}/{estimator:?}{}: simulated in {:.3} s \
              (total {:.0} s, lower bound {:.0} s, {} OOM crashes)",
+            if backfill { ", backfill" } else { "" },
             took.as_secs_f64(),
             m.total_time_s,
             m.lower_bound_s.unwrap_or(0.0),

@@ -103,18 +103,26 @@ impl Scheduler {
     }
 
     /// The GPUs a task from behind the head must stay off to start now:
-    /// every GPU that holds a task, and all of them unless it is expected
-    /// to end by the shadow time and its launch's pause to be over by
-    /// then.
-    pub(super) fn off_limits(&self, task: TaskId, r: &Reservation) -> Vec<usize> {
+    /// every GPU that holds a task. `None` (all of them) unless it is
+    /// expected to end by the shadow time and its launch's pause to be
+    /// over by then.
+    pub(super) fn off_limits(&self, task: TaskId, r: &Reservation) -> Option<Vec<usize>> {
         let run = self
             .tasks
             .get(&task)
-            .and_then(|t| self.rules.queue.expected_run(&t.demand));
-        let in_time = run.is_some_and(|run| self.now + run <= r.at) && self.now + r.pause <= r.at;
-        (0..self.gpus.len())
-            .filter(|&g| !in_time || !self.gpus[g].occupants.is_empty())
-            .collect()
+            .and_then(|t| self.rules.queue.expected_run(&t.demand))?;
+        let in_time = self.now + run <= r.at && self.now + r.pause <= r.at;
+        in_time.then(|| {
+            (0..self.gpus.len())
+                .filter(|&g| !self.gpus[g].occupants.is_empty())
+                .collect()
+        })
+    }
+
+    /// How many GPUs hold no task: the most a task from behind the head
+    /// may start on.
+    pub(super) fn empty_gpus(&self) -> usize {
+        self.gpus.iter().filter(|g| g.occupants.is_empty()).count()
     }
 
     /// Whether the head of the queue could start now but for tasks that

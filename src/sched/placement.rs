@@ -54,9 +54,22 @@ impl Scheduler {
         let usage = self.usage();
         let mut launched = Vec::new();
         // Once the head cannot be placed: its reservation, which tasks
-        // further back must respect (see [`backfill`]).
+        // further back must respect (see [`backfill`]), and how many GPUs
+        // hold no task, the only ones they may start on.
         let mut reserved = None;
+        let mut empty = 0;
+        let mut tested = 0;
+        let most = match self.rules.queue.backfill_max_tested {
+            0 => u32::MAX,
+            n => n,
+        };
         for task in waiting.ordered(&usage) {
+            if reserved.is_some() {
+                if tested == most {
+                    break;
+                }
+                tested += 1;
+            }
             let Some(t) = self.tasks.get(&task) else {
                 continue;
             };
@@ -66,21 +79,37 @@ impl Scheduler {
             let action = match &reserved {
                 None => match self.place(task, &[]) {
                     Some(action) => action,
-                    None if self.rules.queue.backfill => match self.reservation(task) {
-                        Some(r) => {
-                            reserved = Some(r);
-                            continue;
+                    // With no GPU empty, no one behind could start: the
+                    // reservation is not worked out.
+                    None if self.rules.queue.backfill && self.empty_gpus() > 0 => {
+                        match self.reservation(task) {
+                            Some(r) => {
+                                reserved = Some(r);
+                                empty = self.empty_gpus();
+                                continue;
+                            }
+                            None => return (launched, Some(task)),
                         }
-                        None => return (launched, Some(task)),
-                    },
+                    }
                     None => return (launched, Some(task)),
                 },
                 Some(r) => {
-                    let off_limits = self.off_limits(task, r);
+                    // Once no GPU is empty, no one further back can start,
+                    // and the rest of the queue is not looked at.
+                    if empty == 0 {
+                        break;
+                    }
+                    if t.demand.gpus as usize > empty {
+                        continue;
+                    }
+                    let Some(off_limits) = self.off_limits(task, r) else {
+                        continue;
+                    };
                     let Some(action) = self.place(task, &off_limits) else {
                         continue;
                     };
                     self.backfilled.insert(task);
+                    empty = self.empty_gpus();
                     action
                 }
             };

@@ -50,6 +50,11 @@ pub struct QueueRules {
     /// Run time assumed of a task with neither a time limit nor history,
     /// seconds; 0: such a task is not backfilled onto reserved GPUs.
     pub backfill_default_s: Seconds,
+    /// Tasks behind a blocked head that one dispatch looks at for
+    /// backfill, at most (Slurm's `bf_max_job_test`); 0: all of them.
+    /// Every event dispatches, so without a bound a long queue made each
+    /// event's work grow with it.
+    pub backfill_max_tested: u32,
 }
 
 impl QueueRules {

@@ -15,9 +15,10 @@
 //! exactly what they were).
 //!
 //! The memo is only left where the queue's order does not move by itself:
-//! without backfill (whose reservations move with the clock) and, with
-//! fair share, while the waiting tasks are one user's (usage that grows
-//! and decays reorders users as time passes).
+//! without backfill (whose reservations move with the clock) or while no
+//! GPU is empty (the only place backfill starts a task) and, with fair
+//! share, while the waiting tasks are one user's (usage that grows and
+//! decays reorders users as time passes).
 
 use super::{GpuSample, Scheduler, TaskId, Time};
 
@@ -47,8 +48,12 @@ impl Scheduler {
     /// Leaves the memo after a dispatch that launched nothing and stopped
     /// at `head`, where the order cannot move by itself.
     pub(super) fn note_stuck(&mut self, head: Option<TaskId>) {
-        let moving =
-            self.rules.queue.backfill || (self.rules.queue.fair_share && self.waiting.users() > 1);
+        // With backfill, only while a GPU is empty: a task from behind the
+        // head may start only there, so with none the pass stopped at the
+        // head without a reservation, as it does without backfill, and
+        // only a task's end (an event, which forgets the memo) empties one.
+        let backfilling = self.rules.queue.backfill && self.empty_gpus() > 0;
+        let moving = backfilling || (self.rules.queue.fair_share && self.waiting.users() > 1);
         self.stuck = (!moving).then(|| Stuck {
             head,
             deadline: self.deadline(),

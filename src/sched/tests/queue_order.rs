@@ -411,6 +411,31 @@ fn backfill_starts_what_ends_before_the_heads_reservation_and_nothing_else() {
 }
 
 #[test]
+fn backfill_looks_only_so_far_behind_the_head() {
+    // As above, with two tasks (200 s) that cannot start before task 3
+    // (50 s), which can: looking at two tasks behind the head, task 3 is
+    // not reached; at three, or with no bound, it starts.
+    for (most, started) in [(2, vec![]), (3, vec![3]), (0, vec![3])] {
+        let mut r = rules(Policy::Exclusive);
+        r.queue.backfill = true;
+        r.queue.backfill_max_tested = most;
+        let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+        core.step(s(0.0), limited(1, 1, Some(100)));
+        let actions = core.step_all(
+            s(1.0),
+            [
+                limited(2, 2, Some(10)),
+                limited(4, 1, Some(200)),
+                limited(5, 1, Some(200)),
+                limited(3, 1, Some(50)),
+            ],
+        );
+        let got: Vec<u64> = launched(&actions).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(got, started, "looking at {most}");
+    }
+}
+
+#[test]
 fn backfill_starts_no_task_whose_launch_pause_outlasts_the_shadow_time() {
     // Task 1 (limit 1000 s) holds GPU 0 from t=0; at 500 s task 2 needs
     // both GPUs whole (shadow time 1000 s) and task 3 (50 s) would end on
