@@ -333,11 +333,10 @@ const ORPHAN_PATIENCE: Duration = Duration::from_secs(10);
 /// holds a job together where there is no cgroup; with one, the children
 /// are those `cgroup.kill` is about to end.
 fn end_orphans(patience: Duration) -> bool {
-    let me = std::process::id();
     let deadline = std::time::Instant::now() + patience;
     loop {
         crate::spawn::reap_ended();
-        let left = crate::procfs::children(me);
+        let left = crate::procfs::own_children();
         if left.is_empty() {
             return true;
         }
