@@ -79,7 +79,12 @@ pub fn own_children() -> Vec<u32> {
         }
         Ok(pids)
     };
-    listed().unwrap_or_else(|_| children(std::process::id()))
+    // A child that `waitid` saw and no list names (one being handed from
+    // a thread that ended to another) is looked for the long way.
+    match listed() {
+        Ok(pids) if !pids.is_empty() => pids,
+        _ => children(std::process::id()),
+    }
 }
 
 /// Whether this process has a child, running or not yet reaped: one
