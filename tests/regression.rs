@@ -176,6 +176,25 @@ fn killed_while_running(rest: &str) -> (Spool, String, std::path::PathBuf) {
     (spool, name, ledger)
 }
 
+/// The rest of a power loss after [`killed_while_running`]: the run's
+/// supervisor dies too (SIGKILL), and is waited for.
+fn power_loss(spool: &Spool, run: &std::path::Path) {
+    let supervisor = {
+        let text = fs::read_to_string(run.join("supervisor.json")).unwrap();
+        let id: serde_json::Value = serde_json::from_str(&text).unwrap();
+        id["pid"].as_i64().unwrap() as i32
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    spool.wait_for("the supervisor to die", 10.0, || {
+        fs::read_to_string(format!("/proc/{supervisor}/stat"))
+            .map_or(true, |stat| stat.contains(") Z "))
+    });
+}
+
 #[test]
 fn a_torn_launch_record_never_launches_a_live_job_twice() {
     // Hole 2: the daemon dies while a job runs and its launch.json (and
@@ -208,20 +227,7 @@ fn a_started_run_whose_move_into_running_was_lost_is_not_launched_again() {
     // The power loss: the daemon and the supervisor die at once.
     let (mut spool, name, ledger) = killed_while_running("sleep 30\n");
     let running = spool.root.join("running").join(&name);
-    let supervisor = {
-        let text = fs::read_to_string(running.join("run-1/supervisor.json")).unwrap();
-        let id: serde_json::Value = serde_json::from_str(&text).unwrap();
-        id["pid"].as_i64().unwrap() as i32
-    };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(supervisor),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    spool.wait_for("the supervisor to die", 10.0, || {
-        fs::read_to_string(format!("/proc/{supervisor}/stat"))
-            .map_or(true, |stat| stat.contains(") Z "))
-    });
+    power_loss(&spool, &running.join("run-1"));
     // ... and the rename into running/ was never flushed.
     fs::rename(&running, spool.root.join("pending").join(&name)).unwrap();
     spool.start_daemon();
@@ -249,20 +255,7 @@ fn a_run_launched_before_a_power_loss_is_not_launched_again_though_its_name_was_
         let (mut spool, name, ledger) = killed_while_running("sleep 30\n");
         let running = spool.root.join("running").join(&name);
         let run = running.join("run-1");
-        let supervisor = {
-            let text = fs::read_to_string(run.join("supervisor.json")).unwrap();
-            let id: serde_json::Value = serde_json::from_str(&text).unwrap();
-            id["pid"].as_i64().unwrap() as i32
-        };
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(supervisor),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        spool.wait_for("the supervisor to die", 10.0, || {
-            fs::read_to_string(format!("/proc/{supervisor}/stat"))
-                .map_or(true, |stat| stat.contains(") Z "))
-        });
+        power_loss(&spool, &run);
         fs::remove_file(run.join("supervisor.json")).unwrap();
         if move_lost {
             fs::remove_file(run.join("launch.json")).unwrap();
