@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use super::claim::{job_name, summary_named, write_summary};
 use super::durable::{make_durable, write_new};
+use super::job_copy::{job_name, summary_named, write_summary};
 use super::record::{self, JOB, RECORD, TaskRecord, unix_now};
 use super::socket::{Job, Request, check_rad_name, check_summary_path};
 use super::submission::checked_dependencies;

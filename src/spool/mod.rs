@@ -45,6 +45,7 @@ mod claim;
 mod counter;
 mod durable;
 mod handed;
+mod job_copy;
 pub mod json;
 mod name;
 mod presence;

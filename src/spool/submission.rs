@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::claim::fill_job;
 use super::durable::{make_durable, make_trees_durable, write_new};
+use super::job_copy::fill_job;
 use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
 use super::socket::Job;
 use super::{
@@ -71,7 +71,7 @@ impl Spool {
             .uid();
         let read = read_submission(&incoming, owner);
         let stem = match &read {
-            Ok(s) => super::claim::job_name(&s.rad_bytes)
+            Ok(s) => super::job_copy::job_name(&s.rad_bytes)
                 .unwrap_or_else(|| s.rad.trim_end_matches(".rad").to_string()),
             Err(_) => entry.to_string(),
         };
@@ -369,7 +369,7 @@ fn read_job(rad: &Path, spec: &TaskSpec) -> Result<ReadJob, SpoolError> {
     }
     let (bytes, meta) = safe::read_regular(rad, crate::rad::MAX_FILE_BYTES).map_err(at(rad))?;
     if owned_by_someone_else(&meta) {
-        super::claim::refuse_shared_writes(&meta).map_err(|why| SpoolError::Io {
+        super::job_copy::refuse_shared_writes(&meta).map_err(|why| SpoolError::Io {
             path: rad.to_owned(),
             source: io::Error::new(io::ErrorKind::PermissionDenied, why),
         })?;
@@ -404,7 +404,7 @@ impl Spool {
         }
         let owner = self.is_mine().then_some(read.meta.uid());
         let summary =
-            super::claim::summary_beneath(&read.file_name, &read.bytes, &read.rad_dir, owner);
+            super::job_copy::summary_beneath(&read.file_name, &read.bytes, &read.rad_dir, owner);
         Ok(Some(Job {
             rad: read.file_name,
             rad_bytes: read.bytes,
@@ -519,7 +519,7 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
     // Whoever else could write in it could have written the job: a job
     // runs as the directory's owner, so everything in it must be theirs.
     let meta = fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
-    super::claim::refuse_shared_writes(&meta)
+    super::job_copy::refuse_shared_writes(&meta)
         .map_err(|why| format!("the submitted directory {why}"))?;
     let request: Request = match safe::read_beneath(dir, SUBMISSION, 1 << 20) {
         Ok((bytes, meta)) => {
@@ -529,7 +529,7 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
                     meta.uid()
                 ));
             }
-            super::claim::refuse_shared_writes(&meta)
+            super::job_copy::refuse_shared_writes(&meta)
                 .map_err(|why| format!("{SUBMISSION} {why}"))?;
             serde_json::from_slice(&bytes).map_err(|e| format!("{SUBMISSION}: {e}"))?
         }
@@ -566,7 +566,7 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
             "{rad} has other hard links; submit a file of its own"
         ));
     }
-    super::claim::refuse_shared_writes(&meta).map_err(|why| format!("{rad} {why}"))?;
+    super::job_copy::refuse_shared_writes(&meta).map_err(|why| format!("{rad} {why}"))?;
     let workdir = match request.workdir {
         Some(dir) if dir.is_absolute() => Some(dir),
         Some(dir) => {
