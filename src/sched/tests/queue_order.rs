@@ -411,6 +411,22 @@ fn backfill_starts_what_ends_before_the_heads_reservation_and_nothing_else() {
 }
 
 #[test]
+fn a_newcomer_that_ends_in_time_is_backfilled_though_the_pass_before_started_nothing() {
+    // Task 1 (1000 s) holds GPU 0; task 2, needing both GPUs, waits for
+    // it; task 3 (2000 s) would outlast the reservation: that pass starts
+    // nothing and leaves its memo. Task 4 (50 s) comes next and starts on
+    // the empty GPU at once: under backfill any newcomer may help.
+    let mut r = rules(Policy::Exclusive);
+    r.queue.backfill = true;
+    let mut core = Scheduler::new(r, &[40 * GIB; 2]);
+    core.step(s(0.0), limited(1, 1, Some(1000)));
+    let none = core.step_all(s(1.0), [limited(2, 2, Some(10)), limited(3, 1, Some(2000))]);
+    assert!(launched(&none).is_empty());
+    let actions = core.step(s(2.0), limited(4, 1, Some(50)));
+    assert_eq!(launched(&actions), [(4, vec![1])]);
+}
+
+#[test]
 fn backfill_looks_only_so_far_behind_the_head() {
     // As above, with two tasks (200 s) that cannot start before task 3
     // (50 s), which can: looking at two tasks behind the head, task 3 is

@@ -51,7 +51,10 @@ fn event(op: &Op, next_id: &mut u64, running: &[TaskId]) -> Option<Event> {
                     gpus,
                     user,
                     priority,
-                    history: Some(Duration::from_secs(600)),
+                    // Runs of many lengths, so that backfill has tasks
+                    // that end before the head's reservation and others
+                    // that do not.
+                    history: Some(Duration::from_secs(30 + (*next_id * 137) % 900)),
                     ..Demand::new(need)
                 },
             }
