@@ -185,24 +185,9 @@ pub fn supervise_handed(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
     supervise(run_dir, lock)
 }
 
-/// `carma supervise --spare`: a supervisor started ahead of need, which
-/// waits on its standard input (a socket to the daemon) for its run
-/// ([`crate::spare`]), and exits when the daemon goes without one.
-pub fn supervise_spare() -> io::Result<()> {
-    setsid()?;
-    let Some(handed) = crate::spare::wait_for_run(0)? else {
-        return Ok(());
-    };
-    // The socket is done with; errors go to the run's log from here on.
-    nix::unistd::dup2_stdin(File::open("/dev/null")?)?;
-    nix::unistd::dup2_stderr(&handed.log)?;
-    drop(handed.log);
-    supervise(&handed.run_dir, handed.lock)
-}
-
 /// The supervisor process: runs the job of `run_dir` and records its end,
 /// holding the run's locked `lock` throughout.
-fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
+pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let job_group = Arc::new(AtomicI32::new(0));
     let launch = read_state::<Launch>(&run_dir.join(LAUNCH));

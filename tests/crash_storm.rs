@@ -2,7 +2,8 @@
 //! times at random moments while hundreds of short jobs are submitted (by
 //! `carma submit` and as bare `.rad` files copied into `pending/`) and run,
 //! a share of them crashing with GPU out-of-memory on purpose so that
-//! recovery re-runs them; now and then a supervisor or a job is killed too.
+//! recovery re-runs them; now and then a supervisor, a job or the nursery
+//! that forks supervisors is killed too.
 //! Then one daemon is left alone until every task has ended, and the
 //! harness checks, from the outside only (the spool's state directories
 //! and a ledger the jobs append to themselves):
@@ -82,6 +83,7 @@ struct Kill {
     gap: f64,
     pause: f64,
     kill_supervisor: bool,
+    kill_nursery: bool,
     kill_job: bool,
 }
 
@@ -97,6 +99,7 @@ impl Kill {
             gap,
             pause,
             kill_supervisor: rng.chance(0.05),
+            kill_nursery: rng.chance(0.05),
             kill_job: rng.chance(0.05),
         }
     }
@@ -284,10 +287,22 @@ fn submit_all(
 /// A live process and the task it belongs to.
 type Victim = (i32, String);
 
+/// The daemon's nursery: its child started as `carma supervise
+/// --nursery` (the supervisors it forks are that one's children).
+fn nursery_of(daemon: u32) -> Option<i32> {
+    fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+        let stat = fs::read_to_string(entry.path().join("stat")).ok()?;
+        let parent = stat.rsplit(')').next()?.split_whitespace().nth(1)?;
+        let cmdline = fs::read(entry.path().join("cmdline")).ok()?;
+        (parent == daemon.to_string() && cmdline.split(|&b| b == 0).any(|a| a == b"--nursery"))
+            .then_some(pid)
+    })
+}
+
 /// Live processes of this spool: its supervisors (`carma supervise`
 /// holding `<spool>/running/<task>/run-N/supervisor.lock` open; one the
-/// daemon started ahead of need says `--spare`, not its run, on its
-/// command line) and its fake-train jobs (by `CARMA_SIMGPU`, with
+/// nursery forked says `--nursery`, not its run, on its command line) and its fake-train jobs (by `CARMA_SIMGPU`, with
 /// `CARMA_TASK_ID`).
 fn processes_of(root: &Path) -> (Vec<Victim>, Vec<Victim>) {
     let root_text = root.display().to_string();
@@ -486,6 +501,7 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
     // The storm.
     let mut daemon_kills = 0;
     let mut supervisor_kills = Vec::new();
+    let mut nursery_kills = 0;
     let mut job_kills = Vec::new();
     let mut died_alone = Vec::new();
     let mut victim_rng = Rng(seed ^ 0x1234);
@@ -498,10 +514,18 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
             gap,
             pause,
             kill_supervisor,
+            kill_nursery,
             kill_job,
         } = schedule[turn];
         turn += 1;
         std::thread::sleep(Duration::from_secs_f64(gap / 2.0));
+        if kill_nursery {
+            // No task may fail for it: its supervisors live on.
+            let nursery = spool.daemon_pid().and_then(nursery_of);
+            if nursery.is_some_and(|pid| kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()) {
+                nursery_kills += 1;
+            }
+        }
         if kill_supervisor || kill_job {
             let (supervisors, running_jobs) = processes_of(&spool.root);
             if kill_supervisor && !supervisors.is_empty() {
@@ -852,6 +876,7 @@ fn a_storm_of_daemon_kills_loses_no_task_and_runs_none_twice() {
     );
     println!("  daemon SIGKILLs:        {daemon_kills}");
     println!("  supervisor SIGKILLs:    {}", supervisor_kills.len());
+    println!("  nursery SIGKILLs:       {nursery_kills}");
     println!("  job SIGKILLs:           {}", job_kills.len());
     println!("  runs started (ledger):  {runs_total}");
     println!("  OOM crashes seen:       {oom_crashes}");

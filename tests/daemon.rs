@@ -861,23 +861,26 @@ fn simulated_gpus_run_without_mps_when_it_cannot_start() {
     );
 }
 
-/// The daemon's waiting spare supervisors (`carma supervise --spare`
-/// with its socket to the daemon as standard input).
-fn spares_of(daemon: u32) -> Vec<u32> {
+/// The parent of process `pid`, if it lives.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The children of `parent` started as `carma supervise --nursery`: the
+/// daemon's nursery, or the supervisors a nursery forked.
+fn nursery_children(parent: u32) -> Vec<u32> {
     fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().nth(1));
+        .filter(|&pid| {
             let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let stdin = fs::read_link(format!("/proc/{pid}/fd/0")).unwrap_or_default();
-            ppid == Some(daemon.to_string().as_str())
-                && cmdline.split(|&b| b == 0).any(|a| a == b"--spare")
-                && stdin.to_string_lossy().starts_with("socket:")
+            parent_of(pid) == Some(parent) && cmdline.split(|&b| b == 0).any(|a| a == b"--nursery")
         })
         .collect()
 }
@@ -889,48 +892,69 @@ fn supervisor_of(run_dir: &Path) -> u32 {
     id["pid"].as_u64().unwrap() as u32
 }
 
+/// Waits until task `name`'s first run has named its supervisor; its pid.
+fn running_supervisor(spool: &Spool, name: &str) -> u32 {
+    let run = spool.root.join("running").join(name).join("run-1");
+    spool.wait_for("the run's supervisor", 10.0, || {
+        run.join("supervisor.json").exists()
+    });
+    supervisor_of(&run)
+}
+
+fn nursery_of(spool: &Spool, daemon: u32, not: Option<u32>) -> u32 {
+    spool.wait_for("the supervisors' nursery", 10.0, || {
+        nursery_children(daemon).iter().any(|&p| Some(p) != not)
+    });
+    nursery_children(daemon)
+        .into_iter()
+        .find(|&p| Some(p) != not)
+        .unwrap()
+}
+
 #[test]
-fn a_launch_hands_the_run_to_the_spare_a_dead_spare_is_replaced_and_a_stopped_daemon_leaves_none() {
-    let mut spool = Spool::new("1x40GiB");
+fn the_nursery_forks_supervisors_its_death_loses_no_run_and_it_leaves_with_the_daemon() {
+    let mut spool = Spool::new("2x40GiB");
     spool.start_daemon();
     let daemon = spool.daemon_pid().unwrap();
-    spool.wait_for("a spare supervisor", 10.0, || spares_of(daemon).len() == 1);
-    let spare = spares_of(daemon)[0];
+    let nursery = nursery_of(&spool, daemon, None);
 
-    let first = spool.submit("first.rad", "memory: 1G\ntrue\n");
-    spool.wait_count("done", 1, 10.0);
-    let run = spool.root.join("done").join(&first).join("run-1");
-    assert_eq!(supervisor_of(&run), spare, "the spare ran the first job");
+    // A run's supervisor is the nursery's child, in a session of its own.
+    let first = spool.submit("first.rad", "memory: 1G\nsleep 2\n");
+    let supervisor = running_supervisor(&spool, &first);
+    assert_eq!(parent_of(supervisor), Some(nursery));
+    let session = nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(supervisor as i32)));
+    assert_eq!(session.unwrap().as_raw() as u32, supervisor);
 
-    // A spare that died is found dead at the next launch, which starts
-    // a supervisor of its own instead.
-    spool.wait_for("a new spare", 10.0, || {
-        spares_of(daemon).iter().any(|&p| p != spare)
-    });
-    let second_spare = spares_of(daemon)[0];
+    // A nursery that dies takes no run with it: its supervisor goes on,
+    // and the run's end is found; the next run's supervisor comes from a
+    // new nursery.
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(second_spare as i32),
+        nix::unistd::Pid::from_raw(nursery as i32),
         nix::sys::signal::SIGKILL,
     )
     .unwrap();
-    let second = spool.submit("second.rad", "memory: 1G\ntrue\n");
-    spool.wait_count("done", 2, 10.0);
-    let run = spool.root.join("done").join(&second).join("run-1");
-    assert_ne!(supervisor_of(&run), second_spare);
-    assert!(
-        fs::read_to_string(run.join("exit.json"))
-            .unwrap()
-            .contains("\"code\": 0")
-    );
+    spool.wait_count("done", 1, 15.0);
+    let run = spool.root.join("done").join(&first).join("run-1");
+    let exit = fs::read_to_string(run.join("exit.json")).unwrap();
+    assert!(exit.contains("\"code\": 0"), "{exit}");
+    let second_nursery = nursery_of(&spool, daemon, Some(nursery));
+    let second = spool.submit("second.rad", "memory: 1G\nsleep 30\n");
+    let supervisor = running_supervisor(&spool, &second);
+    assert_eq!(parent_of(supervisor), Some(second_nursery));
 
-    // The spare leaves with the daemon.
-    spool.wait_for("a third spare", 10.0, || spares_of(daemon).len() == 1);
-    let last = spares_of(daemon)[0];
+    // The nursery leaves with the daemon; the running supervisor stays.
     assert!(spool.stop_daemon("TERM").success());
-    spool.wait_for("the spare to exit", 10.0, || {
-        !Path::new(&format!("/proc/{last}")).exists()
-            || fs::read_to_string(format!("/proc/{last}/stat")).is_ok_and(|s| s.contains(") Z "))
+    spool.wait_for("the nursery to exit", 10.0, || {
+        parent_of(second_nursery).is_none()
+            || fs::read_to_string(format!("/proc/{second_nursery}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
     });
+    assert!(Path::new(&format!("/proc/{supervisor}")).exists());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor as i32),
+        nix::sys::signal::SIGTERM,
+    )
+    .unwrap();
 }
 
 /// A job as `carma submit` hands it over the daemon's socket.

@@ -510,8 +510,8 @@ fn running_out_of_file_descriptors_fails_no_launch_and_everything_runs_once_the_
         accepted.iter().all(|t| ran(t))
     });
     // Squeeze: room for one more descriptor, fewer than any launch needs
-    // at once (the supervisor's lock and log, handed to the daemon's
-    // spare supervisor; a supervisor started for the run also needs
+    // at once (the supervisor's lock and log, handed to the supervisors'
+    // nursery; a supervisor started for the run also needs
     // /dev/null for stdout), enough for a status write. A GPU sample (a
     // lock and the state file) fails too, from the next one on; the
     // submissions come before it, so the launches meet the limit first.

@@ -1,5 +1,5 @@
 //! `carma supervise` (hidden): the per-run supervisor the daemon starts,
-//! for a run or as a spare that waits for one.
+//! for a run, or as the nursery that forks one for each run.
 
 use std::os::fd::RawFd;
 use std::path::PathBuf;
@@ -10,20 +10,21 @@ use anyhow::Result;
 #[derive(clap::Args)]
 pub struct Args {
     /// The run directory holding `launch.json`.
-    #[arg(required_unless_present = "spare")]
+    #[arg(required_unless_present = "nursery")]
     run_dir: Option<PathBuf>,
     /// The locked `supervisor.lock` the daemon handed down.
-    #[arg(long, required_unless_present = "spare")]
+    #[arg(long, required_unless_present = "nursery")]
     lock_fd: Option<RawFd>,
-    /// Wait on standard input, a socket to the daemon, for a run.
+    /// Fork a supervisor for each run the daemon hands over on standard
+    /// input, a socket to it.
     #[arg(long, conflicts_with_all = ["run_dir", "lock_fd"])]
-    spare: bool,
+    nursery: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
     match (args.run_dir, args.lock_fd) {
         (Some(run_dir), Some(lock_fd)) => carma::supervisor::supervise_handed(&run_dir, lock_fd)?,
-        _ => carma::supervisor::supervise_spare()?,
+        _ => carma::nursery::nursery()?,
     }
     Ok(ExitCode::SUCCESS)
 }

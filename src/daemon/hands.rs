@@ -7,6 +7,7 @@
 
 use std::io;
 use std::path::Path;
+use std::process::Child;
 use std::sync::mpsc::Sender;
 
 use super::Msg;
@@ -16,8 +17,8 @@ use crate::config::Config;
 use crate::estimate::Chain;
 use crate::gpu::GpuInfo;
 use crate::lifecycle::{Closing, Limits, NotStarted, Started, Stop, Task, World};
+use crate::nursery::{Born, Supervisors};
 use crate::procfs::ProcessId;
-use crate::spare::Supervisors;
 use crate::spool::record::{
     Launch, REASON, RECORD, TaskRecord, WORK, give_dir_to_owner, to_json, unix_now, write_json,
     write_owner_copy, write_reason,
@@ -38,7 +39,7 @@ pub(super) struct Hands<'a> {
     /// Jobs run under MPS (where not on a MIG instance).
     pub mps: bool,
     pub job_cgroup: Option<&'a Path>,
-    /// How supervisors are started: the carma binary, and its spare.
+    /// How supervisors are started: the carma binary, and its nursery.
     pub supervisors: &'a mut Supervisors,
     pub tx: &'a Sender<Msg>,
     pub chain: &'a Chain,
@@ -141,24 +142,17 @@ impl World for Hands<'_> {
         }
         let running = self.spool.task_dir(State::Running, name);
         let run_dir = running.join(&run_name);
-        let child = self
-            .supervisors
-            .start(&run_dir)
-            .map_err(|e| failed("cannot start the supervisor", e))?;
-        let supervisor = ProcessId::of(child.id());
-        let tx = self.tx.clone();
         let seq = name.seq();
-        let reaper = std::thread::Builder::new()
-            .name(format!("reap-{seq}"))
-            .spawn(move || {
-                let mut child = child;
-                let _ = child.wait();
-                let _ = tx.send(Msg::Reaped(seq, run));
-            });
-        if let Err(e) = &reaper {
-            // The run is polled like an adopted one instead.
-            log::warn!("{name}: no reaper thread ({e}); polling its run");
-        }
+        let born = self
+            .supervisors
+            .start(&run_dir, seq, run)
+            .map_err(|e| failed("cannot start the supervisor", e))?;
+        let (supervisor, reported) = match born {
+            // The nursery reports its end; the readings learn its pid from
+            // its `supervisor.json` ([`crate::supervisor::identity`]).
+            Born::Forked => (None, true),
+            Born::Started(child) => (ProcessId::of(child.id()), self.reap(name, run, child)),
+        };
         // The record (its estimate, this run's GPUs) once the job is on
         // its way, off the path to its first line, and whole but not
         // flushed into its directory: a crash may leave the record of
@@ -176,7 +170,7 @@ impl World for Hands<'_> {
             run,
             supervisor,
             launched_at: launch.launched_at,
-            reported: reaper.is_ok(),
+            reported,
         })
     }
 
@@ -239,6 +233,24 @@ impl World for Hands<'_> {
 }
 
 impl Hands<'_> {
+    /// Reaps a supervisor started for its run on a thread of its own,
+    /// which tells the loop; false when there is no such thread, and the
+    /// run is looked at as an adopted one instead.
+    fn reap(&self, name: &TaskName, run: u32, mut child: Child) -> bool {
+        let tx = self.tx.clone();
+        let seq = name.seq();
+        let reaper = std::thread::Builder::new()
+            .name(format!("reap-{seq}"))
+            .spawn(move || {
+                let _ = child.wait();
+                let _ = tx.send(Msg::Reaped(seq, run));
+            });
+        if let Err(e) = &reaper {
+            log::warn!("{name}: no reaper thread ({e}); polling its run");
+        }
+        reaper.is_ok()
+    }
+
     /// What the supervisor of run `run` needs: the script as bash runs it,
     /// the login environment of the job's user with carma's variables,
     /// its limits.

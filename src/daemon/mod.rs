@@ -65,8 +65,8 @@ use crate::gpu::{GpuBackend, GpuInfo, GpuReading};
 use crate::http::Feed;
 use crate::lifecycle::{Backoff, Backoffs, Ending, Lifecycle, Moment, Task};
 use crate::mps::Mps;
+use crate::nursery::Supervisors;
 use crate::sched::Time;
-use crate::spare::Supervisors;
 use crate::spool::record::{RunAs, unix_now};
 use crate::spool::{Spool, State};
 use hands::Hands;
@@ -84,6 +84,9 @@ pub enum Msg {
     Signal(i32),
     /// A supervisor this daemon started has exited (task number, run).
     Reaped(u64, u32),
+    /// The supervisors' nursery with this number is gone: the ends of the
+    /// supervisors it forked will not be reported.
+    NurseryGone(u64),
     /// A whole request on the submission socket, to be answered.
     Submission(Box<listener::Submission>),
 }
@@ -138,8 +141,8 @@ struct Daemon {
     gpu_logged_at: f64,
     /// The last GPU log write failed (its warning was logged).
     gpu_log_failing: bool,
-    /// The carma binary, started again as `carma supervise`, and its
-    /// spare.
+    /// The carma binary, started again as `carma supervise`, and the
+    /// supervisors' nursery.
     supervisors: Supervisors,
     tx: Sender<Msg>,
     /// Files created in `pending/` whose writer has not closed them yet.
@@ -289,7 +292,7 @@ impl Daemon {
             self.step();
             self.note_dispatches();
             self.housekeeping();
-            // The next launch's supervisor, started while nothing waits.
+            // The supervisors' nursery, (re)started while nothing waits.
             self.supervisors.refill();
         }
     }
@@ -318,6 +321,7 @@ impl Daemon {
             Msg::Spool(change) => self.on_change(change),
             Msg::Readings(readings) => self.on_readings(readings),
             Msg::Reaped(seq, run) => self.on_reaped(seq, run),
+            Msg::NurseryGone(nursery) => self.on_nursery_gone(nursery),
             Msg::Submission(submission) => self.handed.push(*submission),
             Msg::Signal(signal) => match signal {
                 signal_hook::consts::SIGTERM | signal_hook::consts::SIGINT => return true,

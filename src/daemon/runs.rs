@@ -20,6 +20,18 @@ impl Daemon {
         }
     }
 
+    /// The supervisors' nursery `nursery` is gone: the runs it forked
+    /// supervisors for are looked at once a second, as those of an earlier
+    /// daemon are (all running runs: looking costs little, and a run whose
+    /// end is reported as well is collected once).
+    pub(super) fn on_nursery_gone(&mut self, nursery: u64) {
+        log::debug!("the supervisors' nursery {nursery} is gone; its runs are looked at");
+        self.supervisors.gone(nursery);
+        for task in self.life.tasks.running_mut() {
+            task.adopted = true;
+        }
+    }
+
     /// Runs started by an earlier daemon: looked at once a second.
     pub(super) fn poll_adopted(&mut self) {
         let now = self.now();
@@ -179,7 +191,7 @@ fn with_last_word(how: String, run_dir: &Path) -> String {
 }
 
 /// Where a task's run `run` lives while it runs.
-fn run_dir(spool: &Spool, name: &TaskName, run: u32) -> PathBuf {
+pub(super) fn run_dir(spool: &Spool, name: &TaskName, run: u32) -> PathBuf {
     spool
         .task_dir(State::Running, name)
         .join(format!("run-{run}"))

@@ -18,8 +18,8 @@ use crate::estimate::Chain;
 use crate::gpu::log::RotatingLog;
 use crate::lifecycle::{Backoff, Backoffs, Lifecycle};
 use crate::mps::Mps;
+use crate::nursery::{Report, Supervisors};
 use crate::sched::Scheduler;
-use crate::spare::Supervisors;
 use crate::spool::{Spool, State};
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -102,6 +102,15 @@ pub fn run(options: Options) -> Result<()> {
         gpu_log_failing: false,
         supervisors: Supervisors::new(
             std::env::current_exe().context("cannot find the carma binary")?,
+            {
+                let tx = tx.clone();
+                move |report| {
+                    let _ = tx.send(match report {
+                        Report::Ended { seq, run } => Msg::Reaped(seq, run),
+                        Report::Gone { nursery } => Msg::NurseryGone(nursery),
+                    });
+                }
+            },
         ),
         tx: tx.clone(),
         unfinished: HashMap::new(),

@@ -57,6 +57,15 @@ impl Tasks {
         self.by_seq.get_mut(seq).map(|task| &mut **task)
     }
 
+    /// The running tasks, to change (their users and sizes stay as they
+    /// were).
+    pub fn running_mut(&mut self) -> impl Iterator<Item = &mut Task> {
+        self.by_seq
+            .values_mut()
+            .map(|task| &mut **task)
+            .filter(|task| task.state == crate::spool::State::Running)
+    }
+
     pub fn holding(&self, user: u32) -> Holding {
         self.users.get(&user).copied().unwrap_or_default()
     }
