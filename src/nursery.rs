@@ -26,7 +26,8 @@
 //!
 //! Failures leave nothing unknown. A nursery that cannot take a run (gone,
 //! or its socket broken) is replaced, and that run gets a supervisor of its
-//! own start. A nursery that dies leaves its supervisors running (they are
+//! own start; so does a run handed to a nursery that is behind (stopped,
+//! say: the hand-over never waits). A nursery that dies leaves its supervisors running (they are
 //! init's children then), and the daemon, told by the end of the socket,
 //! looks at every running run once a second, as at runs of an earlier
 //! daemon. A run the nursery took but could not fork never started (no
@@ -116,6 +117,11 @@ impl Supervisors {
         if let Some(nursery) = &self.nursery {
             match nursery.hand(seq, run, run_dir, &lock, &log) {
                 Ok(()) => return Ok(Born::Forked),
+                // Behind on its hand-overs (stopped, or slowed down): this
+                // run does not wait for it.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    log::debug!("the supervisors' nursery is behind; a supervisor is started");
+                }
                 Err(e) => {
                     log::debug!("the supervisors' nursery did not take the run ({e})");
                     nursery.end();
@@ -193,7 +199,9 @@ impl Nursery {
     }
 
     /// Hands run `run` of task `seq` in `run_dir` over, with its locked
-    /// `lock` and its `log` (which the caller closes after).
+    /// `lock` and its `log` (which the caller closes after). Never waits:
+    /// a nursery that does not take its hand-overs (the kernel queues only
+    /// `net.unix.max_dgram_qlen` of them) must not hold up the daemon.
     fn hand(&self, seq: u64, run: u32, run_dir: &Path, lock: &File, log: &File) -> io::Result<()> {
         let path = run_dir.as_os_str().as_bytes();
         if path.len() > MAX_PATH {
@@ -208,7 +216,7 @@ impl Nursery {
             self.socket.as_raw_fd(),
             &[IoSlice::new(&tag), IoSlice::new(path)],
             &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::MSG_NOSIGNAL,
+            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
             None,
         )?;
         Ok(())
@@ -492,5 +500,26 @@ mod tests {
         let (ours, theirs) = pair().unwrap();
         drop(ours);
         assert!(take_run(theirs.as_raw_fd()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_nursery_that_takes_nothing_never_holds_up_a_launch() {
+        let (ours, _theirs) = pair().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run-1");
+        std::fs::create_dir(&run).unwrap();
+        let (lock, log) = crate::supervisor::lock_run(&run).unwrap();
+        let nursery = Nursery {
+            number: 1,
+            pid: 0,
+            socket: ours,
+        };
+        // The kernel queues a few hand-overs (net.unix.max_dgram_qlen),
+        // then the next one is refused at once instead of waiting.
+        let refused = (0..100_000)
+            .map(|_| nursery.hand(1, 1, &run, &lock, &log))
+            .find_map(Result::err)
+            .expect("a queue that never fills");
+        assert_eq!(refused.kind(), io::ErrorKind::WouldBlock, "{refused}");
     }
 }
