@@ -235,6 +235,10 @@ impl FakeTrain {
     ) -> Result<Option<Outcome>, FakeTrainError> {
         let locked = state.lock()?;
         let mut current = locked.read()?;
+        // A real driver frees a process's memory as it dies; here the claims
+        // of the dead are dropped when someone looks. A job killed with its
+        // supervisor must not make the next one on its GPU crash.
+        current.prune();
         match current.claim(units, me, self.mem_mib, self.smact) {
             Ok(()) => {
                 locked.write(&current)?;

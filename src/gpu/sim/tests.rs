@@ -200,6 +200,39 @@ fn a_dead_claim_is_pruned_from_the_reading_and_the_file() {
 }
 
 #[test]
+fn a_job_killed_with_its_memory_claimed_leaves_the_next_one_room() {
+    // Killed without releasing its claim (its supervisor killed, say); no
+    // sample has pruned it yet when the next job on its GPU allocates.
+    let spool = tempfile::tempdir().unwrap();
+    open(spool.path(), &[40 * GIB]);
+    let mut child = Command::new("true").spawn().unwrap();
+    let gone = ProcessId::of(child.id()).unwrap();
+    child.wait().unwrap();
+    change(spool.path(), |state| {
+        state.claim(&[0], gone, 34 * GIB, 0.5).unwrap();
+    });
+    let job = fake_train::FakeTrain {
+        mem_mib: 8 * GIB,
+        secs: 0.0,
+        smact: 0.5,
+        ramp_secs: 0.0,
+    };
+    let placement = fake_train::Placement {
+        state_dir: spool.path().join(STATE_DIR),
+        visible: vec!["0".into()],
+    };
+    let stop = std::sync::atomic::AtomicUsize::new(0);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let outcome = job.run(&placement, &stop, &mut out, &mut err).unwrap();
+    assert_eq!(
+        outcome,
+        fake_train::Outcome::Finished,
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+}
+
+#[test]
 fn a_corrupt_state_gives_error_readings_then_recovers() {
     let spool = tempfile::tempdir().unwrap();
     let mut gpus = open(spool.path(), &[40 * GIB, 40 * GIB]);
