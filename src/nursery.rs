@@ -16,9 +16,10 @@
 //! the child is the run's supervisor exactly as one started for it: the
 //! lock held from before the hand-over ([`crate::supervisor`]'s theory of
 //! operation holds unchanged), a session of its own, and nothing of the
-//! nursery's (its socket, its blocked signals). The nursery reaps its
-//! children and reports each one's end to the daemon over the socket, as a
-//! reaper thread does for a supervisor the daemon started.
+//! nursery's (its socket, its blocked signals). The nursery reports each
+//! fork (the supervisor's pid, which the GPU readings need) and, once it
+//! has reaped the child, its end, over the socket, as a reaper thread does
+//! for a supervisor the daemon started.
 //!
 //! Single-threaded on purpose: a fork copies only the thread that calls
 //! it, so the nursery starts none, and the child may do whatever a freshly
@@ -26,19 +27,23 @@
 //!
 //! Failures leave nothing unknown. A nursery that cannot take a run (gone,
 //! or its socket broken) is replaced, and that run gets a supervisor of its
-//! own start; so does a run handed to a nursery that is behind (stopped,
-//! say: the hand-over never waits). A nursery that dies leaves its supervisors running (they are
+//! own start; so does a run handed to a nursery that is behind: the
+//! hand-over never waits, and at most [`MAX_UNTAKEN`] runs wait in a
+//! nursery's queue. One that has not taken a run in [`STALLED`] (stopped,
+//! say) is replaced, and the runs in its queue, which nobody supervised,
+//! go back to the daemon's. A nursery that dies leaves its supervisors running (they are
 //! init's children then), and the daemon, told by the end of the socket,
 //! looks at every running run once a second, as at runs of an earlier
 //! daemon. A run the nursery took but could not fork never started (no
-//! supervisor named itself) and is reported ended, so the daemon sends it
-//! back to the queue. A nursery whose daemon is gone reads the end of the
+//! supervisor named itself) and is reported ended once the nursery let go
+//! of its lock, so the daemon sends it back to the queue. A nursery whose daemon is gone reads the end of the
 //! socket and exits; its supervisors stay. Its command line stays `carma
 //! supervise --nursery`, and so do its children's (moving it takes
 //! `CAP_SYS_RESOURCE`): a run's `supervisor.json` names its supervisor,
 //! which holds the run's `supervisor.lock` open.
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Write};
@@ -46,7 +51,8 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
@@ -64,9 +70,32 @@ const MAX_PATH: usize = 4096;
 /// A run's tag on the socket: the task's number and the run's.
 const TAG: usize = 12;
 
+/// A report on the socket: its kind, the run's tag, a pid.
+const REPORT: usize = 1 + TAG + 4;
+/// The nursery took a run and forked its supervisor (pid 0: could not).
+const TAKEN: u8 = 1;
+/// A run's supervisor ended.
+const ENDED: u8 = 2;
+
+/// Hand-overs a nursery may have not yet taken. Beyond them a launch
+/// starts a supervisor of its own: a nursery that is behind (stopped,
+/// slowed) holds few runs, each with its GPUs and no supervisor yet.
+const MAX_UNTAKEN: usize = 8;
+
+/// A nursery that has not taken its oldest hand-over in this long is
+/// replaced; the runs it held go back to the queue (nobody named itself
+/// their supervisor).
+const STALLED: Duration = Duration::from_secs(10);
+
+/// How often a nursery is started at most: one that dies at once (a
+/// broken binary) is not started again at every turn of the loop.
+const RESTART_GAP: Duration = Duration::from_secs(1);
+
 /// What the nursery tells the daemon, through the callback it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Report {
+    /// The supervisor of run `run` of task `seq` was forked as `pid`.
+    Forked { seq: u64, run: u32, pid: u32 },
     /// The supervisor of run `run` of task `seq` has exited (or never
     /// started: then it named nobody, and the run did not start).
     Ended { seq: u64, run: u32 },
@@ -77,7 +106,7 @@ pub enum Report {
 
 /// How a run's supervisor came to be.
 pub enum Born {
-    /// Forked by the nursery, which reports its end.
+    /// Handed to the nursery, which reports its pid and its end.
     Forked,
     /// Started for the run; the caller reaps it.
     Started(Child),
@@ -90,6 +119,8 @@ pub struct Supervisors {
     nursery: Option<Nursery>,
     /// Nurseries started so far, to tell a replaced one's end apart.
     started: u64,
+    /// When the last one was started.
+    started_at: Option<Instant>,
     report: Arc<dyn Fn(Report) + Send + Sync>,
 }
 
@@ -100,6 +131,7 @@ impl Supervisors {
             exe,
             nursery: None,
             started: 0,
+            started_at: None,
             report: Arc::new(report),
         }
     }
@@ -117,30 +149,48 @@ impl Supervisors {
         if let Some(nursery) = &self.nursery {
             match nursery.hand(seq, run, run_dir, &lock, &log) {
                 Ok(()) => return Ok(Born::Forked),
-                // Behind on its hand-overs (stopped, or slowed down): this
-                // run does not wait for it.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    log::debug!("the supervisors' nursery is behind; a supervisor is started");
+                // Behind on its hand-overs, or a path too long to hand
+                // over: this run does not wait for it.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::InvalidInput
+                    ) =>
+                {
+                    log::debug!("the supervisors' nursery does not take this run now ({e})");
                 }
                 Err(e) => {
                     log::debug!("the supervisors' nursery did not take the run ({e})");
-                    nursery.end();
-                    self.nursery = None;
+                    self.end_nursery();
                 }
             }
         }
         crate::supervisor::spawn(&self.exe, run_dir, lock, log).map(Born::Started)
     }
 
-    /// Starts a nursery if there is none; called when the daemon is idle.
-    /// One that could not start is tried again at the next call.
+    /// Keeps a nursery: replaces one that stalled, starts one if there is
+    /// none. Called at every turn of the daemon's loop, once it is idle.
     pub fn refill(&mut self) {
-        if self.nursery.is_none() {
-            self.started += 1;
-            match Nursery::start(&self.exe, self.started, Arc::clone(&self.report)) {
-                Ok(nursery) => self.nursery = Some(nursery),
-                Err(e) => log::debug!("cannot start the supervisors' nursery ({e})"),
-            }
+        if let Some(untaken) = self.nursery.as_ref().and_then(Nursery::oldest_untaken)
+            && untaken.elapsed() >= STALLED
+        {
+            log::warn!(
+                "the supervisors' nursery has not taken a run for {} s; it is replaced \
+                 and the runs it held go back to the queue",
+                STALLED.as_secs()
+            );
+            self.end_nursery();
+        }
+        if self.nursery.is_some() || self.started_at.is_some_and(|t| t.elapsed() < RESTART_GAP) {
+            return;
+        }
+        self.started += 1;
+        self.started_at = Some(Instant::now());
+        match Nursery::start(&self.exe, self.started, Arc::clone(&self.report)) {
+            Ok(nursery) => self.nursery = Some(nursery),
+            Err(e) => log::warn!(
+                "cannot start the supervisors' nursery ({e}); supervisors are started one by one"
+            ),
         }
     }
 
@@ -151,13 +201,25 @@ impl Supervisors {
             self.nursery = None;
         }
     }
+
+    /// Kills the nursery; its reader thread reaps it and reports it gone.
+    /// The supervisors it forked live on.
+    fn end_nursery(&mut self) {
+        if let Some(nursery) = self.nursery.take() {
+            let _ = locked(&nursery.child).kill();
+        }
+    }
 }
 
-/// The nursery, as the daemon holds it; its reader thread holds the child.
+/// The nursery, as the daemon holds it.
 struct Nursery {
     number: u64,
-    pid: u32,
+    /// Shared with the reader thread, which alone waits for it: `kill` on
+    /// a child already waited for signals nobody.
+    child: Arc<Mutex<Child>>,
     socket: OwnedFd,
+    /// When each hand-over not yet taken was sent, oldest first.
+    untaken: Arc<Mutex<VecDeque<Instant>>>,
 }
 
 impl Nursery {
@@ -169,66 +231,103 @@ impl Nursery {
         report: Arc<dyn Fn(Report) + Send + Sync>,
     ) -> io::Result<Nursery> {
         let (ours, theirs) = pair()?;
-        let mut child = Command::new(exe)
+        let reader = ours.try_clone()?;
+        // The thread first: a nursery without one would be nobody's to reap.
+        let (give, take) = std::sync::mpsc::channel::<Arc<Mutex<Child>>>();
+        let untaken = Arc::new(Mutex::new(VecDeque::new()));
+        let taken = Arc::clone(&untaken);
+        std::thread::Builder::new()
+            .name(format!("nursery-{number}"))
+            .spawn(move || {
+                let Ok(child) = take.recv() else {
+                    return;
+                };
+                read_reports(reader.as_raw_fd(), &taken, &*report);
+                drop(reader);
+                // At the end of the socket, or at a broken one: the
+                // nursery goes, and is reaped.
+                let mut child = locked(&child);
+                let _ = child.kill();
+                let _ = child.wait();
+                drop(child);
+                report(Report::Gone { nursery: number });
+            })?;
+        let child = Command::new(exe)
             .args(["supervise", "--nursery"])
             .stdin(theirs)
             .stdout(Stdio::null())
             .spawn()?;
-        let pid = child.id();
-        let reader = ours.try_clone()?;
-        let thread = std::thread::Builder::new()
-            .name(format!("nursery-{number}"))
-            .spawn(move || {
-                while let Some((seq, run)) = read_report(reader.as_raw_fd()) {
-                    report(Report::Ended { seq, run });
-                }
-                drop(reader);
-                let _ = child.wait();
-                report(Report::Gone { nursery: number });
-            });
-        let nursery = Nursery {
+        let child = Arc::new(Mutex::new(child));
+        let _ = give.send(Arc::clone(&child));
+        Ok(Nursery {
             number,
-            pid,
+            child,
             socket: ours,
-        };
-        if let Err(e) = thread {
-            nursery.end();
-            return Err(e);
-        }
-        Ok(nursery)
+            untaken,
+        })
     }
 
-    /// Hands run `run` of task `seq` in `run_dir` over, with its locked
-    /// `lock` and its `log` (which the caller closes after). Never waits:
-    /// a nursery that does not take its hand-overs (the kernel queues only
-    /// `net.unix.max_dgram_qlen` of them) must not hold up the daemon.
+    /// When the oldest hand-over it has not taken yet was sent.
+    fn oldest_untaken(&self) -> Option<Instant> {
+        locked(&self.untaken).front().copied()
+    }
+
+    /// Hands run `run` of task `seq` in `run_dir` over ([`hand_over`]).
     fn hand(&self, seq: u64, run: u32, run_dir: &Path, lock: &File, log: &File) -> io::Result<()> {
-        let path = run_dir.as_os_str().as_bytes();
-        if path.len() > MAX_PATH {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the run directory's path is too long to hand over",
-            ));
-        }
-        let tag = tag(seq, run);
-        let fds = [lock.as_raw_fd(), log.as_raw_fd()];
-        sendmsg::<()>(
-            self.socket.as_raw_fd(),
-            &[IoSlice::new(&tag), IoSlice::new(path)],
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
-            None,
-        )?;
-        Ok(())
+        hand_over(
+            &self.socket,
+            &self.untaken,
+            (seq, run),
+            run_dir,
+            [lock, log],
+        )
     }
+}
 
-    /// Kills a nursery that failed us; its reader thread reaps it and
-    /// reports it gone. Its supervisors live on.
-    fn end(&self) {
-        // The reader holds the child until it reports the nursery gone, so
-        // the pid is not reused before this.
-        let _ = nix::sys::signal::kill(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+/// Hands run `tag` in `run_dir` over on `socket`, with its locked lock
+/// and its log (which the caller closes after), and notes it in
+/// `untaken`. Never waits: with [`MAX_UNTAKEN`] hand-overs not yet taken,
+/// or a full socket, it refuses (`WouldBlock`).
+fn hand_over(
+    socket: &OwnedFd,
+    untaken: &Mutex<VecDeque<Instant>>,
+    (seq, run): (u64, u32),
+    run_dir: &Path,
+    [lock, log]: [&File; 2],
+) -> io::Result<()> {
+    let path = run_dir.as_os_str().as_bytes();
+    if path.len() > MAX_PATH {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the run directory's path is too long to hand over",
+        ));
     }
+    let mut untaken = locked(untaken);
+    if untaken.len() >= MAX_UNTAKEN {
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{MAX_UNTAKEN} hand-overs not yet taken"),
+        ));
+    }
+    let tag = tag(seq, run);
+    let fds = [lock.as_raw_fd(), log.as_raw_fd()];
+    sendmsg::<()>(
+        socket.as_raw_fd(),
+        &[IoSlice::new(&tag), IoSlice::new(path)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+        None,
+    )?;
+    untaken.push_back(Instant::now());
+    Ok(())
+}
+
+/// A lock that a panicked holder left is still good here: the data is a
+/// child handle or a queue of instants.
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn tag(seq: u64, run: u32) -> [u8; TAG] {
@@ -244,15 +343,27 @@ fn untag(tag: &[u8]) -> (u64, u32) {
     (seq, run)
 }
 
-/// The daemon's side: the next run whose supervisor ended, `None` at the
-/// end of the socket (the nursery is gone) or on anything else.
-fn read_report(socket: RawFd) -> Option<(u64, u32)> {
-    let mut buf = [0u8; TAG];
+/// The daemon's side: reads the nursery's reports until the end of the
+/// socket (the nursery is gone) or anything else it cannot read.
+fn read_reports(socket: RawFd, untaken: &Mutex<VecDeque<Instant>>, report: &dyn Fn(Report)) {
+    let mut buf = [0u8; REPORT];
     loop {
         match recv(socket, &mut buf, MsgFlags::empty()) {
             Err(nix::errno::Errno::EINTR) => continue,
-            Ok(TAG) => return Some(untag(&buf)),
-            _ => return None,
+            Ok(REPORT) => {}
+            _ => return,
+        }
+        let (seq, run) = untag(&buf[1..=TAG]);
+        let pid = u32::from_le_bytes(buf[1 + TAG..].try_into().expect("4 bytes"));
+        match buf[0] {
+            TAKEN => {
+                locked(untaken).pop_front();
+                if pid != 0 {
+                    report(Report::Forked { seq, run, pid });
+                }
+            }
+            ENDED => report(Report::Ended { seq, run }),
+            _ => return,
         }
     }
 }
@@ -378,22 +489,33 @@ pub fn nursery() -> io::Result<()> {
         };
         // SAFETY: this process runs no other thread (see the module
         // documentation), so the child is whole.
-        match unsafe { fork() } {
+        let (seq, run_number) = (run.seq, run.run);
+        let forked = match unsafe { fork() } {
             Ok(ForkResult::Child) => supervise_forked(run, &before, ended),
             Ok(ForkResult::Parent { child }) => {
-                born.insert(child.as_raw(), (run.seq, run.run));
+                born.insert(child.as_raw(), (seq, run_number));
+                Some(child.as_raw().unsigned_abs())
             }
             Err(e) => {
-                // Nobody holds the run's lock once it is dropped here, and
-                // nobody named itself: the run did not start.
                 log::warn!(
                     "cannot fork the supervisor of {}: {e}",
                     run.run_dir.display()
                 );
-                if !report_ended(socket, run.seq, run.run) {
-                    return Ok(());
-                }
+                None
             }
+        };
+        // Its lock let go before anything is said: a run reported ended
+        // must not look supervised still.
+        drop(run);
+        let told = match forked {
+            Some(pid) => tell(socket, TAKEN, seq, run_number, pid),
+            // Nobody named itself: the run did not start.
+            None => {
+                tell(socket, TAKEN, seq, run_number, 0) && tell(socket, ENDED, seq, run_number, 0)
+            }
+        };
+        if !told {
+            return Ok(());
         }
     }
 }
@@ -408,49 +530,54 @@ fn reap(born: &mut HashMap<i32, (u64, u32)>, socket: RawFd) -> bool {
             Ok(status) => status.pid(),
         };
         if let Some((seq, run)) = pid.and_then(|pid| born.remove(&pid.as_raw()))
-            && !report_ended(socket, seq, run)
+            && !tell(socket, ENDED, seq, run, 0)
         {
             return false;
         }
     }
 }
 
-/// Tells the daemon that run `run` of task `seq` has no supervisor any
-/// more; false when the daemon is gone (the only way a send on the pair
-/// fails), which is no error: the next daemon looks at the run.
-fn report_ended(socket: RawFd, seq: u64, run: u32) -> bool {
-    send(socket, &tag(seq, run), MsgFlags::MSG_NOSIGNAL).is_ok()
+/// Sends the daemon a report of `kind` on run `run` of task `seq`; false
+/// when the daemon is gone (the only way a send on the pair fails), which
+/// is no error: the next daemon looks at the run.
+fn tell(socket: RawFd, kind: u8, seq: u64, run: u32, pid: u32) -> bool {
+    let mut report = [0u8; REPORT];
+    report[0] = kind;
+    report[1..=TAG].copy_from_slice(&tag(seq, run));
+    report[1 + TAG..].copy_from_slice(&pid.to_le_bytes());
+    send(socket, &report, MsgFlags::MSG_NOSIGNAL).is_ok()
 }
 
-/// The forked child: sheds what is the nursery's (its signal mask, the
-/// reaping descriptor, the socket on standard input, the daemon's
-/// session), takes the run's log as its standard error and supervises.
+/// The forked child: sheds what is the nursery's (the reaping descriptor,
+/// its signal mask, the socket on standard input, the daemon's session),
+/// takes the run's log as its standard error and supervises.
 fn supervise_forked(run: Handed, before: &SigSet, ended: SignalFd) -> ! {
     drop(ended);
-    let code = match shed(before, &run.log) {
-        Ok(()) => {
-            drop(run.log);
-            match crate::supervisor::supervise(&run.run_dir, run.lock) {
-                Ok(()) => 0,
-                Err(e) => {
-                    let _ = writeln!(io::stderr(), "carma supervise: {e}");
-                    1
-                }
+    let code = match shed(before, run.log) {
+        Ok(()) => match crate::supervisor::supervise(&run.run_dir, run.lock) {
+            Ok(()) => 0,
+            Err(e) => {
+                let _ = writeln!(io::stderr(), "carma supervise: {e}");
+                1
             }
-        }
+        },
         Err(e) => {
-            let _ = writeln!(io::stderr(), "carma supervise: {e}");
+            // Said in the journal's form: standard error may still be the
+            // daemon's.
+            log::error!("the supervisor of {}: {e}", run.run_dir.display());
             1
         }
     };
     std::process::exit(code)
 }
 
-fn shed(before: &SigSet, log: &OwnedFd) -> io::Result<()> {
+/// The run's log first, so that what fails after goes there.
+fn shed(before: &SigSet, log: OwnedFd) -> io::Result<()> {
+    nix::unistd::dup2_stderr(&log)?;
+    drop(log);
     before.thread_set_mask()?;
     nix::unistd::dup2_stdin(File::open("/dev/null")?)?;
     setsid()?;
-    nix::unistd::dup2_stderr(log)?;
     Ok(())
 }
 
@@ -459,20 +586,20 @@ mod tests {
     use super::*;
     use std::io::Read;
 
+    fn run_dir(dir: &Path) -> PathBuf {
+        let run = dir.join("run-1");
+        std::fs::create_dir(&run).unwrap();
+        run
+    }
+
     #[test]
-    fn a_hand_over_carries_the_tag_the_path_and_both_descriptors_and_a_closed_socket_ends_the_wait()
-    {
+    fn a_hand_over_carries_the_tag_the_path_and_both_descriptors_and_reports_come_back_whole() {
         let (ours, theirs) = pair().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let run = dir.path().join("run-1");
-        std::fs::create_dir(&run).unwrap();
+        let run = run_dir(dir.path());
         let (lock, log) = crate::supervisor::lock_run(&run).unwrap();
-        let nursery = Nursery {
-            number: 1,
-            pid: 0,
-            socket: ours,
-        };
-        nursery.hand(7, 3, &run, &lock, &log).unwrap();
+        let untaken = Mutex::default();
+        hand_over(&ours, &untaken, (7, 3), &run, [&lock, &log]).unwrap();
         drop((lock, log));
         let handed = take_run(theirs.as_raw_fd()).unwrap().unwrap();
         assert_eq!((handed.seq, handed.run), (7, 3));
@@ -491,35 +618,59 @@ mod tests {
         drop(handed.lock);
         assert!(!crate::supervisor::is_running(&run));
 
-        // A report comes back whole; the end of the socket ends the reader.
-        assert!(report_ended(theirs.as_raw_fd(), 7, 3));
-        assert_eq!(read_report(nursery.socket.as_raw_fd()), Some((7, 3)));
+        // The reports, until the end of the socket: a fork, an end, and a
+        // run that could not be forked.
+        assert!(tell(theirs.as_raw_fd(), TAKEN, 7, 3, 4242));
+        assert!(tell(theirs.as_raw_fd(), ENDED, 7, 3, 0));
+        assert!(tell(theirs.as_raw_fd(), TAKEN, 8, 1, 0));
+        assert!(tell(theirs.as_raw_fd(), ENDED, 8, 1, 0));
         drop(theirs);
-        assert_eq!(read_report(nursery.socket.as_raw_fd()), None);
-        assert!(!report_ended(nursery.socket.as_raw_fd(), 7, 3));
+        let reports = Mutex::new(Vec::new());
+        read_reports(ours.as_raw_fd(), &untaken, &|r| {
+            locked(&reports).push(r);
+        });
+        assert_eq!(
+            reports.into_inner().unwrap(),
+            [
+                Report::Forked {
+                    seq: 7,
+                    run: 3,
+                    pid: 4242
+                },
+                Report::Ended { seq: 7, run: 3 },
+                Report::Ended { seq: 8, run: 1 },
+            ]
+        );
+        assert!(locked(&untaken).is_empty(), "every hand-over was taken");
+        assert!(!tell(ours.as_raw_fd(), ENDED, 7, 3, 0));
         let (ours, theirs) = pair().unwrap();
         drop(ours);
         assert!(take_run(theirs.as_raw_fd()).unwrap().is_none());
     }
 
     #[test]
-    fn a_nursery_that_takes_nothing_never_holds_up_a_launch() {
-        let (ours, _theirs) = pair().unwrap();
+    fn a_nursery_behind_on_its_hand_overs_gets_no_more_until_it_takes_one() {
+        let (ours, theirs) = pair().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let run = dir.path().join("run-1");
-        std::fs::create_dir(&run).unwrap();
+        let run = run_dir(dir.path());
         let (lock, log) = crate::supervisor::lock_run(&run).unwrap();
-        let nursery = Nursery {
-            number: 1,
-            pid: 0,
-            socket: ours,
-        };
-        // The kernel queues a few hand-overs (net.unix.max_dgram_qlen),
-        // then the next one is refused at once instead of waiting.
-        let refused = (0..100_000)
-            .map(|_| nursery.hand(1, 1, &run, &lock, &log))
-            .find_map(Result::err)
-            .expect("a queue that never fills");
+        let untaken = Mutex::default();
+        let hand = || hand_over(&ours, &untaken, (1, 1), &run, [&lock, &log]);
+        for _ in 0..MAX_UNTAKEN {
+            hand().unwrap();
+        }
+        let refused = hand().unwrap_err();
         assert_eq!(refused.kind(), io::ErrorKind::WouldBlock, "{refused}");
+
+        // One taken (and reported) makes room for one more. (A nursery
+        // that closed with hand-overs unread would end the reports with
+        // ECONNRESET, maybe before this one.)
+        let runs: Vec<Handed> = (0..MAX_UNTAKEN)
+            .map(|_| take_run(theirs.as_raw_fd()).unwrap().unwrap())
+            .collect();
+        assert!(tell(theirs.as_raw_fd(), TAKEN, 1, 1, 0));
+        drop((theirs, runs));
+        read_reports(ours.as_raw_fd(), &untaken, &|_| {});
+        assert_eq!(locked(&untaken).len(), MAX_UNTAKEN - 1);
     }
 }

@@ -918,8 +918,13 @@ fn the_nursery_forks_supervisors_its_death_loses_no_run_and_it_leaves_with_the_d
     let daemon = spool.daemon_pid().unwrap();
     let nursery = nursery_of(&spool, daemon, None);
 
-    // A run's supervisor is the nursery's child, in a session of its own.
-    let first = spool.submit("first.rad", "memory: 1G\nsleep 2\n");
+    // A run's supervisor is the nursery's child, in a session of its own;
+    // the job has nothing of the nursery's (its socket, its signalfd, its
+    // blocked SIGCHLD).
+    let first = spool.submit(
+        "first.rad",
+        "memory: 1G\nls -l /proc/self/fd/\ngrep SigBlk /proc/self/status\nsleep 3\n",
+    );
     let supervisor = running_supervisor(&spool, &first);
     assert_eq!(parent_of(supervisor), Some(nursery));
     let session = nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(supervisor as i32)));
@@ -933,10 +938,18 @@ fn the_nursery_forks_supervisors_its_death_loses_no_run_and_it_leaves_with_the_d
         nix::sys::signal::SIGKILL,
     )
     .unwrap();
+    assert!(Path::new(&format!("/proc/{supervisor}")).exists());
     spool.wait_count("done", 1, 15.0);
     let run = spool.root.join("done").join(&first).join("run-1");
     let exit = fs::read_to_string(run.join("exit.json")).unwrap();
     assert!(exit.contains("\"code\": 0"), "{exit}");
+    let seen = fs::read_to_string(run.join("stdout")).unwrap();
+    assert!(seen.contains("SigBlk:\t0000000000000000"), "{seen}");
+    assert!(
+        !seen.contains("socket:") && !seen.contains("signalfd"),
+        "{seen}"
+    );
+    assert!(!spool.daemon_log().contains("died without recording"));
     let second_nursery = nursery_of(&spool, daemon, Some(nursery));
     let second = spool.submit("second.rad", "memory: 1G\nsleep 30\n");
     let supervisor = running_supervisor(&spool, &second);
@@ -955,6 +968,29 @@ fn the_nursery_forks_supervisors_its_death_loses_no_run_and_it_leaves_with_the_d
         nix::sys::signal::SIGTERM,
     )
     .unwrap();
+}
+
+#[test]
+fn a_stopped_nursery_is_replaced_and_the_run_it_held_runs_once() {
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let daemon = spool.daemon_pid().unwrap();
+    let nursery = nursery_of(&spool, daemon, None);
+    let stopped = nix::unistd::Pid::from_raw(nursery as i32);
+    nix::sys::signal::kill(stopped, nix::sys::signal::SIGSTOP).unwrap();
+    // Handed to a nursery that takes nothing: after 10 s it is replaced,
+    // and the run, which nobody supervised, starts again elsewhere.
+    let name = spool.submit("held.rad", "memory: 1G\necho ran\n");
+    spool.wait_count("done", 1, 30.0);
+    let done = spool.root.join("done").join(&name);
+    // Its first run never started (nobody named itself its supervisor);
+    // the second ran it, once.
+    assert!(!done.join("run-1").join("supervisor.json").exists());
+    let stdout = fs::read_to_string(done.join("run-2").join("stdout")).unwrap();
+    assert_eq!(stdout, "ran\n");
+    assert!(!done.join("run-3").exists());
+    assert!(spool.daemon_log().contains("has not taken a run for 10 s"));
+    assert_ne!(nursery_of(&spool, daemon, Some(nursery)), nursery);
 }
 
 /// A job as `carma submit` hands it over the daemon's socket.

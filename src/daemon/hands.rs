@@ -148,8 +148,7 @@ impl World for Hands<'_> {
             .start(&run_dir, seq, run)
             .map_err(|e| failed("cannot start the supervisor", e))?;
         let (supervisor, reported) = match born {
-            // The nursery reports its end; the readings learn its pid from
-            // its `supervisor.json` ([`crate::supervisor::identity`]).
+            // The nursery reports its pid and its end.
             Born::Forked => (None, true),
             Born::Started(child) => (ProcessId::of(child.id()), self.reap(name, run, child)),
         };

@@ -82,6 +82,8 @@ pub enum Msg {
     Readings(Vec<GpuReading>),
     /// A signal arrived.
     Signal(i32),
+    /// The nursery forked the supervisor of a run (task number, run, pid).
+    Forked(u64, u32, u32),
     /// A supervisor this daemon started has exited (task number, run).
     Reaped(u64, u32),
     /// The supervisors' nursery with this number is gone: the ends of the
@@ -320,6 +322,7 @@ impl Daemon {
         match msg {
             Msg::Spool(change) => self.on_change(change),
             Msg::Readings(readings) => self.on_readings(readings),
+            Msg::Forked(seq, run, pid) => self.on_forked(seq, run, pid),
             Msg::Reaped(seq, run) => self.on_reaped(seq, run),
             Msg::NurseryGone(nursery) => self.on_nursery_gone(nursery),
             Msg::Submission(submission) => self.handed.push(*submission),

@@ -11,23 +11,10 @@ use crate::spool::record::unix_now;
 use crate::spool::{PRIVATE, State, write_replace};
 
 impl Daemon {
-    /// Learns the pids of supervisors the nursery forked, from the
-    /// `supervisor.json` each writes before its job starts: until then a
-    /// run has no process that could hold GPU memory.
-    fn name_supervisors(&mut self) {
-        for task in self.life.tasks.running_mut() {
-            if task.supervisor.is_none() {
-                let run_dir = super::runs::run_dir(&self.spool, &task.name, task.run);
-                task.supervisor = crate::supervisor::identity(&run_dir);
-            }
-        }
-    }
-
     /// Turns GPU readings into a core sample, attributing per-process
     /// memory to tasks through the process's session (each supervisor
     /// leads a session that its job's processes belong to).
     pub(super) fn on_readings(&mut self, readings: Vec<GpuReading>) {
-        self.name_supervisors();
         let sessions: HashMap<u32, u64> = self
             .life
             .tasks

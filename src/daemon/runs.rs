@@ -7,12 +7,23 @@ use std::time::Duration;
 
 use super::Daemon;
 use crate::lifecycle::RunEnd;
+use crate::procfs::ProcessId;
 use crate::sched::Exit;
 use crate::spool::record::{Launch, RunExit, read_state};
 use crate::spool::{Spool, State, TaskName};
 use crate::supervisor;
 
 impl Daemon {
+    /// The nursery forked the supervisor of a run: its pid, for the GPU
+    /// readings to tell the run's processes by their session.
+    pub(super) fn on_forked(&mut self, seq: u64, run: u32, pid: u32) {
+        if self.life.is_current(seq, run)
+            && let Some(task) = self.life.tasks.get_mut(&seq)
+        {
+            task.supervisor = ProcessId::of(pid);
+        }
+    }
+
     /// One of our supervisors exited.
     pub(super) fn on_reaped(&mut self, seq: u64, run: u32) {
         if self.life.is_current(seq, run) {
@@ -29,6 +40,10 @@ impl Daemon {
         self.supervisors.gone(nursery);
         for task in self.life.tasks.running_mut() {
             task.adopted = true;
+            // Its report of the fork may have been lost with it.
+            if task.supervisor.is_none() {
+                task.supervisor = supervisor::identity(&run_dir(&self.spool, &task.name, task.run));
+            }
         }
     }
 
@@ -52,6 +67,14 @@ impl Daemon {
             .collect();
         for seq in due {
             self.collect(seq);
+        }
+    }
+
+    /// Task `seq`'s run is looked at once a second from now on, as a run
+    /// of an earlier daemon is.
+    fn look_again(&mut self, seq: u64) {
+        if let Some(task) = self.life.tasks.get_mut(&seq) {
+            task.adopted = true;
         }
     }
 
@@ -87,12 +110,11 @@ impl Daemon {
             // at again once a second, as a run of an earlier daemon is.
             Err(e) if supervisor::is_transient(&e) => {
                 log::debug!("{name}: cannot read how run {run} ended yet ({e}); looked at again");
-                if let Some(task) = self.life.tasks.get_mut(&seq) {
-                    task.adopted = true;
-                }
-                return;
+                return self.look_again(seq);
             }
-            Err(_) if supervisor::is_running(&run_dir) => return,
+            // Said to have ended while its lock is still held: whoever
+            // holds it lets go soon.
+            Err(_) if supervisor::is_running(&run_dir) => return self.look_again(seq),
             // It names itself before it starts the job: without that, the
             // job never ran (it could not write in a full disk, say),
             // unless the name was lost with a boot since.

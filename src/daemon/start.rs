@@ -106,6 +106,7 @@ pub fn run(options: Options) -> Result<()> {
                 let tx = tx.clone();
                 move |report| {
                     let _ = tx.send(match report {
+                        Report::Forked { seq, run, pid } => Msg::Forked(seq, run, pid),
                         Report::Ended { seq, run } => Msg::Reaped(seq, run),
                         Report::Gone { nursery } => Msg::NurseryGone(nursery),
                     });
