@@ -40,10 +40,6 @@ impl Daemon {
         self.supervisors.gone(nursery);
         for task in self.life.tasks.running_mut() {
             task.adopted = true;
-            // Its report of the fork may have been lost with it.
-            if task.supervisor.is_none() {
-                task.supervisor = supervisor::identity(&run_dir(&self.spool, &task.name, task.run));
-            }
         }
     }
 
@@ -54,6 +50,16 @@ impl Daemon {
             return;
         }
         self.polled = now;
+        // A live supervisor whose fork was not reported (its nursery died)
+        // is named by its own record, once it has written it.
+        for task in self.life.tasks.running_mut() {
+            if task.adopted && task.supervisor.is_none() {
+                let dir = run_dir(&self.spool, &task.name, task.run);
+                if supervisor::is_running(&dir) {
+                    task.supervisor = supervisor::identity(&dir);
+                }
+            }
+        }
         let due: Vec<u64> = self
             .life
             .tasks
