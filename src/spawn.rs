@@ -232,6 +232,16 @@ impl Spawn {
                     fail(last());
                 }
             }
+            // Nothing beyond its three streams reaches the job, whatever
+            // the supervisor (or the daemon, started from a shell) holds
+            // without close-on-exec. A kernel older than 5.11 refuses the
+            // flag; those descriptors are then left as they are.
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
             if let Some((groups, gid, uid)) = &self.user {
                 // Raw, not the C library's: its set*id also signal the
                 // parent's threads, which do not exist here.
@@ -321,6 +331,16 @@ mod tests {
     use super::*;
     use std::fs;
 
+    /// One test's children at a time: `wait` reaps any child of the
+    /// process, so side by side one test would take another's.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn stdio(dir: &Path) -> [OwnedFd; 3] {
         let null = OwnedFd::from(fs::File::open("/dev/null").unwrap());
         let out = OwnedFd::from(fs::File::create(dir.join("out")).unwrap());
@@ -337,6 +357,7 @@ mod tests {
 
     #[test]
     fn the_program_is_found_on_the_jobs_path_with_only_its_environment() {
+        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let args = ["-c", "echo $GREETING $HOME; pwd; exit 3"].map(OsStr::new);
         let spawn = Spawn::new("sh", args, &env(), stdio(dir.path()), dir.path()).unwrap();
@@ -348,7 +369,31 @@ mod tests {
     }
 
     #[test]
+    fn a_job_gets_no_descriptor_beyond_its_streams_though_its_starter_held_one_open() {
+        let _serial = one_at_a_time();
+        let dir = tempfile::tempdir().unwrap();
+        // Open without close-on-exec, as a daemon started from a shell may
+        // inherit one.
+        let held = fs::File::open("/dev/null").unwrap();
+        let fd = held.as_raw_fd();
+        nix::fcntl::fcntl(
+            &held,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        )
+        .unwrap();
+        let script = format!("test -e /proc/self/fd/{fd} && echo leaked; echo ran");
+        let args = ["-c", script.as_str()].map(OsStr::new);
+        let spawn = Spawn::new("sh", args, &env(), stdio(dir.path()), dir.path()).unwrap();
+        let pid = spawn.start().unwrap();
+        assert_eq!(wait(pid).unwrap(), (Some(0), None));
+        let out = fs::read_to_string(dir.path().join("out")).unwrap();
+        assert_eq!(out, "ran\n");
+        drop(held);
+    }
+
+    #[test]
     fn a_job_leads_its_own_process_group_and_may_be_killed_by_a_signal() {
+        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let args = [
             "-c",
@@ -364,6 +409,7 @@ mod tests {
 
     #[test]
     fn a_program_that_cannot_start_is_the_error_with_its_os_error() {
+        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let none = Spawn::new(
             "no-such-program-carma",
@@ -384,6 +430,7 @@ mod tests {
 
     #[test]
     fn a_nul_in_what_a_user_gave_is_refused_before_any_fork() {
+        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let bad = vec![("X".to_string(), "a\0b".to_string())];
         let e = Spawn::new("sh", [], &bad, stdio(dir.path()), dir.path())
