@@ -586,47 +586,66 @@ mod tests {
     use super::*;
     use std::io::Read;
 
-    fn run_dir(dir: &Path) -> PathBuf {
-        let run = dir.join("run-1");
+    /// The daemon's and the nursery's ends of a pair, and a run with its
+    /// lock taken and its log open.
+    struct Fixture {
+        ours: OwnedFd,
+        theirs: OwnedFd,
+        _dir: tempfile::TempDir,
+        run: PathBuf,
+        lock: File,
+        log: File,
+        untaken: Mutex<VecDeque<Instant>>,
+    }
+
+    fn fixture() -> Fixture {
+        let (ours, theirs) = pair().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run-1");
         std::fs::create_dir(&run).unwrap();
-        run
+        let (lock, log) = crate::supervisor::lock_run(&run).unwrap();
+        Fixture {
+            ours,
+            theirs,
+            _dir: dir,
+            run,
+            lock,
+            log,
+            untaken: Mutex::default(),
+        }
     }
 
     #[test]
     fn a_hand_over_carries_the_tag_the_path_and_both_descriptors_and_reports_come_back_whole() {
-        let (ours, theirs) = pair().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let run = run_dir(dir.path());
-        let (lock, log) = crate::supervisor::lock_run(&run).unwrap();
-        let untaken = Mutex::default();
-        hand_over(&ours, &untaken, (7, 3), &run, [&lock, &log]).unwrap();
-        drop((lock, log));
-        let handed = take_run(theirs.as_raw_fd()).unwrap().unwrap();
+        let f = fixture();
+        hand_over(&f.ours, &f.untaken, (7, 3), &f.run, [&f.lock, &f.log]).unwrap();
+        drop((f.lock, f.log));
+        let handed = take_run(f.theirs.as_raw_fd()).unwrap().unwrap();
         assert_eq!((handed.seq, handed.run), (7, 3));
-        assert_eq!(handed.run_dir, run);
+        assert_eq!(handed.run_dir, f.run);
         // The lock is still held (by the handed descriptor), and the log
         // is the run's.
-        assert!(crate::supervisor::is_running(&run));
+        assert!(crate::supervisor::is_running(&f.run));
         let mut log = File::from(handed.log);
         log.write_all(b"hello").unwrap();
         let mut text = String::new();
-        File::open(run.join("supervisor.log"))
+        File::open(f.run.join("supervisor.log"))
             .unwrap()
             .read_to_string(&mut text)
             .unwrap();
         assert_eq!(text, "hello");
         drop(handed.lock);
-        assert!(!crate::supervisor::is_running(&run));
+        assert!(!crate::supervisor::is_running(&f.run));
 
         // The reports, until the end of the socket: a fork, an end, and a
         // run that could not be forked.
-        assert!(tell(theirs.as_raw_fd(), TAKEN, 7, 3, 4242));
-        assert!(tell(theirs.as_raw_fd(), ENDED, 7, 3, 0));
-        assert!(tell(theirs.as_raw_fd(), TAKEN, 8, 1, 0));
-        assert!(tell(theirs.as_raw_fd(), ENDED, 8, 1, 0));
-        drop(theirs);
+        assert!(tell(f.theirs.as_raw_fd(), TAKEN, 7, 3, 4242));
+        assert!(tell(f.theirs.as_raw_fd(), ENDED, 7, 3, 0));
+        assert!(tell(f.theirs.as_raw_fd(), TAKEN, 8, 1, 0));
+        assert!(tell(f.theirs.as_raw_fd(), ENDED, 8, 1, 0));
+        drop(f.theirs);
         let reports = Mutex::new(Vec::new());
-        read_reports(ours.as_raw_fd(), &untaken, &|r| {
+        read_reports(f.ours.as_raw_fd(), &f.untaken, &|r| {
             locked(&reports).push(r);
         });
         assert_eq!(
@@ -641,8 +660,8 @@ mod tests {
                 Report::Ended { seq: 8, run: 1 },
             ]
         );
-        assert!(locked(&untaken).is_empty(), "every hand-over was taken");
-        assert!(!tell(ours.as_raw_fd(), ENDED, 7, 3, 0));
+        assert!(locked(&f.untaken).is_empty(), "every hand-over was taken");
+        assert!(!tell(f.ours.as_raw_fd(), ENDED, 7, 3, 0));
         let (ours, theirs) = pair().unwrap();
         drop(ours);
         assert!(take_run(theirs.as_raw_fd()).unwrap().is_none());
@@ -650,12 +669,8 @@ mod tests {
 
     #[test]
     fn a_nursery_behind_on_its_hand_overs_gets_no_more_until_it_takes_one() {
-        let (ours, theirs) = pair().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let run = run_dir(dir.path());
-        let (lock, log) = crate::supervisor::lock_run(&run).unwrap();
-        let untaken = Mutex::default();
-        let hand = || hand_over(&ours, &untaken, (1, 1), &run, [&lock, &log]);
+        let f = fixture();
+        let hand = || hand_over(&f.ours, &f.untaken, (1, 1), &f.run, [&f.lock, &f.log]);
         for _ in 0..MAX_UNTAKEN {
             hand().unwrap();
         }
@@ -666,11 +681,11 @@ mod tests {
         // that closed with hand-overs unread would end the reports with
         // ECONNRESET, maybe before this one.)
         let runs: Vec<Handed> = (0..MAX_UNTAKEN)
-            .map(|_| take_run(theirs.as_raw_fd()).unwrap().unwrap())
+            .map(|_| take_run(f.theirs.as_raw_fd()).unwrap().unwrap())
             .collect();
-        assert!(tell(theirs.as_raw_fd(), TAKEN, 1, 1, 0));
-        drop((theirs, runs));
-        read_reports(ours.as_raw_fd(), &untaken, &|_| {});
-        assert_eq!(locked(&untaken).len(), MAX_UNTAKEN - 1);
+        assert!(tell(f.theirs.as_raw_fd(), TAKEN, 1, 1, 0));
+        drop((f.theirs, runs));
+        read_reports(f.ours.as_raw_fd(), &f.untaken, &|_| {});
+        assert_eq!(locked(&f.untaken).len(), MAX_UNTAKEN - 1);
     }
 }
