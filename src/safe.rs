@@ -33,18 +33,44 @@ pub fn read_file(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs::M
     read_fd(fd, path, max_bytes)
 }
 
-/// A regular file opened for reading, as [`read_regular`] opens it, for a
-/// caller that streams it (a file too large to hold whole).
-pub fn open_regular(path: &Path) -> io::Result<File> {
+/// A regular file opened for reading, as [`read_regular`] opens it, with
+/// its metadata, for a caller that streams it (a file too large to hold
+/// whole) or acts on the open file before it reads it ([`read_open`]).
+pub fn open_regular(path: &Path) -> io::Result<(File, std::fs::Metadata)> {
     let fd = nix::fcntl::open(path, read_flags(), Mode::empty()).map_err(io::Error::from)?;
     let file = File::from(fd);
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: not a regular file", path.display()),
-        ));
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(refused(path, "not a regular file".into()));
     }
-    Ok(file)
+    Ok((file, meta))
+}
+
+/// The content of a file [`open_regular`] opened, up to `max_bytes`
+/// (`meta` is its metadata, `path` names it in errors).
+pub fn read_open(
+    file: &File,
+    meta: &std::fs::Metadata,
+    path: &Path,
+    max_bytes: u64,
+) -> io::Result<Vec<u8>> {
+    let too_large = || refused(path, format!("larger than {max_bytes} bytes"));
+    if meta.len() > max_bytes {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    file.take(max_bytes + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+fn refused(path: &Path, why: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{}: {why}", path.display()),
+    )
 }
 
 /// A regular file at `relative` below the directory `dir`, no component of
@@ -186,23 +212,10 @@ fn read_flags() -> OFlag {
 fn read_fd(fd: OwnedFd, path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs::Metadata)> {
     let file = File::from(fd);
     let meta = file.metadata()?;
-    let refuse = |why: String| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: {why}", path.display()),
-        )
-    };
     if !meta.is_file() {
-        return Err(refuse("not a regular file".into()));
+        return Err(refused(path, "not a regular file".into()));
     }
-    if meta.len() > max_bytes {
-        return Err(refuse(format!("larger than {max_bytes} bytes")));
-    }
-    let mut bytes = Vec::new();
-    file.take(max_bytes + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max_bytes {
-        return Err(refuse(format!("larger than {max_bytes} bytes")));
-    }
+    let bytes = read_open(&file, &meta, path, max_bytes)?;
     Ok((bytes, meta))
 }
 

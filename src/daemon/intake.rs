@@ -23,7 +23,7 @@ use crate::sched::{ArrayOf, Demand, Need};
 use crate::spool::record::{
     ArrayMember, EstimateNote, JOB, RECORD, TaskRecord, unix_now, write_json,
 };
-use crate::spool::{SpoolError, State, TaskName};
+use crate::spool::{Claimed, JobCopy, SpoolError, State, TaskName};
 use crate::supervisor::is_transient;
 
 /// How every directory a user's `carma submit` hands in is named.
@@ -135,7 +135,7 @@ impl Daemon {
                 self.remember_adoption(entry.to_string(), &c.name.to_string());
                 // The submitter waits for this receipt.
                 self.receipt_due = true;
-                let _ = self.take_with(c.name, State::Pending, Some(c.record));
+                let _ = self.take_fresh(c);
             }
             Err(SpoolError::Refused { name, reason }) => {
                 log::error!("{name}: refused: {reason}");
@@ -264,16 +264,16 @@ impl Daemon {
             );
             self.entry_failed(drop, &what);
         }
-        for c in batch.claimed {
+        for mut c in batch.claimed {
             self.entry_retry.succeeded(&c.drop);
-            match c.refused {
+            match c.refused.take() {
                 Some(reason) => {
                     log::error!("{}: refused pending/{}: {reason}", c.name, c.file);
                     self.life.refused_drop(c.name, unix_now());
                 }
                 None => {
                     log::info!("{}: claimed pending/{}", c.name, c.file);
-                    let _ = self.take_with(c.name, State::Pending, Some(c.record));
+                    let _ = self.take_fresh(c);
                 }
             }
         }
@@ -282,34 +282,32 @@ impl Daemon {
     /// Reads a task directory found in `pending/` or `recovery/` and queues
     /// it; a task that cannot run goes to `failed/` with its reason.
     pub(super) fn take(&mut self, name: TaskName, state: State) {
-        let _ = self.take_with(name, state, None);
+        let _ = self.take_as(name, state, None, false);
     }
 
-    /// [`Daemon::take`] with the task's record already in hand (a fresh
-    /// claim), which spares reading it back. Why the task was refused, if
-    /// it was.
-    pub(super) fn take_with(
-        &mut self,
-        name: TaskName,
-        state: State,
-        record: Option<TaskRecord>,
-    ) -> Option<String> {
-        let fresh = record.is_some();
-        self.take_as(name, state, record, fresh)
+    /// [`Daemon::take`] with the task fresh from a claim or a submission,
+    /// its record and its job in hand, which spares reading them back.
+    /// Why the task was refused, if it was.
+    pub(super) fn take_fresh(&mut self, claimed: Claimed) -> Option<String> {
+        let fresh = Fresh {
+            record: claimed.record,
+            copy: claimed.copy,
+        };
+        self.take_as(claimed.name, State::Pending, Some(fresh), true)
     }
 
-    /// [`Daemon::take_with`], held to the per-user limits when `limited`
-    /// (a fresh submission, or an ended task requeued: a new waiting task
-    /// either way).
+    /// [`Daemon::take`] (or [`Daemon::take_fresh`]), held to the per-user
+    /// limits when `limited` (a fresh submission, or an ended task
+    /// requeued: a new waiting task either way).
     pub(super) fn take_as(
         &mut self,
         name: TaskName,
         state: State,
-        record: Option<TaskRecord>,
+        fresh: Option<Fresh>,
         limited: bool,
     ) -> Option<String> {
-        let fresh = record.is_some();
-        match self.load(&name, state, record, limited) {
+        let is_fresh = fresh.is_some();
+        match self.load(&name, state, fresh, limited) {
             Err(NotLoaded::Later(why)) => {
                 self.entry_failed(
                     name.to_string().into(),
@@ -334,7 +332,7 @@ impl Daemon {
                 None
             }
             Err(NotLoaded::Refused(reason)) => {
-                if fresh {
+                if is_fresh {
                     self.forget_copies(&name, state, &reason);
                 }
                 self.reject(&name, state, &reason);
@@ -343,29 +341,32 @@ impl Daemon {
         }
     }
 
-    /// Builds the daemon's view of a task from its directory (and its
-    /// record, when the caller has it: a fresh claim, which never ran).
-    /// A read that fails for a reason that passes (out of descriptors)
-    /// refuses nothing: the task is taken in again later.
+    /// Builds the daemon's view of a task from its directory, or from
+    /// what its claim or submission hands over (`fresh`: a task that never
+    /// ran). A read that fails for a reason that passes (out of
+    /// descriptors) refuses nothing: the task is taken in again later.
     pub(super) fn load(
         &mut self,
         name: &TaskName,
         state: State,
-        record: Option<TaskRecord>,
+        fresh: Option<Fresh>,
         limited: bool,
     ) -> Result<Task, NotLoaded> {
         use Refusal::{Dependency, InvalidJob, OverLimit, Owner, Unrecorded};
         let dir = self.spool.task_dir(state, name);
         let job = dir.join(JOB);
-        let fresh = record.is_some();
-        let mut record = match record {
-            Some(record) => record,
-            None => self.spool.load_record(state, name).map_err(|e| match &e {
-                SpoolError::Io { source, .. } if is_transient(source) => {
-                    NotLoaded::Later(e.to_string())
-                }
-                _ => InvalidJob.because(e.to_string()).into(),
-            })?,
+        let is_fresh = fresh.is_some();
+        let (mut record, copy) = match fresh {
+            Some(Fresh { record, copy }) => (record, copy),
+            None => {
+                let record = self.spool.load_record(state, name).map_err(|e| match &e {
+                    SpoolError::Io { source, .. } if is_transient(source) => {
+                        NotLoaded::Later(e.to_string())
+                    }
+                    _ => InvalidJob.because(e.to_string()).into(),
+                })?;
+                (record, None)
+            }
         };
         // The record is the daemon's (task directories are its own), but a
         // damaged one must still not lead it out of the directory.
@@ -383,32 +384,16 @@ impl Daemon {
                 .into());
         };
         let rad_path = job.join(&record.rad);
-        let meta = fs::symlink_metadata(&rad_path)
-            .map_err(|e| InvalidJob.because(format!("{}: cannot read: {e}", record.rad)))?;
-        if meta.file_type().is_symlink() {
-            return Err(InvalidJob
-                .because(format!(
-                    "{}: is a symbolic link; carma runs only regular files",
-                    record.rad
-                ))
-                .into());
-        }
-        if !meta.is_file() {
-            return Err(InvalidJob
-                .because(format!("{}: not a regular file", record.rad))
-                .into());
-        }
-        if meta.nlink() > 1
-            && !(meta.nlink() == 2 && crate::spool::forget_linked_original(&dir, &meta))
-        {
-            return Err(InvalidJob
-                .because(format!(
-                    "{}: has other hard links; a job file must be a file of its own",
-                    record.rad
-                ))
-                .into());
-        }
-        let JobFile { spec, warnings } = rad::check_file(&rad_path).map_err(|e| match &e {
+        let checked = match &copy {
+            // Written by carma a moment ago in its own directory, from
+            // what it read: no link, no other name, nothing to read back.
+            Some(copy) => rad::check_bytes(&rad_path, &copy.rad),
+            None => {
+                check_kept_job(&dir, &rad_path, &record.rad)?;
+                rad::check_file(&rad_path)
+            }
+        };
+        let JobFile { spec, warnings } = checked.map_err(|e| match &e {
             FileError::Read { source, .. } if is_transient(source) => {
                 NotLoaded::Later(e.to_string())
             }
@@ -425,7 +410,10 @@ impl Daemon {
                     .filter(|_| unprivileged)
                     .and_then(|r| self.config.recovery.retries_refusal(r))
             });
-        let bytes = crate::spool::tree_bytes(&job);
+        let bytes = match &copy {
+            Some(copy) => copy.bytes,
+            None => crate::spool::tree_bytes(&job),
+        };
         // Counted when first taken in, or requeued; a restart reloads what
         // was accepted. An array's task requeued is one task.
         let elements = match record.array {
@@ -511,7 +499,7 @@ impl Daemon {
             demand: Some(Box::new(demand)),
             run_as,
             user,
-            run: if fresh { 0 } else { last_run(&dir) },
+            run: if is_fresh { 0 } else { last_run(&dir) },
             gpus: Vec::new(),
             supervisor: None,
             adopted: false,
@@ -628,4 +616,44 @@ impl std::fmt::Display for NotLoaded {
 fn relative(message: &str, dir: &Path) -> String {
     let prefix = format!("{}/", dir.display());
     message.replacen(&prefix, "", 1)
+}
+
+/// A task fresh from a claim or a submission: its record, and what was
+/// put into its `job/` ([`crate::spool::JobCopy`], absent only where the
+/// producer did not keep it), handed over so that neither is read back.
+pub(super) struct Fresh {
+    pub record: TaskRecord,
+    pub copy: Option<JobCopy>,
+}
+
+/// Refuses the job file `rad` (at `path`, in the task directory `dir`)
+/// kept in the spool from before: a symbolic link or anything but a
+/// regular file of its own. Only carma writes there, but a damaged spool
+/// must not lead it elsewhere. A second name left by a claim cut short
+/// (the drop's original, linked) is removed.
+fn check_kept_job(dir: &Path, path: &Path, rad: &str) -> Result<(), NotLoaded> {
+    use Refusal::InvalidJob;
+    let meta = fs::symlink_metadata(path)
+        .map_err(|e| InvalidJob.because(format!("{rad}: cannot read: {e}")))?;
+    if meta.file_type().is_symlink() {
+        return Err(InvalidJob
+            .because(format!(
+                "{rad}: is a symbolic link; carma runs only regular files"
+            ))
+            .into());
+    }
+    if !meta.is_file() {
+        return Err(InvalidJob
+            .because(format!("{rad}: not a regular file"))
+            .into());
+    }
+    if meta.nlink() > 1 && !(meta.nlink() == 2 && crate::spool::forget_linked_original(dir, &meta))
+    {
+        return Err(InvalidJob
+            .because(format!(
+                "{rad}: has other hard links; a job file must be a file of its own"
+            ))
+            .into());
+    }
+    Ok(())
 }

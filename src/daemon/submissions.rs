@@ -10,7 +10,6 @@ use std::sync::mpsc::Receiver;
 
 use super::listener::{Answer, Submission};
 use super::{Daemon, Msg};
-use crate::spool::State;
 use crate::spool::socket::{Receipt, Reply};
 
 impl Daemon {
@@ -40,8 +39,7 @@ impl Daemon {
                         self.receipt_due |= peer != me;
                         let name = claimed.name.to_string();
                         self.remember_adoption(claimed.drop.to_string_lossy().into_owned(), &name);
-                        let refused =
-                            self.take_with(claimed.name, State::Pending, Some(claimed.record));
+                        let refused = self.take_fresh(claimed);
                         Receipt {
                             name: Some(name),
                             refused,

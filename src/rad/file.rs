@@ -58,12 +58,18 @@ pub struct JobFile {
 /// workloads name `efficientNet_32.model` for `efficientnet_32.model`) is
 /// that file, when no other file matches as well.
 pub fn check_file(path: &Path) -> Result<JobFile, FileError> {
-    let bytes = read(path)?;
+    check_bytes(path, &read(path)?)
+}
+
+/// [`check_file`] on the file's content, already read (carma's own copy of
+/// a job it has just written): `path` still names it and locates its
+/// model summary.
+pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<JobFile, FileError> {
     let Parsed {
         mut spec,
         model_at,
         warnings: overlooked,
-    } = parse_bytes(&bytes).map_err(|error| FileError::Invalid {
+    } = parse_bytes(bytes).map_err(|error| FileError::Invalid {
         path: path.to_owned(),
         error,
     })?;

@@ -73,7 +73,7 @@ impl Spool {
     pub fn archived(&self) -> Result<Vec<Archived>, SpoolError> {
         let path = self.root().join(ARCHIVE);
         let file = match crate::safe::open_regular(&path) {
-            Ok(file) => io::BufReader::new(file),
+            Ok((file, _)) => io::BufReader::new(file),
             // Nothing pruned yet; or a user, who reads no one's records.
             Err(e)
                 if matches!(

@@ -22,7 +22,7 @@ use super::durable::{make_durable, write_new};
 use super::job_copy::{fill_job, job_name, read_job_file};
 use super::record::{self, DROPPED, JOB, ORIGINAL, Outcome, RECORD, TaskRecord, unix_now};
 use super::{
-    Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
+    Claimed, JobCopy, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
     rename_new, sync_dir,
 };
 
@@ -203,6 +203,7 @@ impl Spool {
                     drop: p.drop.clone(),
                     record,
                     refused: p.refused.clone(),
+                    copy: p.copy.clone(),
                 },
             ));
         }
@@ -242,6 +243,7 @@ impl Spool {
                 return Err(at(&pending.join(drop))(e));
             }
         }
+        let mut copy = None;
         let meta = fs::symlink_metadata(&kept).ok();
         let owner = meta.as_ref().map(|m| m.uid());
         let kind = meta.as_ref().map(|m| m.file_type());
@@ -262,14 +264,23 @@ impl Spool {
             ),
             Some(file) => match read_job_file(&kept) {
                 Err(reason) => Some(reason),
-                Ok(bytes) => {
+                Ok(read) => {
                     // The job's own `name:`, when it gives one.
-                    if let Some(name) = job_name(&bytes) {
+                    if let Some(name) = job_name(&read.bytes) {
                         stem = name;
                     }
-                    if let Err(e) = fill_job(dir, file, &bytes, Some(&kept), &pending, owner) {
-                        self.undo_claim(dir);
-                        return Err(at(dir)(e));
+                    let original = read.leased.as_ref().map(|open| (kept.as_path(), open));
+                    match fill_job(dir, file, &read.bytes, original, &pending, owner) {
+                        Ok(bytes) => {
+                            copy = Some(JobCopy {
+                                rad: read.bytes,
+                                bytes,
+                            })
+                        }
+                        Err(e) => {
+                            self.undo_claim(dir);
+                            return Err(at(dir)(e));
+                        }
                     }
                     None
                 }
@@ -294,6 +305,7 @@ impl Spool {
             stem,
             owner,
             refused,
+            copy,
         }))
     }
 
@@ -512,6 +524,7 @@ struct Prepared {
     stem: String,
     owner: Option<u32>,
     refused: Option<String>,
+    copy: Option<JobCopy>,
 }
 
 /// Prefix of a claim in `staging/` that has no number yet: a crash leaves

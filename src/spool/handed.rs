@@ -11,7 +11,7 @@ use super::job_copy::{job_name, summary_named, write_summary};
 use super::record::{self, JOB, RECORD, TaskRecord, unix_now};
 use super::socket::{Job, Request, check_rad_name, check_summary_path};
 use super::submission::checked_dependencies;
-use super::{Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir};
+use super::{Claimed, JobCopy, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir};
 use crate::rad::DependencyRef;
 
 /// The longest request token taken (the submitter's own name for it).
@@ -188,6 +188,7 @@ impl Spool {
         };
         let files = dir.join(JOB);
         make_dir(&dir, TASK_DIR_MODE).map_err(at(&dir))?;
+        let copied = job.rad_bytes.len() + job.summary.as_ref().map_or(0, |(_, s)| s.len());
         let written = make_dir(&files, 0o700)
             .and_then(|()| write_new(&files.join(&job.rad), &job.rad_bytes))
             .and_then(|()| match &job.summary {
@@ -207,6 +208,10 @@ impl Spool {
                 drop: token.into(),
                 record,
                 refused: None,
+                copy: Some(JobCopy {
+                    rad: job.rad_bytes,
+                    bytes: copied as u64,
+                }),
             },
         })
     }

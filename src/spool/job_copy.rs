@@ -25,9 +25,21 @@ pub(super) fn job_name(bytes: &[u8]) -> Option<String> {
     crate::rad::parse_bytes(bytes).ok()?.spec.name
 }
 
+/// A dropped job file as a claim read it.
+#[derive(Debug)]
+pub(super) struct JobRead {
+    pub bytes: Vec<u8>,
+    /// The file, open and leased, when nobody but carma's own user can
+    /// ever write it ([`only_carma_writes`]): the job's file may then be
+    /// a second name for it rather than a copy ([`fill_job`]).
+    pub leased: Option<fs::File>,
+}
+
 /// Reads a dropped entry as a job file, or says why it cannot be one.
-pub(super) fn read_job_file(path: &Path) -> Result<Vec<u8>, String> {
-    let (bytes, meta) = safe::read_regular(path, crate::rad::MAX_FILE_BYTES).map_err(|e| {
+/// A file carma may keep is leased before it is read, so that what was
+/// read is what it holds while the lease is.
+pub(super) fn read_job_file(path: &Path) -> Result<JobRead, String> {
+    let reason = |e: io::Error| {
         if e.raw_os_error() == Some(nix::libc::ELOOP) {
             return "is a symbolic link; carma runs only regular files".to_string();
         }
@@ -35,42 +47,46 @@ pub(super) fn read_job_file(path: &Path) -> Result<Vec<u8>, String> {
         // The path is carma's staging copy; the user knows the file by name.
         text.rsplit_once(": ")
             .map_or(text.clone(), |(_, why)| why.to_string())
-    })?;
+    };
+    let (file, meta) = safe::open_regular(path).map_err(reason)?;
     if meta.nlink() > 1 {
         return Err("has other hard links; a job file must be a file of its own".into());
     }
     refuse_shared_writes(&meta)?;
-    Ok(bytes)
+    let leased = only_carma_writes(&file, &meta);
+    let bytes = safe::read_open(&file, &meta, path, crate::rad::MAX_FILE_BYTES).map_err(reason)?;
+    Ok(JobRead {
+        bytes,
+        leased: leased.then_some(file),
+    })
 }
 
-/// Whether nobody but carma's own user can ever write the file at `path`
-/// (a drop, already out of everyone else's reach in a claim directory):
-/// carma's user owns it, it has one name, no group or other write bits
-/// (with an ACL, those are its mask), and no open file can write to it. A
-/// read lease is refused while one can (`fcntl(2)`, `F_SETLEASE`): a
-/// descriptor opened for writing before the file changed owner or mode, or
-/// a shared writable mapping. Any new one needs write permission on the
-/// file itself, which only its owner has. The file comes back open, its
-/// lease held until it is closed.
-fn only_carma_writes(path: &Path) -> Option<fs::File> {
-    let file = safe::open_regular(path).ok()?;
-    let meta = file.metadata().ok()?;
-    if meta.uid() != nix::unistd::geteuid().as_raw()
-        || meta.nlink() != 1
-        || refuse_shared_writes(&meta).is_err()
-    {
-        return None;
+/// Whether nobody but carma's own user can ever write `file` (a drop,
+/// already out of everyone else's reach in a claim directory, with one
+/// name and no group or other write bits, as [`read_job_file`] checked):
+/// carma's user owns it, and no open file can write to it. A read lease
+/// is refused while one can (`fcntl(2)`, `F_SETLEASE`): a descriptor
+/// opened for writing before the file changed owner or mode, or a shared
+/// writable mapping. Any new one needs write permission on the file
+/// itself, which only its owner has. The lease is held until the file is
+/// closed.
+///
+/// The lease makes carma the file's owner for `SIGIO`, which the kernel
+/// sends when someone (carma's own user, the only one who may) opens it
+/// for writing, and whose default action ends the process: the owner is
+/// set to nobody at once, so such an open waits for the close instead.
+fn only_carma_writes(file: &fs::File, meta: &fs::Metadata) -> bool {
+    use std::os::fd::AsRawFd;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return false;
     }
-    // SAFETY: `fcntl` on a descriptor this function owns, with an integer
-    // argument; nothing is passed by pointer.
-    let leased = unsafe {
-        nix::libc::fcntl(
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            nix::libc::F_SETLEASE,
-            nix::libc::F_RDLCK,
-        )
-    };
-    (leased == 0).then_some(file)
+    let fd = file.as_raw_fd();
+    // SAFETY: `fcntl` on a descriptor the caller holds open, with integer
+    // arguments; nothing is passed by pointer.
+    unsafe {
+        nix::libc::fcntl(fd, nix::libc::F_SETLEASE, nix::libc::F_RDLCK) == 0
+            && nix::libc::fcntl(fd, nix::libc::F_SETOWN, 0) == 0
+    }
 }
 
 /// A job runs as its file's owner, so its content must be the owner's
@@ -95,38 +111,40 @@ pub(super) fn refuse_shared_writes(meta: &fs::Metadata) -> Result<(), String> {
 /// someone other than `owner`, is not copied: the job's check then reports
 /// it missing.
 ///
-/// `original` is the file `bytes` were read from, when it is carma's to
-/// keep: if nobody but carma's own user can ever write it
-/// ([`only_carma_writes`]), the job's file is a second name for it rather
-/// than a copy, which makes no inode and, once the original's name goes,
-/// frees none (a burst of drops on ext4 spends most of its time finding
-/// free inodes).
+/// `original` is the file `bytes` were read from at its path, when it is
+/// carma's to keep (leased by [`read_job_file`]): the job's file is then
+/// a second name for it rather than a copy, which makes no inode and,
+/// once the original's name goes, frees none (a burst of drops on ext4
+/// spends most of its time finding free inodes).
+///
+/// Returns the bytes the copies hold, which count against the owner's
+/// share of the spool.
 pub(super) fn fill_job(
     dir: &Path,
     file: &str,
     bytes: &[u8],
-    original: Option<&Path>,
+    original: Option<(&Path, &fs::File)>,
     base: &Path,
     owner: Option<u32>,
-) -> io::Result<()> {
+) -> io::Result<u64> {
     let job = dir.join(JOB);
     make_dir(&job, 0o700)?;
-    let linked = original.is_some_and(|original| {
-        only_carma_writes(original).is_some_and(|open| {
-            // Private, as carma's copies are, before it has the job's name:
-            // either step failing leaves the name free for a copy.
-            open.set_permissions(fs::Permissions::from_mode(0o600))
-                .is_ok()
-                && fs::hard_link(original, job.join(file)).is_ok()
-        })
+    let linked = original.is_some_and(|(path, open)| {
+        // Private, as carma's copies are, before it has the job's name:
+        // either step failing leaves the name free for a copy.
+        open.set_permissions(fs::Permissions::from_mode(0o600))
+            .is_ok()
+            && fs::hard_link(path, job.join(file)).is_ok()
     });
     if !linked {
         write_new(&job.join(file), bytes)?;
     }
-    match summary_beneath(file, bytes, base, owner) {
-        Some((model, summary)) => write_summary(&job, &model, &summary),
-        None => Ok(()),
+    let summary = summary_beneath(file, bytes, base, owner);
+    let copied = bytes.len() + summary.as_ref().map_or(0, |(_, s)| s.len());
+    if let Some((model, summary)) = summary {
+        write_summary(&job, &model, &summary)?;
     }
+    Ok(copied as u64)
 }
 
 /// The model summary the job file `bytes` names (as `file`), read below
@@ -197,4 +215,59 @@ pub(super) fn write_summary(job: &Path, model: &str, summary: &[u8]) -> io::Resu
         }
     }
     write_new(&target, summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::OpenOptionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_leased_drop_is_read_whole_and_an_open_for_writing_does_not_end_carma() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.rad");
+        fs::write(&path, "memory: 1G\ntrue\n").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let read = read_job_file(&path).unwrap();
+        assert_eq!(read.bytes, b"memory: 1G\ntrue\n");
+        assert!(read.leased.is_some(), "the file is this process's own");
+        // The owner opening it for writing breaks the lease: the kernel
+        // would send this process SIGIO, whose default action ends it.
+        let open = fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(&path);
+        assert_eq!(
+            open.unwrap_err().raw_os_error(),
+            Some(nix::libc::EWOULDBLOCK)
+        );
+        drop(read);
+        assert!(fs::OpenOptions::new().write(true).open(&path).is_ok());
+    }
+
+    #[test]
+    fn a_drop_others_may_write_or_with_other_names_is_not_leased_or_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.rad");
+        fs::write(&path, "true\n").unwrap();
+        let writer = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let read = read_job_file(&path).unwrap();
+        assert!(read.leased.is_none(), "a writer holds it open");
+        drop((read, writer));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o664)).unwrap();
+        assert!(
+            read_job_file(&path)
+                .unwrap_err()
+                .contains("writable by others")
+        );
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::hard_link(&path, dir.path().join("other")).unwrap();
+        assert!(
+            read_job_file(&path)
+                .unwrap_err()
+                .contains("other hard links")
+        );
+    }
 }

@@ -23,7 +23,7 @@ use super::job_copy::fill_job;
 use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
 use super::socket::Job;
 use super::{
-    Claimed, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
+    Claimed, JobCopy, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
     rename_new, sync_dir,
 };
 use crate::rad::{DependencyRef, TaskSpec};
@@ -103,6 +103,7 @@ impl Spool {
             submitted_as: Some(entry.to_string()),
             ..TaskRecord::new(&name, "", unix_now())
         };
+        let mut copied = 0;
         let made = match &read {
             Ok(submission) => {
                 record.rad = submission.rad.clone();
@@ -116,6 +117,7 @@ impl Spool {
                     incoming,
                     Some(owner),
                 )
+                .map(|bytes| copied = bytes)
             }
             Err(reason) => {
                 record.outcome = Some(Outcome::failed(reason));
@@ -157,12 +159,16 @@ impl Spool {
             }
         }
         match read {
-            Ok(_) => Ok(Claimed {
+            Ok(submission) => Ok(Claimed {
                 file: record.rad.clone(),
                 drop: entry.into(),
                 name,
                 record,
                 refused: None,
+                copy: Some(JobCopy {
+                    rad: submission.rad_bytes,
+                    bytes: copied,
+                }),
             }),
             Err(reason) => Err(SpoolError::Refused { name, reason }),
         }
@@ -304,6 +310,7 @@ impl Spool {
                 make_dir(&dir, TASK_DIR_MODE)
                     .and_then(|()| {
                         fill_job(&dir, &file_name, &bytes, None, rad_dir, Some(meta.uid()))
+                            .map(|_| ())
                     })
                     .and_then(|()| write_new(&dir.join(RECORD), &record::to_json(&record)))
             }
