@@ -186,6 +186,7 @@ impl Queue {
         Ordered {
             classes: self.runs.iter().peekable(),
             usage,
+            alone: None,
             groups: Vec::new(),
             merging: Vec::new(),
             heads: BinaryHeap::new(),
@@ -246,6 +247,11 @@ pub(super) struct Ordered<'a> {
     /// The runs of the classes not reached yet.
     classes: Peekable<btree_map::Iter<'a, Run, BTreeSet<Arrival>>>,
     usage: &'a dyn Fn(Option<u32>) -> f64,
+    /// The run of a class that only one user's tasks are in, walked as it
+    /// is: nothing to sort or merge (every class, with no users, as in a
+    /// simulation, or a server with one user at a time), and nothing
+    /// allocated for the walk.
+    alone: Option<btree_set::Iter<'a, Arrival>>,
     /// The current class's users not reached yet, as groups of equal
     /// usage, the group with the least usage last.
     groups: Vec<Vec<&'a BTreeSet<Arrival>>>,
@@ -259,10 +265,14 @@ impl Ordered<'_> {
     /// Sorts the next class's runs into groups of equal usage; false when
     /// no class is left.
     fn next_class(&mut self) -> bool {
-        let Some(&(&(class, _), _)) = self.classes.peek() else {
+        let Some((&(class, user), run)) = self.classes.next() else {
             return false;
         };
-        let mut users = Vec::new();
+        if self.classes.peek().is_none_or(|((c, _), _)| *c != class) {
+            self.alone = Some(run.iter());
+            return true;
+        }
+        let mut users = vec![((self.usage)(user), run)];
         while let Some(((_, user), run)) = self.classes.next_if(|((c, _), _)| *c == class) {
             users.push(((self.usage)(*user), run));
         }
@@ -291,6 +301,12 @@ impl Iterator for Ordered<'_> {
                     self.heads.push(Reverse((next, run)));
                 }
                 return Some(arrival.1);
+            }
+            if let Some(run) = &mut self.alone {
+                match run.next() {
+                    Some(&(_, task)) => return Some(task),
+                    None => self.alone = None,
+                }
             }
             if let Some(group) = self.groups.pop() {
                 self.merging.clear();
