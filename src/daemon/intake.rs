@@ -384,14 +384,12 @@ impl Daemon {
                 .into());
         };
         let rad_path = job.join(&record.rad);
+        check_kept_job(&dir, &rad_path, &record.rad)?;
         let checked = match &copy {
             // Written by carma a moment ago in its own directory, from
-            // what it read: no link, no other name, nothing to read back.
+            // what it read: nothing to read back.
             Some(copy) => rad::check_bytes(&rad_path, &copy.rad),
-            None => {
-                check_kept_job(&dir, &rad_path, &record.rad)?;
-                rad::check_file(&rad_path)
-            }
+            None => rad::check_file(&rad_path),
         };
         let JobFile { spec, warnings } = checked.map_err(|e| match &e {
             FileError::Read { source, .. } if is_transient(source) => {
@@ -626,11 +624,11 @@ pub(super) struct Fresh {
     pub copy: Option<JobCopy>,
 }
 
-/// Refuses the job file `rad` (at `path`, in the task directory `dir`)
-/// kept in the spool from before: a symbolic link or anything but a
-/// regular file of its own. Only carma writes there, but a damaged spool
-/// must not lead it elsewhere. A second name left by a claim cut short
-/// (the drop's original, linked) is removed.
+/// Refuses the job file `rad` (at `path`, in the task directory `dir`):
+/// a symbolic link or anything but a regular file of its own. Only carma
+/// writes there, but a damaged spool must not lead it elsewhere. A second
+/// name left by a claim cut short, or whose removal failed (the drop's
+/// original, linked), is removed.
 fn check_kept_job(dir: &Path, path: &Path, rad: &str) -> Result<(), NotLoaded> {
     use Refusal::InvalidJob;
     let meta = fs::symlink_metadata(path)

@@ -155,7 +155,7 @@ impl Spool {
     #[allow(clippy::type_complexity)]
     fn number(
         &self,
-        prepared: Vec<Prepared>,
+        mut prepared: Vec<Prepared>,
         now: f64,
     ) -> Result<Vec<(PathBuf, Claimed)>, (SpoolError, Vec<OsString>)> {
         if prepared.is_empty() {
@@ -175,7 +175,8 @@ impl Spool {
             Err(e) => return Err((e, undo_all(&prepared))),
         };
         let mut staged: Vec<(PathBuf, Claimed)> = Vec::with_capacity(prepared.len());
-        for (i, (seq, p)) in (first..).zip(&prepared).enumerate() {
+        for (i, seq) in (first..).take(prepared.len()).enumerate() {
+            let p = &prepared[i];
             let name = TaskName::new(seq, &p.stem);
             let dir = self.staging().join(format!("claim-{name}"));
             let mut record = TaskRecord {
@@ -203,7 +204,7 @@ impl Spool {
                     drop: p.drop.clone(),
                     record,
                     refused: p.refused.clone(),
-                    copy: p.copy.clone(),
+                    copy: prepared[i].copy.take(),
                 },
             ));
         }
@@ -271,12 +272,17 @@ impl Spool {
                     }
                     let original = read.leased.as_ref().map(|open| (kept.as_path(), open));
                     match fill_job(dir, file, &read.bytes, original, &pending, owner) {
-                        Ok(bytes) => {
+                        // A file larger than real jobs are is read back by
+                        // the intake instead: a slice of claims holds at
+                        // most CLAIMS_AT_ONCE small copies, whatever
+                        // users drop.
+                        Ok(bytes) if read.bytes.len() <= HANDED_JOB_BYTES => {
                             copy = Some(JobCopy {
                                 rad: read.bytes,
                                 bytes,
                             })
                         }
+                        Ok(_) => {}
                         Err(e) => {
                             self.undo_claim(dir);
                             return Err(at(dir)(e));
@@ -526,6 +532,10 @@ struct Prepared {
     refused: Option<String>,
     copy: Option<JobCopy>,
 }
+
+/// The largest job file a claim hands to the intake with the task (see
+/// [`JobCopy`]); real ones are a few hundred bytes.
+pub(super) const HANDED_JOB_BYTES: usize = 16 * 1024;
 
 /// Prefix of a claim in `staging/` that has no number yet: a crash leaves
 /// it without a record, and a starting daemon gives its drop back.

@@ -103,6 +103,33 @@ fn dropped_files_become_task_directories() {
 }
 
 #[test]
+fn a_claim_hands_over_what_it_wrote_and_a_large_job_is_read_back_instead() {
+    let (_d, spool) = spool();
+    let pending = spool.dir(State::Pending);
+    let summary = "Total params: 1,000\n";
+    fs::write(pending.join("s.txt"), summary).unwrap();
+    let small = "model: s.txt\ngpus: 1\necho a\n";
+    fs::write(pending.join("a.rad"), small).unwrap();
+    let large = format!("gpus: 1\n{}echo b\n", "# padding\n".repeat(2_000));
+    fs::write(pending.join("b.rad"), &large).unwrap();
+    let batch = spool.claim(&["a.rad".into(), "b.rad".into()]);
+    let copy = batch.claimed[0]
+        .copy
+        .as_ref()
+        .expect("a small job is handed over");
+    assert_eq!(copy.rad, small.as_bytes());
+    let dir = spool.task_dir(State::Pending, &batch.claimed[0].name);
+    assert_eq!(
+        copy.bytes,
+        super::tree_bytes(&dir.join("job")),
+        "what the copies hold"
+    );
+    assert_eq!(copy.bytes, (small.len() + summary.len()) as u64);
+    assert!(large.len() > super::claim::HANDED_JOB_BYTES);
+    assert!(batch.claimed[1].copy.is_none(), "read back by the intake");
+}
+
+#[test]
 fn a_dropped_file_named_like_carmas_records_stays_in_the_users_namespace() {
     let (_d, spool) = spool();
     let pending = spool.dir(State::Pending);
