@@ -135,11 +135,14 @@ pub fn stream(path: &Path) -> Result<ReadAhead, TraceError> {
 const READ_AHEAD_BATCH: usize = 1024;
 
 /// A trace's rows parsed on a thread beside the replay. Parsing is about
-/// a sixth of a long replay's work; beside it, on a second core, it costs
+/// a fifth of a long replay's work; beside it, on a second core, it costs
 /// no wall time. At most a few batches wait, so the memory stays small
 /// however long the trace; the thread ends after the last row or the
-/// first error, or when the replay drops this and its next send fails.
+/// first error (then it sends an empty batch: the end), or when the
+/// replay drops this and its next send fails. A thread that ends without
+/// saying so is an error, never a trace cut short.
 pub struct ReadAhead {
+    name: String,
     source: Source,
     batch: std::vec::IntoIter<Result<TraceTask, TraceError>>,
 }
@@ -148,10 +151,14 @@ enum Source {
     Thread(std::sync::mpsc::Receiver<Vec<Result<TraceTask, TraceError>>>),
     /// No thread could be started: the rows are read as they are asked for.
     Inline(Box<Rows<std::io::BufReader<std::fs::File>>>),
+    /// The stream is over: the thread sent its end, or stopped without
+    /// it, which was said.
+    Ended,
 }
 
 impl ReadAhead {
     fn start(rows: Rows<std::io::BufReader<std::fs::File>>) -> Self {
+        let name = rows.name.clone();
         // Shared only so that the rows come back if no thread starts.
         let shared = std::sync::Arc::new(std::sync::Mutex::new(Some(rows)));
         let theirs = std::sync::Arc::clone(&shared);
@@ -165,7 +172,8 @@ impl ReadAhead {
                 };
                 loop {
                     let batch: Vec<_> = rows.by_ref().take(READ_AHEAD_BATCH).collect();
-                    if batch.is_empty() || send.send(batch).is_err() {
+                    let end = batch.is_empty();
+                    if send.send(batch).is_err() || end {
                         return;
                     }
                 }
@@ -175,6 +183,7 @@ impl ReadAhead {
             Err(_) => shared.lock().ok().and_then(|mut rows| rows.take()),
         };
         ReadAhead {
+            name,
             source: match left {
                 Some(rows) => Source::Inline(Box::new(rows)),
                 None => Source::Thread(receive),
@@ -194,10 +203,22 @@ impl Iterator for ReadAhead {
                 if let Some(row) = self.batch.next() {
                     return Some(row);
                 }
-                // A closed channel is the thread's end: after the last row
-                // or the first error, which it sent.
-                self.batch = batches.recv().ok()?.into_iter();
+                match batches.recv() {
+                    Ok(batch) if !batch.is_empty() => self.batch = batch.into_iter(),
+                    Ok(_) => {
+                        self.source = Source::Ended;
+                        return None;
+                    }
+                    Err(_) => {
+                        self.source = Source::Ended;
+                        return Some(Err(TraceError::Read {
+                            path: self.name.clone(),
+                            source: std::io::Error::other("the thread reading it stopped"),
+                        }));
+                    }
+                }
             },
+            Source::Ended => None,
         }
     }
 }
@@ -438,9 +459,38 @@ mod tests {
             "{:?}",
             read[bad]
         );
+        let mut whole = stream(&path).unwrap();
+        assert_eq!(whole.by_ref().count(), bad + 1);
+        assert!(whole.next().is_none(), "and nothing after its end");
         let mut early = stream(&path).unwrap();
         assert_eq!(early.next().unwrap().unwrap().task, "t0.rad");
         drop(early); // its thread ends at its next send
+    }
+
+    #[test]
+    fn a_reader_that_stops_without_its_end_is_an_error_not_a_short_trace() {
+        let (send, receive) = std::sync::mpsc::sync_channel(1);
+        send.send(
+            parse(
+                "t.csv",
+                &format!("{HEADER}0,a.rad,m,light,32,1,10,100,0.3,1,2,3\n"),
+            )
+            .unwrap()
+            .into_iter()
+            .map(Ok)
+            .collect(),
+        )
+        .unwrap();
+        drop(send);
+        let mut rows = ReadAhead {
+            name: "t.csv".into(),
+            source: Source::Thread(receive),
+            batch: Vec::new().into_iter(),
+        };
+        assert_eq!(rows.next().unwrap().unwrap().task, "a.rad");
+        let err = rows.next().unwrap().unwrap_err().to_string();
+        assert!(err.starts_with("cannot read trace t.csv: "), "{err}");
+        assert!(rows.next().is_none());
     }
 
     #[test]
