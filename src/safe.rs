@@ -58,7 +58,11 @@ pub fn read_open(
     if meta.len() > max_bytes {
         return Err(too_large());
     }
-    let mut bytes = Vec::new();
+    // Room for the whole file and the read that finds its end: without
+    // it, reading through `take` (which hides the file's size from
+    // `read_to_end`) starts at 32 bytes and doubles, eight reads for a
+    // `launch.json`.
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
     file.take(max_bytes + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {
         return Err(too_large());
