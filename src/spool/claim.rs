@@ -272,10 +272,9 @@ impl Spool {
                     }
                     let original = read.leased.as_ref().map(|open| (kept.as_path(), open));
                     match fill_job(dir, file, &read.bytes, original, &pending, owner) {
-                        // A file larger than real jobs are is read back by
-                        // the intake instead: a slice of claims holds at
-                        // most CLAIMS_AT_ONCE small copies, whatever
-                        // users drop.
+                        // A file larger than any real job is read back
+                        // by the intake instead: a slice of claims holds
+                        // only small copies, whatever users drop.
                         Ok(bytes) if read.bytes.len() <= HANDED_JOB_BYTES => {
                             copy = Some(JobCopy {
                                 rad: read.bytes,
