@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::durable::{make_durable, write_new};
 use super::job_copy::{job_name, summary_named, write_summary};
 use super::record::{self, JOB, RECORD, TaskRecord, unix_now};
-use super::socket::{Job, Request, check_rad_name, check_summary_path};
+use super::socket::{Job, Request, check_rad_name, check_summary_path, job_bytes};
 use super::submission::checked_dependencies;
 use super::{Claimed, JobCopy, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir};
 use crate::rad::DependencyRef;
@@ -179,6 +179,7 @@ impl Spool {
             .unwrap_or_else(|| job.rad.trim_end_matches(".rad").to_string());
         let name = TaskName::new(seq, &stem);
         let dir = self.staging().join(format!("claim-{name}"));
+        let copied = job_bytes(&job);
         let record = TaskRecord {
             owner: Some(owner),
             submitted_as: Some(token.clone()),
@@ -188,7 +189,6 @@ impl Spool {
         };
         let files = dir.join(JOB);
         make_dir(&dir, TASK_DIR_MODE).map_err(at(&dir))?;
-        let copied = job.rad_bytes.len() + job.summary.as_ref().map_or(0, |(_, s)| s.len());
         let written = make_dir(&files, 0o700)
             .and_then(|()| write_new(&files.join(&job.rad), &job.rad_bytes))
             .and_then(|()| match &job.summary {
@@ -210,7 +210,7 @@ impl Spool {
                 refused: None,
                 copy: Some(JobCopy {
                     rad: job.rad_bytes,
-                    bytes: copied as u64,
+                    bytes: copied,
                 }),
             },
         })

@@ -317,7 +317,8 @@ impl Request {
     }
 }
 
-fn job_bytes(job: &Job) -> u64 {
+/// What a job's files take: its `.rad` and its model summary.
+pub(super) fn job_bytes(job: &Job) -> u64 {
     (job.rad_bytes.len() + job.summary.as_ref().map_or(0, |(_, b)| b.len())) as u64
 }
 
