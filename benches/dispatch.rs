@@ -40,10 +40,10 @@ const NOBODY: u32 = 65534;
 /// has ended.
 trait Queue {
     fn name(&self) -> &'static str;
-    /// Hands `body` (a shell script) to the queue as job `tag`; returns
-    /// when the submitting command does. Preparing a job file is not
-    /// counted: a user writes it before submitting.
-    fn submit(&self, tag: &str, body: &str);
+    /// The command that hands `body` (a shell script) to the queue as job
+    /// `tag`, with what it needs written beforehand. Preparing is not
+    /// timed: a user writes a job file before submitting it.
+    fn prepare(&self, tag: &str, body: &str) -> Command;
     /// Waits until job `n` (counted from 1) of this run has ended.
     fn settle(&self, n: usize);
 }
@@ -85,10 +85,11 @@ impl Queue for Carma {
         "carma"
     }
 
-    fn submit(&self, tag: &str, body: &str) {
+    fn prepare(&self, tag: &str, body: &str) -> Command {
         let rad = self.job_file(tag, body);
-        let status = self.command().arg(&rad).status().unwrap();
-        assert!(status.success(), "carma submit {tag} failed");
+        let mut command = self.command();
+        command.arg(rad);
+        command
     }
 
     fn settle(&self, n: usize) {
@@ -142,13 +143,10 @@ impl Queue for Tsp {
         "task-spooler"
     }
 
-    fn submit(&self, tag: &str, body: &str) {
-        let status = self
-            .command()
-            .args(["-L", tag, "sh", "-c", body])
-            .status()
-            .unwrap();
-        assert!(status.success(), "tsp {tag} failed");
+    fn prepare(&self, tag: &str, body: &str) -> Command {
+        let mut command = self.command();
+        command.args(["-L", tag, "sh", "-c", body]);
+        command
     }
 
     fn settle(&self, _n: usize) {
@@ -156,6 +154,12 @@ impl Queue for Tsp {
         let status = self.command().arg("-w").status().unwrap();
         assert!(status.success(), "tsp -w failed");
     }
+}
+
+/// Runs a prepared submission; returns when the submitting command does.
+fn submit(mut command: Command, queue: &dyn Queue) {
+    let status = command.status().unwrap();
+    assert!(status.success(), "{}: a submit failed", queue.name());
 }
 
 /// Whether task-spooler is installed.
@@ -188,8 +192,9 @@ fn latency(queue: &dyn Queue, marks: &Path) -> Vec<f64> {
     for i in 0..LATENCY_JOBS {
         let marker = marks.join(format!("first-{i}"));
         let body = format!("date +%s.%N > {}", marker.display());
+        let command = queue.prepare(&format!("lat{i}"), &body);
         let before = unix_now();
-        queue.submit(&format!("lat{i}"), &body);
+        submit(command, queue);
         let first = stamped(&marker, &format!("{} job {i}", queue.name()));
         ms.push((first - before) * 1e3);
         queue.settle(i + 1);
@@ -211,10 +216,15 @@ fn burst(queue: &dyn Queue, marks: &Path) -> (f64, f64) {
             Some(std::os::unix::fs::MetadataExt::gid(&meta)),
         );
     }
+    let commands: Vec<Command> = (0..BURST_JOBS)
+        .map(|i| {
+            let body = format!(": > {}", dir.join(i.to_string()).display());
+            queue.prepare(&format!("burst{i}"), &body)
+        })
+        .collect();
     let start = Instant::now();
-    for i in 0..BURST_JOBS {
-        let body = format!(": > {}", dir.join(i.to_string()).display());
-        queue.submit(&format!("burst{i}"), &body);
+    for command in commands {
+        submit(command, queue);
     }
     let submitted = start.elapsed().as_secs_f64();
     all_ran(&dir, queue.name());
@@ -258,8 +268,9 @@ fn all_ran(dir: &Path, who: &str) {
 fn submit_process(queue: &dyn Queue) -> Vec<f64> {
     let mut ms = Vec::new();
     for i in 0..SUBMITS {
+        let command = queue.prepare(&format!("one{i}"), "true");
         let start = Instant::now();
-        queue.submit(&format!("one{i}"), "true");
+        submit(command, queue);
         ms.push(start.elapsed().as_secs_f64() * 1e3);
     }
     ms.sort_by(f64::total_cmp);
