@@ -53,7 +53,7 @@ fn synthetic_trace(tasks: usize, mean_gap_s: f64) -> impl Iterator<Item = TraceT
         let memory = 1024.0 + rng.next() * 29.0 * 1024.0;
         TraceTask {
             submit_s: t.floor(),
-            task: format!("job{i}.rad"),
+            task: compact_str::format_compact!("job{i}.rad"),
             model: "synthetic".into(),
             class: class.into(),
             batch: 32,

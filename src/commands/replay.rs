@@ -72,9 +72,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     );
     let mut last = 0.0;
     for (i, t) in tasks.iter().enumerate() {
-        let stem = Path::new(&t.task)
+        let stem = Path::new(t.task.as_str())
             .file_stem()
-            .map_or_else(|| t.task.clone(), |s| s.to_string_lossy().into_owned());
+            .map_or_else(|| t.task.to_string(), |s| s.to_string_lossy().into_owned());
         let file = format!("{:03}-{stem}.rad", i + 1);
         let memory = match t.need(args.estimator) {
             Need::Mib(mib) => format!("memory: {mib}M\n"),

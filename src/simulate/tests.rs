@@ -14,7 +14,7 @@ const GIB: u64 = 1024;
 fn task(submit_s: f64, gpus: u32, duration_s: f64, memory_mib: f64, smact: f64) -> TraceTask {
     TraceTask {
         submit_s,
-        task: format!("t{submit_s}.rad"),
+        task: compact_str::format_compact!("t{submit_s}.rad"),
         model: "m".into(),
         class: "medium".into(),
         batch: 32,
@@ -664,7 +664,7 @@ fn random_trace(gpus: u32) -> impl proptest::strategy::Strategy<Value = Vec<Trac
             .enumerate()
             .map(|(n, (at, gpus, duration, memory, smact))| {
                 let mut t = task(at.round(), gpus, duration.round(), memory.round(), smact);
-                t.task = format!("t{n}.rad");
+                t.task = compact_str::format_compact!("t{n}.rad");
                 t
             })
             .collect();

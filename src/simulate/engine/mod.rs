@@ -622,8 +622,8 @@ impl Sim<'_> {
                 gpu,
                 start: run.started,
                 end: self.now,
-                task: t.task.clone(),
-                group: t.class.clone(),
+                task: t.task.to_string(),
+                group: t.class.to_string(),
                 crashed,
             }));
         }
