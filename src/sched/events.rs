@@ -202,7 +202,7 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn sample(&mut self, samples: Vec<GpuSample>) {
+    pub(super) fn sample(&mut self, samples: &[GpuSample]) {
         for s in samples {
             self.apply_sample(s);
         }

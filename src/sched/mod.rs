@@ -327,6 +327,20 @@ impl Scheduler {
     /// Feeds events that happened at the same time, then dispatches once:
     /// cheaper than one step each, and no placement sees half of them.
     pub fn step_all(&mut self, now: Time, events: impl IntoIterator<Item = Event>) -> Vec<Action> {
+        self.step_sampled(now, events, &[])
+    }
+
+    /// [`Scheduler::step_all`] with GPU readings lent rather than given,
+    /// applied after `events` as an [`Event::Sample`] at their end would
+    /// be: a driver that reads its GPUs at every step (the simulator, a
+    /// few times per task) keeps one list of samples and refills it,
+    /// instead of building and dropping a list and each GPU's task list.
+    pub fn step_sampled(
+        &mut self,
+        now: Time,
+        events: impl IntoIterator<Item = Event>,
+        samples: &[GpuSample],
+    ) -> Vec<Action> {
         self.account(now);
         self.now = self.now.max(now);
         let mut actions = Vec::new();
@@ -368,10 +382,11 @@ impl Scheduler {
                 }
                 Event::Ended { task, succeeded } => self.note_ended(task, succeeded),
                 Event::Cancel { task } => self.cancel(task, &mut actions),
-                Event::Sample(samples) => self.sample(samples),
+                Event::Sample(samples) => self.sample(&samples),
                 Event::Tick => {}
             }
         }
+        self.sample(samples);
         self.settle(&mut actions);
         self.dispatch(&mut actions);
         actions

@@ -78,16 +78,16 @@ impl Scheduler {
 
     /// Applies one GPU's sample; forgets the memo if it could let a task
     /// in that could not go before.
-    pub(super) fn apply_sample(&mut self, s: GpuSample) {
+    pub(super) fn apply_sample(&mut self, s: &GpuSample) {
         let Some(before) = self.room(s.gpu) else {
             return;
         };
         let gpu = &mut self.gpus[s.gpu];
         gpu.used_mib = s.used_mib;
         gpu.healthy = s.healthy;
-        let calmer = gpu.activity.record(self.now, &s);
+        let calmer = gpu.activity.record(self.now, s);
         gpu.seen.clone_from(&s.tasks);
-        for (task, mib) in s.tasks {
+        for &(task, mib) in &s.tasks {
             self.ledger.observe(task, s.gpu, mib);
         }
         let helps = self.room(s.gpu).is_none_or(|after| {

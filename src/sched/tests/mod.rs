@@ -113,3 +113,56 @@ mod placement;
 mod queue_order;
 mod scan;
 mod stuck;
+
+/// Readings lent with `step_sampled` act as an `Event::Sample` after the
+/// step's events: the same actions, the same state after, step by step
+/// (a full GPU refused, a task's memory seen, a GPU freed).
+#[test]
+fn lent_samples_act_as_a_sample_event_at_the_end() {
+    let mut given = four_gpus(Policy::Magm);
+    let mut lent = four_gpus(Policy::Magm);
+    let held = |task: u64, mib: u64| vec![(TaskId(task), mib)];
+    let steps: Vec<(f64, Vec<Event>, Vec<GpuSample>)> = vec![
+        (
+            1.0,
+            vec![Event::Queued {
+                task: TaskId(1),
+                demand: Demand::new(Need::Mib(8 * GIB)),
+            }],
+            vec![sample(0, 39 * GIB, 0.9), sample(3, 5 * GIB, 0.1)],
+        ),
+        (
+            2.0,
+            vec![Event::Queued {
+                task: TaskId(2),
+                demand: Demand::new(Need::Mib(30 * GIB)),
+            }],
+            vec![GpuSample {
+                tasks: held(1, 8 * GIB),
+                ..sample(3, 13 * GIB, 0.5)
+            }],
+        ),
+        (
+            90.0,
+            vec![Event::Exited {
+                task: TaskId(1),
+                exit: Exit::Success,
+            }],
+            vec![sample(0, 0, 0.0), sample(3, 5 * GIB, 0.1)],
+        ),
+        (91.0, vec![Event::Tick], vec![]),
+    ];
+    let mut launches = 0;
+    for (now, events, samples) in steps {
+        let mut whole = events.clone();
+        whole.push(Event::Sample(samples.clone()));
+        let a = given.step_all(s(now), whole);
+        let b = lent.step_sampled(s(now), events, &samples);
+        assert_eq!(a, b, "at {now} s");
+        assert_eq!(given.queued(), lent.queued(), "at {now} s");
+        assert_eq!(given.next_deadline(), lent.next_deadline(), "at {now} s");
+        launches += launched(&a).len();
+    }
+    // Both tasks were placed on what the readings said.
+    assert_eq!(launches, 2);
+}

@@ -31,7 +31,7 @@ use std::convert::Infallible;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::sched::{Action, Demand, Event, Exit, Rules, Scheduler, TaskId, Time};
+use crate::sched::{Action, Demand, Event, Exit, GpuSample, Rules, Scheduler, TaskId, Time};
 
 use super::Model;
 use super::estimates::{Columns, Estimates};
@@ -181,6 +181,10 @@ struct Sim<'a> {
     read: Vec<usize>,
     /// The tasks and GPUs a change touches, kept likewise.
     scratch: (Vec<usize>, Vec<usize>),
+    /// What the core reads in a step, refilled in place: its first
+    /// `read.len()` entries are this step's (each GPU's task list keeps
+    /// its room from step to step).
+    sampled: Vec<GpuSample>,
     /// In block readings: the core reads every GPU now (a block ended),
     /// and when the next block ends, if one is booked.
     reading: bool,
@@ -281,6 +285,7 @@ fn simulate<E>(
         next_tick: None,
         dirty: (0..count).collect(),
         read: Vec::new(),
+        sampled: Vec::new(),
         scratch: (Vec::new(), Vec::new()),
         reading: true,
         next_reading: None,
@@ -479,10 +484,13 @@ impl Sim<'_> {
         while event.is_some() || self.readings_due() {
             let mut due = std::mem::take(&mut self.read);
             self.due(&mut due);
-            let sample = (!due.is_empty()).then(|| Event::Sample(self.samples(&due)));
+            self.sample(&due);
+            let read = due.len();
             self.read = due;
-            let events = event.take().into_iter().chain(sample);
-            for action in self.core.step_all(to_time(self.now), events) {
+            let actions =
+                self.core
+                    .step_sampled(to_time(self.now), event.take(), &self.sampled[..read]);
+            for action in actions {
                 match action {
                     Action::Launch {
                         task,

@@ -144,30 +144,33 @@ impl Sim<'_> {
         board.integrated_to = board.integrated_to.max(t);
     }
 
-    pub(super) fn samples(&self, gpus: &[usize]) -> Vec<GpuSample> {
-        gpus.iter()
-            .map(|&g| {
-                let gpu = &self.gpus[g];
-                GpuSample {
-                    gpu: g,
-                    used_mib: gpu.used_mib,
-                    smact: match self.setup.readings {
-                        Readings::Live => gpu.smact,
-                        Readings::Blocks { .. } => gpu.block.mean(gpu.smact),
-                    },
-                    occupancy: None,
-                    dram: None,
-                    healthy: true,
-                    tasks: gpu
-                        .tasks
-                        .iter()
-                        .filter_map(|&n| {
-                            let held = self.runs.get(&n)?.held_mib;
-                            (held > 0).then_some((TaskId(n as u64), held))
-                        })
-                        .collect(),
-                }
-            })
-            .collect()
+    /// Reads `gpus` into the first entries of `sampled`, as the core is
+    /// shown them now.
+    pub(super) fn sample(&mut self, gpus: &[usize]) {
+        while self.sampled.len() < gpus.len() {
+            self.sampled.push(GpuSample {
+                gpu: 0,
+                used_mib: 0,
+                smact: 0.0,
+                occupancy: None,
+                dram: None,
+                healthy: true,
+                tasks: Vec::new(),
+            });
+        }
+        for (s, &g) in self.sampled.iter_mut().zip(gpus) {
+            let gpu = &self.gpus[g];
+            s.gpu = g;
+            s.used_mib = gpu.used_mib;
+            s.smact = match self.setup.readings {
+                Readings::Live => gpu.smact,
+                Readings::Blocks { .. } => gpu.block.mean(gpu.smact),
+            };
+            s.tasks.clear();
+            s.tasks.extend(gpu.tasks.iter().filter_map(|&n| {
+                let held = self.runs.get(&n)?.held_mib;
+                (held > 0).then_some((TaskId(n as u64), held))
+            }));
+        }
     }
 }
