@@ -150,6 +150,22 @@ pub struct GpuSample {
     pub tasks: Vec<(TaskId, u64)>,
 }
 
+impl GpuSample {
+    /// GPU `gpu` read healthy with nothing on it: the base a driver fills
+    /// in (`..GpuSample::idle(g)`), and what an empty GPU reads.
+    pub fn idle(gpu: usize) -> GpuSample {
+        GpuSample {
+            gpu,
+            used_mib: 0,
+            smact: 0.0,
+            occupancy: None,
+            dram: None,
+            healthy: true,
+            tasks: Vec::new(),
+        }
+    }
+}
+
 /// What the driver must do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {

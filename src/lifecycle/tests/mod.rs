@@ -261,18 +261,6 @@ fn rules() -> Rules {
     rules
 }
 
-fn idle(gpu: usize) -> GpuSample {
-    GpuSample {
-        gpu,
-        used_mib: 0,
-        smact: 0.0,
-        occupancy: None,
-        dram: None,
-        healthy: true,
-        tasks: Vec::new(),
-    }
-}
-
 impl Story {
     /// Two idle 40 GiB GPUs, first-fit: where a task goes is plain.
     fn new() -> Story {
@@ -289,7 +277,7 @@ impl Story {
                 unix: 1_000.0,
             },
         };
-        let samples = (0..n).map(idle).collect();
+        let samples = (0..n).map(GpuSample::idle).collect();
         story.step_with(vec![Event::Sample(samples)]);
         story
     }

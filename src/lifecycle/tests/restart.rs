@@ -14,7 +14,10 @@ impl Story {
         let core = Scheduler::new(rules(), &[40 * GIB; 2]);
         self.life = Lifecycle::new(core, DAEMON);
         self.world.did.clear();
-        self.step_with(vec![Event::Sample(vec![idle(0), idle(1)])]);
+        self.step_with(vec![Event::Sample(vec![
+            GpuSample::idle(0),
+            GpuSample::idle(1),
+        ])]);
         for t in tasks {
             let name = t.name.as_str();
             let Some(state) = self.world.at(name) else {

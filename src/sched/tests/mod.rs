@@ -27,13 +27,9 @@ fn rules(policy: Policy) -> Rules {
 
 fn sample(gpu: usize, used_mib: u64, smact: f64) -> GpuSample {
     GpuSample {
-        gpu,
         used_mib,
         smact,
-        occupancy: None,
-        dram: None,
-        healthy: true,
-        tasks: Vec::new(),
+        ..GpuSample::idle(gpu)
     }
 }
 

@@ -148,15 +148,7 @@ impl Sim<'_> {
     /// shown them now.
     pub(super) fn sample(&mut self, gpus: &[usize]) {
         while self.sampled.len() < gpus.len() {
-            self.sampled.push(GpuSample {
-                gpu: 0,
-                used_mib: 0,
-                smact: 0.0,
-                occupancy: None,
-                dram: None,
-                healthy: true,
-                tasks: Vec::new(),
-            });
+            self.sampled.push(GpuSample::idle(0));
         }
         for (s, &g) in self.sampled.iter_mut().zip(gpus) {
             let gpu = &self.gpus[g];
