@@ -82,10 +82,7 @@ impl Scheduler {
             return ends.into_iter().max();
         }
         let p = &self.rules.placement;
-        let opens = p
-            .refuses(&gpu.activity.load(self.now, p))
-            .then(|| gpu.activity.opens_at(self.now, p))
-            .flatten();
+        let opens = gpu.activity.cools_at(self.now, p);
         ends.into_iter()
             .chain(self.ledger.lapses_on(g, self.now))
             .chain(opens)

@@ -176,6 +176,35 @@ impl Activity {
         }
     }
 
+    /// When this GPU, refused for its activity now, opens by itself (no
+    /// new sample coming): `None` when it is not refused now, or never
+    /// opens. What [`Activity::opens_at`] checks first, that the latest
+    /// values are low enough to be fallen to, is checked before the
+    /// averages are: a GPU whose work goes on at full activity answers
+    /// without either, and the deadline asks this of every GPU after each
+    /// dispatch that launched nothing (40% of a queue-bound simulation).
+    pub fn cools_at(&self, now: Time, rules: &PlacementRules) -> Option<Time> {
+        if !self.may_fall(rules) || !rules.refuses(&self.load(now, rules)) {
+            return None;
+        }
+        self.opens_at(now, rules)
+    }
+
+    /// Whether the windows' latest values leave [`Activity::opens_at`]
+    /// anything to find: the gate's averages can fall only to the values
+    /// they hold from now on.
+    fn may_fall(&self, rules: &PlacementRules) -> bool {
+        match rules.gate {
+            Gate::Smact => self.smact.last() <= rules.smact_cap,
+            Gate::Prototype => {
+                let low = |window: &SmactWindow, cap: f64| window.last() <= cap - STRICTLY;
+                low(&self.smact, rules.smact_cap)
+                    || (low(&self.occupancy, rules.occupancy_cap)
+                        && low(&self.dram, rules.dram_cap))
+            }
+        }
+    }
+
     /// The earliest time at or after `now` at which `rules` admit this GPU
     /// if no new sample arrives; `None` if they never will.
     ///
@@ -327,5 +356,32 @@ mod tests {
         let now = Time::from_secs(100);
         assert!(p.refuses(&a.load(now, &p)));
         assert_eq!(a.opens_at(now, &p), None);
+    }
+
+    /// `cools_at` is `opens_at` of a refused GPU, whatever it checks
+    /// first: a GPU still at full activity never cools, one refused for
+    /// its last minute does when the average falls, an open one has
+    /// nothing to wait for; under both gates, at times around the fall.
+    #[test]
+    fn cooling_is_the_opening_of_a_refused_gpu() {
+        for gate in [Gate::Smact, Gate::Prototype] {
+            let p = rules(gate);
+            let mut a = Activity::new(30.0);
+            a.record(Time::ZERO, &sample(0.95, Some(0.9), Some(0.9)));
+            let mut calm = a.clone();
+            calm.record(Time::from_secs(100), &sample(0.1, Some(0.1), Some(0.1)));
+            let mut cooled = 0;
+            for t in [50.0, 100.0, 105.0, 110.0, 125.0, 200.0] {
+                let now = Time::from_secs_f64(t);
+                for gpu in [&a, &calm] {
+                    let refused = p.refuses(&gpu.load(now, &p));
+                    let expected = refused.then(|| gpu.opens_at(now, &p)).flatten();
+                    assert_eq!(gpu.cools_at(now, &p), expected, "{gate:?} at {t} s");
+                    cooled += usize::from(expected.is_some());
+                }
+            }
+            assert_eq!(a.cools_at(Time::from_secs(50), &p), None, "{gate:?}");
+            assert!(cooled > 0, "{gate:?}: the calmed GPU cools at some point");
+        }
     }
 }

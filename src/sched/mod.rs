@@ -434,8 +434,8 @@ impl Scheduler {
         let cooling = self
             .gpus
             .iter()
-            .filter(|g| g.healthy && p.refuses(&g.activity.load(self.now, p)))
-            .filter_map(|g| g.activity.opens_at(self.now, p))
+            .filter(|g| g.healthy)
+            .filter_map(|g| g.activity.cools_at(self.now, p))
             // A hair later than the exact crossing, so the average is
             // below the cap even after rounding.
             .map(|t| t + Duration::from_millis(1));
