@@ -76,6 +76,11 @@ fn main() {
 
 fn library() {
     let trace: Vec<TraceTask> = synthetic_trace(TASKS, 25.0).collect();
+    // To profile a run of it alone (`carma simulate --trace`, under
+    // callgrind): `CARMA_BENCH_TRACE=queued.csv cargo bench --bench simulate`.
+    if let Some(path) = std::env::var_os("CARMA_BENCH_TRACE") {
+        write_trace(std::path::Path::new(&path), trace.iter().cloned());
+    }
     let config = Config::load(None).expect("built-in config");
     for (policy, estimator, backfill) in [
         (Policy::Exclusive, MemoryLine::Oracle, false),
@@ -117,33 +122,7 @@ fn command() {
     let gap = MEAN_GPU_SECONDS / (0.9 * GPUS as f64);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("million.csv");
-    let mut csv = std::io::BufWriter::new(std::fs::File::create(&path).expect("trace file"));
-    writeln!(
-        csv,
-        "submit_s,task,model,class,batch,gpus,duration_s,memory_mib,smact_assumed,\
-         est_horus_mib,est_faketensor_mib,est_gpumemnet_mib"
-    )
-    .expect("a trace row");
-    for t in synthetic_trace(MILLION, gap) {
-        writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
-            t.submit_s,
-            t.task,
-            t.model,
-            t.class,
-            t.batch,
-            t.gpus,
-            t.duration_s,
-            t.memory_mib,
-            t.smact_assumed,
-            t.est_horus_mib,
-            t.est_faketensor_mib,
-            t.est_gpumemnet_mib
-        )
-        .expect("a trace row");
-    }
-    csv.flush().expect("flushed");
+    write_trace(&path, synthetic_trace(MILLION, gap));
     let start = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_carma"))
         .args([
@@ -171,4 +150,36 @@ fn command() {
         took.as_secs_f64(),
         peak_kib / 1024
     );
+}
+
+/// Writes `tasks` as a trace CSV at `path` (the format of
+/// `data/carma/traces`), row by row.
+fn write_trace(path: &std::path::Path, tasks: impl Iterator<Item = TraceTask>) {
+    let mut csv = std::io::BufWriter::new(std::fs::File::create(path).expect("trace file"));
+    writeln!(
+        csv,
+        "submit_s,task,model,class,batch,gpus,duration_s,memory_mib,smact_assumed,\
+         est_horus_mib,est_faketensor_mib,est_gpumemnet_mib"
+    )
+    .expect("a trace row");
+    for t in tasks {
+        writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            t.submit_s,
+            t.task,
+            t.model,
+            t.class,
+            t.batch,
+            t.gpus,
+            t.duration_s,
+            t.memory_mib,
+            t.smact_assumed,
+            t.est_horus_mib,
+            t.est_faketensor_mib,
+            t.est_gpumemnet_mib
+        )
+        .expect("a trace row");
+    }
+    csv.flush().expect("flushed");
 }
