@@ -162,6 +162,46 @@ fn submit(mut command: Command, queue: &dyn Queue) {
     assert!(status.success(), "{}: a submit failed", queue.name());
 }
 
+/// What the file system under `dir` costs here, printed before the
+/// figures: carma's share of them is mostly files made and flushed, and the
+/// same device can make a file in 0.015 ms in one directory and 0.16 ms in
+/// another (docs/performance.md), so the ratios mean little without it.
+fn file_system(dir: &Path) -> String {
+    const TIMES: usize = 50;
+    let probe = dir.join("probe");
+    fs::create_dir(&probe).unwrap();
+    let timed = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        f();
+        start.elapsed().as_secs_f64() * 1e3
+    };
+    let (mut create, mut flush, mut mkdir) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..TIMES {
+        let mut file = None;
+        create.push(timed(&mut || {
+            file = Some(fs::File::create(probe.join(format!("f{i}"))).unwrap());
+        }));
+        let mut file = file.unwrap();
+        std::io::Write::write_all(&mut file, &[0; 4096]).unwrap();
+        flush.push(timed(&mut || file.sync_all().unwrap()));
+        mkdir.push(timed(&mut || {
+            fs::create_dir(probe.join(format!("d{i}"))).unwrap()
+        }));
+    }
+    fs::remove_dir_all(&probe).unwrap();
+    for v in [&mut create, &mut flush, &mut mkdir] {
+        v.sort_by(f64::total_cmp);
+    }
+    format!(
+        "   file system: {}: a file made in {:.3} ms, 4 KiB flushed in {:.3} ms, \
+         a directory made in {:.3} ms (p50 of {TIMES})",
+        dir.display(),
+        percentile(&create, 0.5),
+        percentile(&flush, 0.5),
+        percentile(&mkdir, 0.5),
+    )
+}
+
 /// Whether task-spooler is installed.
 fn has_tsp() -> bool {
     Command::new("tsp")
@@ -320,6 +360,7 @@ fn main() {
     // An ordinary user must reach the spool and its own directories.
     fs::set_permissions(root.path(), fs::Permissions::from_mode(0o755)).unwrap();
 
+    println!("{}", file_system(root.path()));
     let carma_dir = workdir(root.path(), "carma", None);
     let _daemon = common::start(&carma_dir, "4x40GiB");
     let carma = Carma {
