@@ -61,3 +61,79 @@ fn the_real_gpu_kit_runs_its_steps_against_the_fake_nvml() {
         assert!(summary.contains("7. skipped: needs root"), "{summary}");
     }
 }
+
+/// Copies a directory tree, so that the analysis writes into a scratch copy.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn collocate(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let run = Command::new("python3")
+        .arg("tools/real-gpu/collocate.py")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        run.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    run
+}
+
+#[test]
+#[ignore = "needs python3: runs tools/real-gpu/collocate.py --fake, about 30 s"]
+fn the_collocation_kit_runs_its_schedule_against_simulated_gpus() {
+    let out = tempfile::tempdir().unwrap();
+    let carma = std::ffi::OsStr::new(env!("CARGO_BIN_EXE_carma"));
+    collocate(&[
+        "run".as_ref(),
+        "--fake".as_ref(),
+        "--phase-s".as_ref(),
+        "1.5".as_ref(),
+        "--carma".as_ref(),
+        carma,
+        "--out".as_ref(),
+        out.path().as_os_str(),
+    ]);
+    // Every worker followed the schedule and the daemon logged the GPU.
+    for worker in ["light1", "light2", "medium1", "medium2", "heavy1", "heavy2"] {
+        let record = fs::read_to_string(out.path().join(format!("streams/{worker}.json"))).unwrap();
+        assert!(record.contains("\"steps\": [1"), "{worker}: {record}");
+    }
+    assert!(out.path().join("gpu-log.csv").exists());
+    collocate(&["analyse".as_ref(), out.path().as_os_str()]);
+    let analysis = fs::read_to_string(out.path().join("analysis.md")).unwrap();
+    assert!(
+        analysis.contains("| light1+light2+medium1+medium2+heavy1+heavy2 | light1 1.0"),
+        "{analysis}"
+    );
+}
+
+#[test]
+#[ignore = "needs python3"]
+fn the_collocation_measurements_give_the_analysis_kept_beside_them() {
+    let kept =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/measured-h200/collocated");
+    for run in ["launch-bound-light", "data-stalled-light"] {
+        let scratch = tempfile::tempdir().unwrap();
+        copy_tree(&kept.join(run), scratch.path());
+        collocate(&["analyse".as_ref(), scratch.path().as_os_str()]);
+        assert_eq!(
+            fs::read_to_string(scratch.path().join("analysis.md")).unwrap(),
+            fs::read_to_string(kept.join(run).join("analysis.md")).unwrap(),
+            "{run}"
+        );
+    }
+}
