@@ -12,6 +12,7 @@ and assumes a shared GPU loses `fragmentation_mib`. This kit measures them.
 
     collocate.py run --carma CARMA --out DIR [--phase-s 8] [--fake]
     collocate.py analyse DIR
+    collocate.py fit DIR [DIR ...]
 
 `run` (as root, on the GPU machine) starts `carma daemon` on the real NVML
 to log each GPU's SM activity (GPM) and each process's memory every 0.5 s,
@@ -26,11 +27,14 @@ the plumbing with stand-in workers and simulated GPUs (no GPU, no torch).
 `analyse` turns DIR into tables: each job's speed in each phase against
 alone, the GPU's SM activity, k fitted to every observation and the
 model's prediction with it, and memory (per process, the GPU's total
-against the sum of its processes).
+against the sum of its processes). `fit` says how well SM activity alone
+predicts the speeds of several runs: the rms error of the simulator's
+form and of two others.
 """
 import argparse
 import csv
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -392,66 +396,78 @@ def model_smact(mode, k, activities):
     return min(busy, 1.0)
 
 
-def fit_k(observations):
+def fit_k(observations, form=None):
     """The k (0..5, step 0.005) with the least squared error in speed."""
+    form = form or (lambda k, own, others: model_speed(k, own, others))
     best = None
     for i in range(1001):
         k = i * 0.005
-        err = sum((model_speed(k, own, others) - speed) ** 2 for own, others, speed in observations)
+        err = sum((form(k, own, others) - speed) ** 2 for own, others, speed in observations)
         if best is None or err < best[1]:
             best = (k, err)
     return best[0]
 
 
-def analyse_mode(directory, mode, rows, jobs, lines):
-    """One mode's tables. A job's speed alone is the mean of its alone
+class Measured:
+    """One mode's speeds. A job's speed alone is the mean of its alone
     phases (a job bound by its launches moves with the CPU: their spread
-    is printed), its SM activity alone that of the GPU in them."""
-    out = directory / mode
-    schedule = json.loads((out / "schedule.json").read_text())
-    records = {w: json.loads((out / f"{w}.json").read_text())
-               for w in WORKERS if (out / f"{w}.json").exists()}
+    is printed), its SM activity alone that of the GPU in them; each
+    shared phase gives, per job, its activity, its neighbours' and its
+    speed against alone (`observations`)."""
 
-    def phase_rate(w, phase):
-        return rate(records[w]["steps"], phase["start"], phase["end"]) if w in records else None
+    def __init__(self, directory, mode, rows):
+        out = directory / mode
+        self.schedule = json.loads((out / "schedule.json").read_text())
+        self.records = {w: json.loads((out / f"{w}.json").read_text())
+                        for w in WORKERS if (out / f"{w}.json").exists()}
+        self.alone_runs = {}
+        for phase in self.schedule:
+            if len(phase["active"]) == 1:
+                w = phase["active"][0]
+                self.alone_runs.setdefault(job_of(w), []).append(
+                    (self.rate(w, phase), window_mean(rows, "smact", phase["start"], phase["end"])))
+        self.alone, self.smact_alone = {}, {}
+        for job, runs in self.alone_runs.items():
+            rates = [r for r, _ in runs if r is not None]
+            smacts = [s for _, s in runs if s is not None]
+            if rates:
+                self.alone[job] = statistics.mean(rates)
+            if smacts:
+                self.smact_alone[job] = statistics.mean(smacts)
+        self.observations, self.table = [], []
+        for phase in self.schedule:
+            active = phase["active"]
+            speeds = {}
+            for w in active:
+                r = self.rate(w, phase)
+                if r is not None and self.alone.get(job_of(w)):
+                    speeds[w] = r / self.alone[job_of(w)]
+            activities = [self.smact_alone.get(job_of(w)) for w in active]
+            known = all(a is not None for a in activities)
+            self.table.append((phase, speeds, activities if known else None))
+            if len(active) > 1 and known:
+                for i, w in enumerate(active):
+                    if w in speeds:
+                        self.observations.append(
+                            (activities[i], activities[:i] + activities[i + 1:], speeds[w]))
 
-    alone_runs = {}
-    for phase in schedule:
-        if len(phase["active"]) == 1:
-            w = phase["active"][0]
-            alone_runs.setdefault(job_of(w), []).append(
-                (phase_rate(w, phase), window_mean(rows, "smact", phase["start"], phase["end"])))
-    alone, smact_alone = {}, {}
-    for job, runs in alone_runs.items():
-        rates = [r for r, _ in runs if r is not None]
-        smacts = [s for _, s in runs if s is not None]
-        if rates:
-            alone[job] = statistics.mean(rates)
-        if smacts:
-            smact_alone[job] = statistics.mean(smacts)
+    def rate(self, w, phase):
+        return rate(self.records[w]["steps"], phase["start"], phase["end"]) if w in self.records else None
+
+
+def analyse_mode(directory, mode, rows, jobs, lines):
+    """One mode's tables."""
+    m = Measured(directory, mode, rows)
+    schedule, records, smact_alone = m.schedule, m.records, m.smact_alone
+    observations, table = m.observations, m.table
     lines.append(f"\n### {mode}\n")
     lines.append("| job | model, batch, CPU stall per step | steps/s alone, each alone phase | SMACT alone |")
     lines.append("|---|---|---|---|")
     for job, spec in jobs.items():
-        each = ", ".join(fmt(r) for r, _ in alone_runs.get(job, []))
+        each = ", ".join(fmt(r) for r, _ in m.alone_runs.get(job, []))
         lines.append(f"| {job} | {spec['model']}, {spec['batch']}, {spec['stall_ms']:g} ms | {each} "
                      f"| {fmt(smact_alone.get(job))} |")
 
-    observations, table = [], []
-    for phase in schedule:
-        active = phase["active"]
-        speeds = {}
-        for w in active:
-            r = phase_rate(w, phase)
-            if r is not None and alone.get(job_of(w)):
-                speeds[w] = r / alone[job_of(w)]
-        activities = [smact_alone.get(job_of(w)) for w in active]
-        known = all(a is not None for a in activities)
-        table.append((phase, speeds, activities if known else None))
-        if len(active) > 1 and known:
-            for i, w in enumerate(active):
-                if w in speeds:
-                    observations.append((activities[i], activities[:i] + activities[i + 1:], speeds[w]))
     k = fit_k(observations) if observations else None
     lines.append(f"\nSpeed against alone, measured (the simulator's with k = {DEFAULT_K[mode]}; "
                  f"with k = {fmt(k)}, the least-squares fit to these {len(observations)} speeds). "
@@ -524,6 +540,67 @@ def analyse(args):
     return 0
 
 
+def water_filled_speed(b, k, own, others):
+    """A form the measurements suggested: the SMs' time shared out in
+    proportion to each job's activity to the power `b`, no job given more
+    than it asks (water-filling), then the simulator's interference."""
+    activities = [own, *others]
+    share = [0.0] * len(activities)
+    left, open_ = 1.0, set(range(len(activities)))
+    while open_:
+        weight = sum(activities[j] ** b for j in open_)
+        fill = {j: left * activities[j] ** b / weight for j in open_}
+        full = [j for j in open_ if fill[j] >= activities[j]]
+        if not full:
+            for j in open_:
+                share[j] = fill[j]
+            break
+        for j in full:
+            share[j] = activities[j]
+            left -= activities[j]
+            open_.discard(j)
+    return share[0] / own / (1.0 + k * (1.0 - min(own, 1.0)) * sum(others))
+
+
+def rms(form, observations):
+    return math.sqrt(statistics.mean((form(own, others) - speed) ** 2
+                                     for own, others, speed in observations))
+
+
+def fit(args):
+    """How well SM activity alone predicts speeds: the rms error of the
+    simulator's form at its k and at its best k, and of two other forms
+    at their best parameters, over every shared phase of the runs given."""
+    runs = [pathlib.Path(d) for d in args.dirs]
+    for mode in ("mps", "streams"):
+        observations = []
+        for directory in runs:
+            if (directory / mode / "schedule.json").exists():
+                rows = gpu_rows(sorted(directory.glob("gpu-log*.csv")))
+                observations += Measured(directory, mode, rows).observations
+        if not observations:
+            continue
+        print(f"{mode}: {len(observations)} speeds from {len(runs)} run(s)")
+        default = DEFAULT_K[mode]
+        print(f"  simulator's form, k = {default} (its default): rms "
+              f"{rms(lambda o, n: model_speed(default, o, n), observations):.3f}")
+        k = fit_k(observations)
+        print(f"  simulator's form, k = {k:.3f} (least squares): rms "
+              f"{rms(lambda o, n: model_speed(k, o, n), observations):.3f}")
+
+        def plain(k, own, others):
+            total = own + sum(others)
+            return (1.0 / total if total > 1.0 else 1.0) / (1.0 + k * sum(others))
+
+        k = fit_k(observations, plain)
+        print(f"  without the own-activity factor, k = {k:.3f}: rms "
+              f"{rms(lambda o, n: plain(k, o, n), observations):.3f}")
+        best = min(((rms(lambda o, n: water_filled_speed(b / 10, k / 50, o, n), observations), b / 10, k / 50)
+                    for b in range(0, 61) for k in range(0, 51)))
+        print(f"  SMs water-filled by activity^{best[1]:.1f}, k = {best[2]:.2f}: rms {best[0]:.3f}")
+    return 0
+
+
 def fmt(value):
     return "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
@@ -550,11 +627,15 @@ def main():
     w.add_argument("--fake", action="store_true")
     a = sub.add_parser("analyse")
     a.add_argument("dir")
+    f = sub.add_parser("fit")
+    f.add_argument("dirs", nargs="+")
     args = parser.parse_args()
     if args.command == "run":
         return Run(args).main()
     if args.command == "worker":
         return worker(args)
+    if args.command == "fit":
+        return fit(args)
     return analyse(args)
 
 
