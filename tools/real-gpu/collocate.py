@@ -169,6 +169,10 @@ def torch_step(model_name, batch, stall_s):
 # --- the run: daemon, modes, phases, squeeze --------------------------------
 
 class Run:
+    """One measurement: the daemon that logs the GPU, the MPS control
+    daemon the first mode needs, the workers; all stopped on the way out,
+    a time limit's TERM included."""
+
     def __init__(self, args):
         self.args = args
         self.out = pathlib.Path(args.out).resolve()
