@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// A (t=0, 1 GPU, 100 s), B (t=0, 2 GPUs, 50 s), C (t=10, 30 s) and D
+/// (t=20, 10 s), on two GPUs: B blocks the head of the queue.
+fn head_of_line_trace() -> [TraceTask; 4] {
+    [
+        task(0.0, 1, 100.0, 1000.0, 0.3),
+        task(0.0, 2, 50.0, 1000.0, 0.3),
+        task(10.0, 1, 30.0, 1000.0, 0.3),
+        task(20.0, 1, 10.0, 1000.0, 0.3),
+    ]
+}
+
 #[test]
 fn exclusive_is_first_in_first_out_with_head_of_line_blocking() {
     // Two GPUs. A (t=0, 1 GPU, 100 s) starts at once on GPU 0. B (t=0,
@@ -11,12 +22,7 @@ fn exclusive_is_first_in_first_out_with_head_of_line_blocking() {
     // free (head-of-line blocking): they start at 150 and end at 180 and
     // 160. Total 180 s. Waits 0, 100, 140, 130 → 92.5; executions 100,
     // 50, 30, 10 → 47.5; JCTs 100, 150, 170, 140 → 140.
-    let trace = [
-        task(0.0, 1, 100.0, 1000.0, 0.3),
-        task(0.0, 2, 50.0, 1000.0, 0.3),
-        task(10.0, 1, 30.0, 1000.0, 0.3),
-        task(20.0, 1, 10.0, 1000.0, 0.3),
-    ];
+    let trace = head_of_line_trace();
     let m = run(
         &trace,
         &setup(2, Policy::Exclusive, MemoryLine::Oracle, Sharing::Mps),
@@ -190,12 +196,7 @@ fn backfill_fills_the_hole_before_a_blocked_head_without_delaying_it() {
     // then and runs on GPU 1 from 10 to 40, D (t=20, 10 s) after it from
     // 40 to 50. B still starts at 100 and ends at 150: total 150 s
     // instead of 180; waits 0, 100, 0, 20 → 30 s.
-    let trace = [
-        task(0.0, 1, 100.0, 1000.0, 0.3),
-        task(0.0, 2, 50.0, 1000.0, 0.3),
-        task(10.0, 1, 30.0, 1000.0, 0.3),
-        task(20.0, 1, 10.0, 1000.0, 0.3),
-    ];
+    let trace = head_of_line_trace();
     let mut setup = setup(2, Policy::Exclusive, MemoryLine::Oracle, Sharing::Mps);
     setup.rules.queue.backfill = true;
     let m = run(&trace, &setup);
