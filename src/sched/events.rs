@@ -83,7 +83,7 @@ impl Scheduler {
             .filter(|&g| g < self.gpus.len())
             .map(|g| (g, self.on_gpu(want, g).is_sole()))
             .collect();
-        self.occupy(task, demand.user, &placed, want);
+        self.occupy(task, demand.user, placed.iter().copied(), want);
         self.note_started(task);
         let arrival = self.arrive();
         let t = Task {

@@ -40,9 +40,15 @@ impl Ledger {
     }
 
     /// Books `mib` on each of `gpus` for `task` until `until`.
-    pub fn book(&mut self, task: TaskId, gpus: &[usize], mib: u64, until: Time) {
+    pub fn book(
+        &mut self,
+        task: TaskId,
+        gpus: impl IntoIterator<Item = usize>,
+        mib: u64,
+        until: Time,
+    ) {
         self.lapses_from = Some(self.lapses_from.map_or(until, |t| t.min(until)));
-        for &gpu in gpus {
+        for gpu in gpus {
             self.per_gpu[gpu].push(Booking {
                 task,
                 mib,
@@ -116,7 +122,7 @@ mod tests {
     #[test]
     fn a_booking_counts_until_seen_or_lapsed() {
         let mut l = Ledger::new(2);
-        l.book(TaskId(1), &[0, 1], 4000, s(120));
+        l.book(TaskId(1), [0, 1], 4000, s(120));
         assert_eq!(l.outstanding(0, s(1)), 4000);
         assert_eq!(l.outstanding(1, s(1)), 4000);
         // The GPU shows 1500 MiB of the task: 2500 still outstanding.
@@ -135,8 +141,8 @@ mod tests {
     #[test]
     fn release_drops_all_of_a_tasks_bookings() {
         let mut l = Ledger::new(1);
-        l.book(TaskId(1), &[0], 1000, s(10));
-        l.book(TaskId(2), &[0], 2000, s(20));
+        l.book(TaskId(1), [0], 1000, s(10));
+        l.book(TaskId(2), [0], 2000, s(20));
         l.release(TaskId(1), &[0]);
         assert_eq!(l.outstanding(0, s(0)), 2000);
         assert_eq!(l.next_lapse(), Some(s(20)));

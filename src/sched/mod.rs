@@ -343,23 +343,26 @@ impl Scheduler {
     /// Feeds events that happened at the same time, then dispatches once:
     /// cheaper than one step each, and no placement sees half of them.
     pub fn step_all(&mut self, now: Time, events: impl IntoIterator<Item = Event>) -> Vec<Action> {
-        self.step_sampled(now, events, &[])
+        let mut actions = Vec::new();
+        self.step_sampled(now, events, &[], &mut actions);
+        actions
     }
 
     /// [`Scheduler::step_all`] with GPU readings lent rather than given,
     /// applied after `events` as an [`Event::Sample`] at their end would
-    /// be: a driver that reads its GPUs at every step (the simulator, a
-    /// few times per task) keeps one list of samples and refills it,
-    /// instead of building and dropping a list and each GPU's task list.
+    /// be, and the actions appended to `actions`: a driver that steps at
+    /// every change (the simulator, a few times per task) keeps one list
+    /// of samples and one of actions and refills them, instead of building
+    /// and dropping a list, each GPU's task list and the actions' list.
     pub fn step_sampled(
         &mut self,
         now: Time,
         events: impl IntoIterator<Item = Event>,
         samples: &[GpuSample],
-    ) -> Vec<Action> {
+        actions: &mut Vec<Action>,
+    ) {
         self.account(now);
         self.now = self.now.max(now);
-        let mut actions = Vec::new();
         for event in events {
             // A tick comes at (about) the deadline that the memo keeps.
             if !matches!(event, Event::Queued { .. } | Event::Sample(_)) {
@@ -367,21 +370,21 @@ impl Scheduler {
             }
             match event {
                 Event::Queued { task, demand } => {
-                    self.queue(task, demand, 0, &mut actions);
+                    self.queue(task, demand, 0, actions);
                     self.note_queued(task);
                 }
                 Event::Recovering {
                     task,
                     demand,
                     crashes,
-                } => self.queue(task, demand, crashes, &mut actions),
+                } => self.queue(task, demand, crashes, actions),
                 Event::Running {
                     task,
                     demand,
                     gpus,
                     crashes,
                 } => self.adopt(task, demand, gpus, crashes),
-                Event::Exited { task, exit } => self.exited(task, exit, &mut actions),
+                Event::Exited { task, exit } => self.exited(task, exit, actions),
                 Event::NotStarted { task, retry_at } => self.not_started(task, retry_at),
                 Event::Hold { task, held } => {
                     if let Some(t) = self.tasks.get_mut(&task) {
@@ -397,15 +400,14 @@ impl Scheduler {
                     }
                 }
                 Event::Ended { task, succeeded } => self.note_ended(task, succeeded),
-                Event::Cancel { task } => self.cancel(task, &mut actions),
+                Event::Cancel { task } => self.cancel(task, actions),
                 Event::Sample(samples) => self.sample(&samples),
                 Event::Tick => {}
             }
         }
         self.sample(samples);
-        self.settle(&mut actions);
-        self.dispatch(&mut actions);
-        actions
+        self.settle(actions);
+        self.dispatch(actions);
     }
 
     /// When the core next wants a [`Event::Tick`] although no event comes:

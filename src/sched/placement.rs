@@ -27,12 +27,17 @@ impl Scheduler {
                 return;
             }
             let waiting = std::mem::take(&mut self.waiting);
-            let (launched, stopped_at) = self.pass(&waiting, actions);
+            let first = actions.len();
+            let stopped_at = self.pass(&waiting, actions);
             self.waiting = waiting;
-            for &task in &launched {
-                self.waiting.remove(task);
+            let mut launched = false;
+            for action in &actions[first..] {
+                if let Action::Launch { task, .. } = action {
+                    self.waiting.remove(*task);
+                    launched = true;
+                }
             }
-            if launched.is_empty() {
+            if !launched {
                 self.note_stuck(stopped_at);
                 return;
             }
@@ -43,16 +48,12 @@ impl Scheduler {
     }
 
     /// One dispatch pass over `waiting` (taken out of the core while it
-    /// runs): the tasks it launched, and the head it stopped at, which
-    /// nothing behind may pass (`None`: another pass might launch more).
-    pub(super) fn pass(
-        &mut self,
-        waiting: &Queue,
-        actions: &mut Vec<Action>,
-    ) -> (Vec<TaskId>, Option<TaskId>) {
+    /// runs), its launches appended to `actions`: the head it stopped at,
+    /// which nothing behind may pass (`None`: another pass might launch
+    /// more).
+    pub(super) fn pass(&mut self, waiting: &Queue, actions: &mut Vec<Action>) -> Option<TaskId> {
         let cut = QueueCut::of(waiting, &self.rules.queue);
         let usage = self.usage();
-        let mut launched = Vec::new();
         // Once the head cannot be placed: its reservation, which tasks
         // further back must respect (see [`backfill`]), and how many GPUs
         // hold no task, the only ones they may start on.
@@ -88,10 +89,10 @@ impl Scheduler {
                                 empty = self.empty_gpus();
                                 continue;
                             }
-                            None => return (launched, Some(task)),
+                            None => return Some(task),
                         }
                     }
-                    None => return (launched, Some(task)),
+                    None => return Some(task),
                 },
                 Some(r) => {
                     // Once no GPU is empty, no one further back can start,
@@ -114,14 +115,13 @@ impl Scheduler {
                 }
             };
             self.note_launch(reserved.is_some());
-            launched.push(task);
             self.note_started(task);
             actions.push(action);
             if self.launch_pause().is_some() {
                 break;
             }
         }
-        (launched, None)
+        None
     }
 
     /// Tries to place one task on GPUs not in `off_limits`; returns its
@@ -141,12 +141,9 @@ impl Scheduler {
         if policy == Policy::RoundRobin {
             self.cursor = candidates.last().map_or(0, |c| c.gpu + 1) % self.gpus.len();
         }
-        let placed: Vec<(usize, bool)> = candidates
-            .iter()
-            .map(|c| (c.gpu, c.alone.is_some()))
-            .collect();
-        self.occupy(task, user, &placed, want);
-        let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
+        let placed = candidates.iter().map(|c| (c.gpu, c.alone.is_some()));
+        self.occupy(task, user, placed, want);
+        let gpus: Vec<usize> = candidates.iter().map(|c| c.gpu).collect();
         let settle = self.rules.placement.settle_s.duration();
         let awaited = self.now + self.rules.placement.await_activity_s.duration();
         for &g in &gpus {
@@ -224,16 +221,16 @@ impl Scheduler {
         &mut self,
         task: TaskId,
         user: Option<u32>,
-        placed: &[(usize, bool)],
+        placed: impl Iterator<Item = (usize, bool)> + Clone,
         want: Want,
     ) {
-        for &(g, sole) in placed {
+        for (g, sole) in placed.clone() {
             self.gpus[g].occupants.push(Occupant { task, user, sole });
         }
         if let Want::Free { book_mib, .. } = want {
             let ramp = self.rules.placement.reservation_ramp_s.duration();
-            let gpus: Vec<usize> = placed.iter().map(|&(g, _)| g).collect();
-            self.ledger.book(task, &gpus, book_mib, self.now + ramp);
+            let gpus = placed.map(|(g, _)| g);
+            self.ledger.book(task, gpus, book_mib, self.now + ramp);
         }
     }
 

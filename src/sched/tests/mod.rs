@@ -110,7 +110,7 @@ mod queue_order;
 mod scan;
 mod stuck;
 
-/// Readings lent with `step_sampled` act as an `Event::Sample` after the
+/// Readings lent with `step_sampled` (into a kept list of actions) act as an `Event::Sample` after the
 /// step's events: the same actions, the same state after, step by step
 /// (a full GPU refused, a task's memory seen, a GPU freed).
 #[test]
@@ -149,11 +149,14 @@ fn lent_samples_act_as_a_sample_event_at_the_end() {
         (91.0, vec![Event::Tick], vec![]),
     ];
     let mut launches = 0;
+    // One list of actions for every step, as the simulator keeps it.
+    let mut b = Vec::new();
     for (now, events, samples) in steps {
         let mut whole = events.clone();
         whole.push(Event::Sample(samples.clone()));
         let a = given.step_all(s(now), whole);
-        let b = lent.step_sampled(s(now), events, &samples);
+        b.clear();
+        lent.step_sampled(s(now), events, &samples, &mut b);
         assert_eq!(a, b, "at {now} s");
         assert_eq!(given.queued(), lent.queued(), "at {now} s");
         assert_eq!(given.next_deadline(), lent.next_deadline(), "at {now} s");

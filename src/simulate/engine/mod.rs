@@ -185,6 +185,8 @@ struct Sim<'a> {
     /// `read.len()` entries are this step's (each GPU's task list keeps
     /// its room from step to step).
     sampled: Vec<GpuSample>,
+    /// The core's actions in a step, kept likewise (empty between steps).
+    actions: Vec<Action>,
     /// In block readings: the core reads every GPU now (a block ended),
     /// and when the next block ends, if one is booked.
     reading: bool,
@@ -286,6 +288,7 @@ fn simulate<E>(
         dirty: (0..count).collect(),
         read: Vec::new(),
         sampled: Vec::new(),
+        actions: Vec::new(),
         scratch: (Vec::new(), Vec::new()),
         reading: true,
         next_reading: None,
@@ -487,10 +490,14 @@ impl Sim<'_> {
             self.sample(&due);
             let read = due.len();
             self.read = due;
-            let actions =
-                self.core
-                    .step_sampled(to_time(self.now), event.take(), &self.sampled[..read]);
-            for action in actions {
+            let mut actions = std::mem::take(&mut self.actions);
+            self.core.step_sampled(
+                to_time(self.now),
+                event.take(),
+                &self.sampled[..read],
+                &mut actions,
+            );
+            for action in actions.drain(..) {
                 match action {
                     Action::Launch {
                         task,
@@ -511,6 +518,7 @@ impl Sim<'_> {
                     }
                 }
             }
+            self.actions = actions;
         }
         let delayed = self.core.backfill_delays_head();
         match (delayed, self.delayed_since) {
