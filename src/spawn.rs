@@ -9,8 +9,8 @@
 //! the read side (0.3 ms). `std::process::Command` cannot ask for that,
 //! so the fork and the steps before `exec` are here, done the way `std`
 //! does them: everything allocated before the fork, only raw system calls
-//! after it (the supervisor has other threads, and the C library's
-//! `setuid` would try to signal them), the `exec`'s failure reported
+//! after it (the C library's `setuid` would try to signal the
+//! parent's other threads, had it any), the `exec`'s failure reported
 //! through a close-on-exec pipe. Kernels without `clone3` or cgroups v2 get
 //! a plain fork that writes itself into `cgroup.procs`, as before.
 
@@ -271,23 +271,6 @@ impl Spawn {
     }
 }
 
-/// What `waitpid` says of a job that ended: its exit code or the signal
-/// that killed it. Every other child that ends meanwhile is reaped as well:
-/// the supervisor is a subreaper, so the processes a job orphans become its
-/// children, and none may linger as a zombie while the job runs.
-pub fn wait(pid: Pid) -> io::Result<(Option<i32>, Option<i32>)> {
-    loop {
-        match waitpid(None::<Pid>, None) {
-            Ok(WaitStatus::Exited(p, code)) if p == pid => return Ok((Some(code), None)),
-            Ok(WaitStatus::Signaled(p, signal, _)) if p == pid => {
-                return Ok((None, Some(signal as i32)));
-            }
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
 /// Reaps every child that has ended, without waiting for the others.
 pub fn reap_ended() {
     while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
@@ -331,14 +314,14 @@ mod tests {
     use super::*;
     use std::fs;
 
-    /// One test's children at a time: `wait` reaps any child of the
-    /// process, so side by side one test would take another's.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-        ONE_AT_A_TIME
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The exit code or the killing signal of the child `pid` (waited for
+    /// by its number, so tests side by side never take each other's).
+    fn wait(pid: Pid) -> (Option<i32>, Option<i32>) {
+        match waitpid(pid, None).unwrap() {
+            WaitStatus::Exited(_, code) => (Some(code), None),
+            WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
+            other => panic!("{other:?}"),
+        }
     }
 
     fn stdio(dir: &Path) -> [OwnedFd; 3] {
@@ -357,12 +340,11 @@ mod tests {
 
     #[test]
     fn the_program_is_found_on_the_jobs_path_with_only_its_environment() {
-        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let args = ["-c", "echo $GREETING $HOME; pwd; exit 3"].map(OsStr::new);
         let spawn = Spawn::new("sh", args, &env(), stdio(dir.path()), dir.path()).unwrap();
         let pid = spawn.start().unwrap();
-        assert_eq!(wait(pid).unwrap(), (Some(3), None));
+        assert_eq!(wait(pid), (Some(3), None));
         let out = fs::read_to_string(dir.path().join("out")).unwrap();
         let here = fs::canonicalize(dir.path()).unwrap();
         assert_eq!(out, format!("hello\n{}\n", here.display()));
@@ -370,7 +352,6 @@ mod tests {
 
     #[test]
     fn a_job_gets_no_descriptor_beyond_its_streams_though_its_starter_held_one_open() {
-        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         // Open without close-on-exec, as a daemon started from a shell may
         // inherit one.
@@ -385,7 +366,7 @@ mod tests {
         let args = ["-c", script.as_str()].map(OsStr::new);
         let spawn = Spawn::new("sh", args, &env(), stdio(dir.path()), dir.path()).unwrap();
         let pid = spawn.start().unwrap();
-        assert_eq!(wait(pid).unwrap(), (Some(0), None));
+        assert_eq!(wait(pid), (Some(0), None));
         let out = fs::read_to_string(dir.path().join("out")).unwrap();
         assert_eq!(out, "ran\n");
         drop(held);
@@ -393,7 +374,6 @@ mod tests {
 
     #[test]
     fn a_job_leads_its_own_process_group_and_may_be_killed_by_a_signal() {
-        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let args = [
             "-c",
@@ -402,14 +382,13 @@ mod tests {
         .map(OsStr::new);
         let spawn = Spawn::new("sh", args, &env(), stdio(dir.path()), dir.path()).unwrap();
         let pid = spawn.start().unwrap();
-        assert_eq!(wait(pid).unwrap(), (None, Some(libc::SIGTERM)));
+        assert_eq!(wait(pid), (None, Some(libc::SIGTERM)));
         let pgid = fs::read_to_string(dir.path().join("pgid")).unwrap();
         assert_eq!(pgid.trim(), pid.to_string());
     }
 
     #[test]
     fn a_program_that_cannot_start_is_the_error_with_its_os_error() {
-        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let none = Spawn::new(
             "no-such-program-carma",
@@ -430,7 +409,6 @@ mod tests {
 
     #[test]
     fn a_nul_in_what_a_user_gave_is_refused_before_any_fork() {
-        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let bad = vec![("X".to_string(), "a\0b".to_string())];
         let e = Spawn::new("sh", [], &bad, stdio(dir.path()), dir.path())

@@ -48,6 +48,45 @@ fn a_job_past_its_time_limit_is_stopped_even_while_the_daemon_is_down() {
 }
 
 #[test]
+fn a_cancelled_job_that_ignores_sigterm_is_killed_after_the_cancel_grace() {
+    // Both stops at once: the job has a time limit with a long grace and
+    // is cancelled before it; the sooner SIGKILL (the cancellation's)
+    // ends it, and the run says it was cancelled, not timed out.
+    let mut spool = Spool::with_config(
+        "1x40GiB",
+        "[daemon]\ncancel_grace_s = 0.5\ntime_limit_grace_s = 60\n",
+    );
+    spool.start_daemon();
+    let name = spool.submit(
+        "deaf.rad",
+        "name: deaf\nmemory: 1G\ntime: 1h\ntrap '' TERM\necho trapped\nsleep 60\n",
+    );
+    let run = spool.root.join("running").join(&name).join("run-1");
+    spool.wait_for("the job to run", 10.0, || {
+        fs::read_to_string(run.join("stdout")).is_ok_and(|out| out.contains("trapped"))
+    });
+    let started = std::time::Instant::now();
+    let out = spool.carma().args(["cancel", &name]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    spool.wait_count("failed", 1, 20.0);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let (_, dir) = spool.find(&name).unwrap();
+    let exit: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("run-1/exit.json")).unwrap()).unwrap();
+    assert_eq!(exit["cancelled"], true, "{exit}");
+    assert_eq!(exit["timed_out"], false, "{exit}");
+    assert_eq!(exit["signal"], 9, "SIGTERM was ignored, so SIGKILL: {exit}");
+}
+
+#[test]
 fn a_job_asking_for_more_than_the_maximum_time_is_refused() {
     let mut spool = Spool::with_config("1x40GiB", "[queue]\nmax_time_s = 3600\n");
     spool.start_daemon();

@@ -39,8 +39,6 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use fs2::FileExt;
@@ -53,6 +51,7 @@ use crate::spawn::Spawn;
 pub use crate::spool::record::{EXIT, LAUNCH};
 use crate::spool::record::{Launch, RunExit, read_json, read_state, to_json, unix_now, write_json};
 use crate::spool::{PRIVATE, write_replace};
+use ending::{Stops, Watch};
 
 /// File names inside a run directory (besides [`LAUNCH`] and [`EXIT`]).
 pub const IDENTITY: &str = "supervisor.json";
@@ -62,6 +61,8 @@ pub const STDOUT: &str = "stdout";
 pub const STDERR: &str = "stderr";
 const SCRIPT: &str = "job.sh";
 const LOG: &str = "supervisor.log";
+
+mod ending;
 
 /// Starts the supervisor of the run in `run_dir` (whose `launch.json` is
 /// written) as `exe supervise`. The returned child is the daemon's to
@@ -188,20 +189,14 @@ pub fn supervise_handed(run_dir: &Path, lock_fd: RawFd) -> io::Result<()> {
 /// The supervisor process: runs the job of `run_dir` and records its end,
 /// holding the run's locked `lock` throughout.
 pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let job_group = Arc::new(AtomicI32::new(0));
-    let launch = read_state::<Launch>(&run_dir.join(LAUNCH));
     // Signals are watched before the supervisor makes itself known: once
     // `carma cancel` can find it, a SIGTERM must stop the job, not the
     // supervisor, which still has the run's end to record.
-    let grace = launch
-        .as_ref()
-        .map_or(Duration::ZERO, |l| seconds(l.grace_s));
-    watch_signals(Arc::clone(&stop), Arc::clone(&job_group), grace)?;
+    let mut watch = Watch::start()?;
+    let launch = read_state::<Launch>(&run_dir.join(LAUNCH));
     // Every process the job orphans becomes ours, however it hid (a double
     // fork, a new session, a cleared environment): see [`end_orphans`].
     nix::sys::prctl::set_child_subreaper(true)?;
-    let timed_out = Arc::new(AtomicBool::new(false));
     let me = ProcessId::current()
         .ok_or_else(|| io::Error::other("cannot read this process in /proc"))?;
     // Within the boot the run was launched in, the page cache is the
@@ -222,9 +217,12 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
         let limit = l.time_limit_s.map(seconds)?;
         Some((limit, seconds(l.time_limit_grace_s)))
     });
+    let grace = launch
+        .as_ref()
+        .map_or(Duration::ZERO, |l| seconds(l.grace_s));
     let outcome = match launch {
         Err(e) => Err((false, e.to_string())),
-        Ok(_) if stop.load(Ordering::SeqCst) => Err((false, "cancelled before it started".into())),
+        Ok(_) if watch.stopped() => Err((false, "cancelled before it started".into())),
         Ok(launch) => spawn_job(run_dir, &launch, run_cgroup(&launch)).map_err(|e| {
             let transient = is_transient(&e);
             match &launch.workdir {
@@ -251,23 +249,18 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
     };
     match outcome {
         Ok((child, cgroup)) => {
-            let group = child.as_raw();
-            job_group.store(group, Ordering::SeqCst);
-            // A cancellation that came while the job was being started.
-            if stop.load(Ordering::SeqCst) {
-                let _ = killpg(Pid::from_raw(group), Signal::SIGTERM);
-            }
-            if let Some((limit, grace)) = time_limit {
-                keep_time(limit, grace, Arc::clone(&timed_out), Arc::clone(&job_group));
-            }
-            let (code, signal) = crate::spawn::wait(child)?;
-            exit.timed_out = timed_out.load(Ordering::SeqCst);
-            exit.code = code;
-            exit.signal = signal;
-            // The job's leftovers (background processes) go with it; then
-            // no timer may signal the group, whose number may be reused.
-            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
-            job_group.store(0, Ordering::SeqCst);
+            let stops = Stops {
+                group: child,
+                cgroup: cgroup.as_ref().map(RunCgroup::dir),
+                grace,
+                time_limit,
+            };
+            let ended = watch.wait(child, &stops)?;
+            exit.timed_out = ended.timed_out;
+            exit.code = ended.code;
+            exit.signal = ended.signal;
+            // The job's leftovers (background processes) go with it.
+            let _ = killpg(child, Signal::SIGKILL);
             // Those that left the group (setsid) are this process's
             // children now, and in the cgroup where there is one.
             if !end_orphans(ORPHAN_PATIENCE) {
@@ -297,7 +290,7 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
         }
     }
     exit.ended_at = unix_now();
-    exit.cancelled = stop.load(Ordering::SeqCst);
+    exit.cancelled = watch.stopped();
     exit.peak_mib = fs::read_to_string(run_dir.join(PEAK))
         .ok()
         .and_then(|s| s.trim().parse().ok());
@@ -380,60 +373,6 @@ fn record_exit(run_dir: &Path, exit: &RunExit) {
     }
 }
 
-/// SIGTERM, SIGINT or SIGHUP: stop the job — SIGTERM to its group at once,
-/// SIGKILL after `grace` — and remember that it was cancelled.
-fn watch_signals(stop: Arc<AtomicBool>, group: Arc<AtomicI32>, grace: Duration) -> io::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
-    std::thread::spawn(move || {
-        for _ in signals.forever() {
-            if !stop.swap(true, Ordering::SeqCst) {
-                terminate(&group, grace);
-            }
-        }
-    });
-    Ok(())
-}
-
-/// At `limit` after now, stops the job as a cancellation would, with
-/// `grace` before SIGKILL, and remembers that its time ran out. The thread
-/// sleeps with the job: when the job ends first, the supervisor exits and
-/// the thread with it.
-fn keep_time(limit: Duration, grace: Duration, timed_out: Arc<AtomicBool>, group: Arc<AtomicI32>) {
-    std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        timed_out.store(true, Ordering::SeqCst);
-        terminate(&group, grace);
-    });
-}
-
-/// SIGTERM to the job's group (and every process of its cgroup) now,
-/// SIGKILL after `grace`.
-fn terminate(group: &Arc<AtomicI32>, grace: Duration) {
-    let pgid = group.load(Ordering::SeqCst);
-    if pgid > 0 {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
-    }
-    if let Some(dir) = JOB_CGROUP.get() {
-        RunCgroup::signal(dir, Signal::SIGTERM);
-    }
-    let group = Arc::clone(group);
-    std::thread::spawn(move || {
-        std::thread::sleep(grace);
-        let pgid = group.load(Ordering::SeqCst);
-        if pgid > 0 {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-        }
-        if let Some(dir) = JOB_CGROUP.get() {
-            RunCgroup::kill(dir);
-        }
-    });
-}
-
-/// This supervisor's run's cgroup, once the job is in it: what a
-/// cancellation or the time limit stops.
-static JOB_CGROUP: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-
 /// How long the end of a run waits for its cgroup to empty after
 /// `cgroup.kill`.
 const CGROUP_PATIENCE: Duration = Duration::from_secs(10);
@@ -445,7 +384,6 @@ fn run_cgroup(launch: &Launch) -> Option<RunCgroup> {
     let name = crate::cgroup::run_name(&launch.task, launch.run);
     match RunCgroup::create(parent, &name) {
         Ok(cgroup) => {
-            let _ = JOB_CGROUP.set(cgroup.dir().to_owned());
             if let Err(why) = cgroup.limit(launch.cpus, launch.host_memory_mib) {
                 let _ = writeln!(io::stderr(), "{}: {why}", cgroup.dir().display());
             }
