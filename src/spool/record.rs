@@ -352,6 +352,24 @@ pub struct RunExit {
 }
 
 impl RunExit {
+    /// A run that started at `at` and of which nothing else is known yet:
+    /// what the supervisor fills in as the run goes.
+    pub fn started(at: f64) -> RunExit {
+        RunExit {
+            started_at: at,
+            ended_at: at,
+            code: None,
+            signal: None,
+            cancelled: false,
+            timed_out: false,
+            peak_mib: None,
+            error: None,
+            transient: false,
+            host_peak_mib: None,
+            cpu_s: None,
+        }
+    }
+
     /// The run ended with status 0.
     pub fn succeeded(&self) -> bool {
         self.code == Some(0) && self.error.is_none() && !self.cancelled && !self.timed_out
@@ -501,17 +519,9 @@ mod tests {
     #[test]
     fn exits_describe_themselves() {
         let mut exit = RunExit {
-            started_at: 0.0,
             ended_at: 1.0,
             code: Some(0),
-            signal: None,
-            cancelled: false,
-            timed_out: false,
-            peak_mib: None,
-            error: None,
-            transient: false,
-            host_peak_mib: None,
-            cpu_s: None,
+            ..RunExit::started(0.0)
         };
         assert!(exit.succeeded());
         exit.code = None;

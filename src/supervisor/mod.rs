@@ -234,19 +234,7 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
             }
         }),
     };
-    let mut exit = RunExit {
-        started_at,
-        ended_at: started_at,
-        code: None,
-        signal: None,
-        cancelled: false,
-        timed_out: false,
-        peak_mib: None,
-        error: None,
-        transient: false,
-        host_peak_mib: None,
-        cpu_s: None,
-    };
+    let mut exit = RunExit::started(started_at);
     match outcome {
         Ok((child, cgroup)) => {
             let stops = Stops {
