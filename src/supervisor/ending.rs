@@ -104,8 +104,12 @@ impl Watch {
     /// well: the supervisor is a subreaper, so the processes a job orphans
     /// become its children, and none may linger as a zombie while it runs.
     pub fn wait(&mut self, job: Pid, stops: &Stops) -> io::Result<Ended> {
+        // A limit or a grace too long to be a time (a job file may ask
+        // for any) never comes: `checked_add`, never `+`, which panics.
         let started = Instant::now();
-        let mut limit_at = stops.time_limit.map(|(limit, _)| started + limit);
+        let mut limit_at = stops
+            .time_limit
+            .and_then(|(limit, _)| started.checked_add(limit));
         let mut kill_at: Option<Instant> = None;
         let mut stopping = false;
         let mut timed_out = false;
@@ -128,13 +132,13 @@ impl Watch {
             let now = Instant::now();
             if self.stopped && !stopping {
                 stopping = true;
-                terminate(stops, now + stops.grace, &mut kill_at);
+                terminate(stops, now.checked_add(stops.grace), &mut kill_at);
             }
             if let Some((_, grace)) = stops.time_limit {
                 if limit_at.is_some_and(|at| at <= now) {
                     limit_at = None;
                     timed_out = true;
-                    terminate(stops, now + grace, &mut kill_at);
+                    terminate(stops, now.checked_add(grace), &mut kill_at);
                 }
             }
             if kill_at.is_some_and(|at| at <= now) {
@@ -165,13 +169,14 @@ impl Watch {
 }
 
 /// SIGTERM to the job's group and every process of its cgroup now,
-/// SIGKILL at `kill_by` (or at the one already set, if sooner).
-fn terminate(stops: &Stops, kill_by: Instant, kill_at: &mut Option<Instant>) {
+/// SIGKILL at `kill_by` (never, if `None`) or at the time already set,
+/// whichever is sooner.
+fn terminate(stops: &Stops, kill_by: Option<Instant>, kill_at: &mut Option<Instant>) {
     let _ = killpg(stops.group, Signal::SIGTERM);
     if let Some(dir) = stops.cgroup {
         RunCgroup::signal(dir, Signal::SIGTERM);
     }
-    *kill_at = Some(kill_at.map_or(kill_by, |at| at.min(kill_by)));
+    *kill_at = [*kill_at, kill_by].into_iter().flatten().min();
 }
 
 /// Reaps every child that ended; `job`'s exit code or killing signal if
