@@ -27,6 +27,7 @@ pub mod oom;
 pub mod plot;
 pub mod procfs;
 pub mod rad;
+pub mod refusal;
 pub mod report;
 pub mod safe;
 pub mod sched;

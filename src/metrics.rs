@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::lifecycle::Refusal;
+use crate::refusal::Refusal;
 use crate::spool::State;
 use crate::spool::status::Status;
 

@@ -49,12 +49,13 @@ use carma::config::{Config, ConfigError};
 use carma::estimate::Analytic;
 use carma::estimate::analytic::{Layered, Optimizer};
 use carma::estimate::ensemble::feature_vector;
-use carma::estimate::history::{Fingerprint, History, Record};
+use carma::estimate::history::{History, Record};
 use carma::rad::{
     self, FileError, MAX_LINE_BYTES, MAX_LINES, PolicyHint, PublishedEstimates, RadError, Syntax,
     TaskSpec,
 };
 use carma::sched::Need;
+use carma::spool::record::Fingerprint;
 use carma::summary::{Summary, SummaryError};
 use proptest::collection::vec;
 use proptest::prelude::*;

@@ -12,7 +12,6 @@ use std::sync::mpsc::Sender;
 
 use super::Msg;
 use super::environment::current_user;
-use super::intake::last_run;
 use crate::config::Config;
 use crate::estimate::Chain;
 use crate::gpu::GpuInfo;
@@ -27,6 +26,7 @@ use crate::spool::{
     PRIVATE, Spool, State, TASK_DIR_MODE, TaskName, make_dir, sync_dir, write_replace, write_whole,
 };
 use crate::supervisor;
+use crate::supervisor::last_run;
 
 /// What the daemon lends the lifecycle for one step: its spool, its
 /// configuration and what starting a job needs.

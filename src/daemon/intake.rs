@@ -24,7 +24,7 @@ use crate::spool::record::{
     ArrayMember, EstimateNote, JOB, RECORD, TaskRecord, unix_now, write_json,
 };
 use crate::spool::{Claimed, JobCopy, SpoolError, State, TaskName};
-use crate::supervisor::is_transient;
+use crate::supervisor::{is_transient, last_run, started_unended};
 
 /// How every directory a user's `carma submit` hands in is named.
 const SUBMISSION_PREFIX: &str = "submit-";
@@ -315,12 +315,7 @@ impl Daemon {
                 );
                 None
             }
-            Ok(task)
-                if super::restore::started_unended(
-                    &self.spool.task_dir(state, &name),
-                    task.run,
-                ) =>
-            {
+            Ok(task) if started_unended(&self.spool.task_dir(state, &name), task.run) => {
                 self.resume_unended(name, state);
                 None
             }
@@ -571,17 +566,6 @@ impl Daemon {
     pub(super) fn history_user(&self, owner: u32) -> Option<u32> {
         (!self.config.estimate.history_shared).then_some(owner)
     }
-}
-
-/// The highest run number in a task directory (0 if it never ran).
-pub(super) fn last_run(dir: &Path) -> u32 {
-    fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("run-")?.parse().ok())
-        .max()
-        .unwrap_or(0)
 }
 
 /// Why a task directory was not taken in.

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use nix::unistd::{Uid, User};
 
 use super::Daemon;
-use super::intake::{NotLoaded, last_run};
+use super::intake::NotLoaded;
 use crate::lifecycle::{Refusal, Refused};
 use crate::spool::record::{JOB, RunAs, TaskRecord, unix_now};
 use crate::spool::{State, TaskName};
 use crate::supervisor::is_transient;
+use crate::supervisor::last_run;
 
 impl Daemon {
     /// Why a user's freshly submitted job (with `elements` tasks, its array

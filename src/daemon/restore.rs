@@ -140,7 +140,7 @@ impl Daemon {
     /// Settles one task found in `running/`.
     fn restore_running(&mut self, name: TaskName) {
         let dir = self.spool.task_dir(State::Running, &name);
-        let run = super::intake::last_run(&dir);
+        let run = supervisor::last_run(&dir);
         let run_dir = dir.join(format!("run-{run}"));
         // Asked first: a live supervisor wins over any record.
         let alive = run > 0 && supervisor::is_running(&run_dir);
@@ -322,13 +322,6 @@ impl Daemon {
             self.take(name.clone(), State::Running);
         }
     }
-}
-
-/// Whether run `run` of the task directory `dir` may have started its
-/// job ([`supervisor::may_have_started`]) and recorded no end.
-pub(super) fn started_unended(dir: &Path, run: u32) -> bool {
-    let run_dir = dir.join(format!("run-{run}"));
-    run > 0 && supervisor::may_have_started(&run_dir) && !run_dir.join(supervisor::EXIT).exists()
 }
 
 /// Sends SIGKILL to every process of the job's user whose environment

@@ -32,11 +32,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::spool::record::Fingerprint;
 pub use analytic::{Analytic, AnalyticAnswer, Formula};
 pub use ensemble::{
     BucketAnswer, BucketScheme, Buckets, DecisionRule, Ensemble, FamilyEnsemble, TrainParams,
 };
-pub use history::{Fingerprint, History, Record};
+pub use history::{History, Record};
 
 use crate::rad::{LegacyRules, TaskSpec};
 use crate::sched::Need;

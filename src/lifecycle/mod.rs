@@ -30,7 +30,6 @@ mod closing;
 mod ended;
 mod endings;
 mod kept;
-mod refusal;
 mod requests;
 mod tasks;
 #[cfg(test)]
@@ -41,10 +40,10 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::refusal::{Refusal, Refused};
 pub use backoff::{Backoff, Backoffs};
 pub use ended::{Ended, seq_of};
 pub use endings::{Ending, Endings, KEPT as ENDINGS_KEPT, public_reason};
-pub use refusal::{Refusal, Refused};
 pub use requests::{Answer, Junk, Verdicts};
 pub use tasks::{Holding, Tasks};
 

@@ -34,8 +34,40 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use super::json::{MAX_RECORD_BYTES, read_json, read_state, to_json, unix_now, write_json};
-use crate::estimate::Fingerprint;
 use crate::sched::{DependencyKind, Need};
+use crate::summary::hex_digest;
+
+/// What identifies "the same job": its command, its model (the summary's
+/// digest) and its batch size, and whose it is: one user's runs must not
+/// set another user's estimates (unless the configuration shares them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub command: String,
+    pub summary_digest: Option<String>,
+    pub batch_size: Option<u64>,
+    /// The job's user; `None` for history shared by all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<u32>,
+}
+
+impl Fingerprint {
+    /// A file-name-safe key: SHA-256 over the parts, each
+    /// length-prefixed so that no two fingerprints share a key by
+    /// concatenation. Shared history keeps the keys it had before users
+    /// were part of a job's identity.
+    pub fn key(&self) -> String {
+        let digest = self.summary_digest.as_deref().unwrap_or("");
+        let batch = self.batch_size.map(|b| b.to_string()).unwrap_or_default();
+        let mut text = String::new();
+        for part in [self.command.trim(), digest, batch.as_str()] {
+            text.push_str(&format!("{}:{part};", part.len()));
+        }
+        if let Some(user) = self.user {
+            text.push_str(&format!("user:{user};"));
+        }
+        hex_digest(text.as_bytes())
+    }
+}
 
 /// carma's record of a task, in the task directory.
 pub const RECORD: &str = "task.json";

@@ -163,6 +163,24 @@ pub fn may_have_started(run_dir: &Path) -> bool {
     }
 }
 
+/// Whether run `run` of the task directory `task_dir` may have started its
+/// job ([`may_have_started`]) and recorded no end.
+pub fn started_unended(task_dir: &Path, run: u32) -> bool {
+    let run_dir = task_dir.join(format!("run-{run}"));
+    run > 0 && may_have_started(&run_dir) && !run_dir.join(EXIT).exists()
+}
+
+/// The highest run number in a task directory (0 if it never ran).
+pub fn last_run(task_dir: &Path) -> u32 {
+    fs::read_dir(task_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("run-")?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 /// Asks the run's supervisor to cancel its job. Returns false when no live
 /// supervisor was found.
 pub fn cancel(run_dir: &Path) -> io::Result<bool> {
