@@ -28,8 +28,8 @@
 //! Failures leave nothing unknown. A nursery that cannot take a run (gone,
 //! or its socket broken) is replaced, and that run gets a supervisor of its
 //! own start; so does a run handed to a nursery that is behind: the
-//! hand-over never waits, and at most [`MAX_UNTAKEN`] runs wait in a
-//! nursery's queue. One that has not taken a run in [`STALLED`] (stopped,
+//! hand-over never waits, and at most `MAX_UNTAKEN` runs wait in a
+//! nursery's queue. One that has not taken a run in `STALLED` (stopped,
 //! say) is replaced, and the runs in its queue, which nobody supervised,
 //! go back to the daemon's. A nursery that dies leaves its supervisors running (they are
 //! init's children then), and the daemon, told by the end of the socket,

@@ -9,7 +9,7 @@
 //! requests, closings retried until they land). Neither reads a clock or
 //! touches a file. This module reads the world for them (the spool, the
 //! GPUs, the runs' ends), tells them the time, and carries out what they
-//! ask through the lifecycle's `World` ([`hands`]).
+//! ask through the lifecycle's `World` (`hands`).
 //!
 //! One thread owns all state and runs the loop; other threads only send it
 //! messages ([`Msg`]): the spool watcher (`notify`), the GPU monitor, the
@@ -26,7 +26,7 @@
 //! its own session, which records the run's end in the spool. So the daemon
 //! can stop (SIGTERM: it stops dispatching and exits, jobs keep running),
 //! be restarted, or be killed at any moment; a starting daemon rebuilds all
-//! state from the spool ([`restore`]), re-attaches to live supervisors and
+//! state from the spool (`restore`), re-attaches to live supervisors and
 //! finishes the runs that ended while it was away.
 
 mod adoptions;

@@ -9,7 +9,7 @@
 //! one pointer under a lock held for nothing else; counters and histograms
 //! it bumps as events happen ([`crate::metrics`]) are atomic adds. Every
 //! request is answered from the latest snapshot by threads of this module
-//! ([`server`]): a fixed few workers, each connection bounded in size
+//! (`server`): a fixed few workers, each connection bounded in size
 //! (its request head), time (a deadline for reading it and one for writing
 //! the answer) and number (a full queue is answered "busy" without being
 //! read). A slow or hostile client can only hold a worker until its
@@ -21,7 +21,7 @@
 //! file at all, and a URL names a task only after it passed the spool's
 //! name grammar ([`crate::spool::TaskName::parse`]), to be looked up in
 //! the snapshot. Every string from a user (task, job and user names,
-//! reasons) is escaped where it enters the page ([`page`]).
+//! reasons) is escaped where it enters the page (`page`).
 //!
 //! It answers GET and HEAD only: `/` (the page), `/task/NAME`,
 //! `/api/status` and `/metrics`.

@@ -12,7 +12,7 @@
 //! the cap). The same code therefore runs live, in virtual time, and under
 //! unit tests.
 //!
-//! Dispatch order ([`queue`]): a task's first re-run after an OOM crash
+//! Dispatch order (`queue`): a task's first re-run after an OOM crash
 //! first, then higher priorities, then (with `queue.fair_share`, on by
 //! default) the user who used the GPUs less lately, then submission order.
 //! Held tasks, tasks waiting for their dependencies and tasks over a
@@ -20,8 +20,8 @@
 //! the head is placed: if it cannot be, nothing behind it is (head-of-line
 //! blocking keeps large jobs from starving), except that with
 //! `queue.backfill` a task that ends before the head could start, on GPUs
-//! that hold no task, may go ahead ([`backfill`]). A GPU takes the head
-//! when it is healthy, the interference gate lets it ([`gate`]: by default
+//! that hold no task, may go ahead (`backfill`). A GPU takes the head
+//! when it is healthy, the interference gate lets it (`gate`: by default
 //! the prototype's rule on SM activity, occupancy and DRAM, averaged over a
 //! window that forgets tasks that left the GPU; a GPU that took a task
 //! takes no other shared one until its readings show the newcomer), and
@@ -30,9 +30,9 @@
 //! first (`placement.idle_first`). Tasks that need a whole GPU, ask for
 //! exclusivity, run under the `exclusive` policy or recover in `exclusive`
 //! mode take only idle GPUs; under MPS a GPU serves one user at a time.
-//! Among the passing GPUs the policy chooses ([`policy`]). Launches may be
+//! Among the passing GPUs the policy chooses (`policy`). Launches may be
 //! paced for the whole server, as the research prototype's loop was
-//! ([`pace`]; off by default).
+//! (`pace`; off by default).
 //!
 //! Invariants: a task is in exactly one of the queues, running, or gone; a
 //! running task is listed on each of its GPUs; the ledger holds bookings

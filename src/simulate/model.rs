@@ -132,7 +132,7 @@ impl Model {
     }
 
     /// The memory a task of `peak_mib` holds after allocation step `step`
-    /// (1 ..= [`WARMUP_STEPS`]) of its warm-up.
+    /// (1 ..= `WARMUP_STEPS`) of its warm-up.
     pub fn held_after(&self, peak_mib: f64, step: u32) -> u64 {
         let part = f64::from(step.saturating_sub(1)) / f64::from(WARMUP_STEPS - 1);
         let fraction = self.warmup_start + (1.0 - self.warmup_start) * part;

@@ -30,7 +30,7 @@
 //! Users may create entries in `pending/` and `cancel/` (mode 1733, like
 //! `/var/spool/cron`: nobody lists them, nobody removes another's entry).
 //! Everything else is carma's: it copies what a user hands in into a task
-//! directory of its own ([`claim`], [`submission`]), records the job's user
+//! directory of its own (`claim`, `submission`), records the job's user
 //! as the file system showed it at that moment, and never reads its state
 //! back from a file anyone else could have written
 //! ([`record::read_state`]). State and task directories can be listed, so
@@ -383,7 +383,7 @@ impl Spool {
     /// Reserves `count` consecutive task numbers and returns the first.
     /// Safe across processes (`carma submit` by carma's own user and the
     /// daemon allocate concurrently) and across a power loss, with a flush
-    /// only every [`counter::RESERVE`] numbers (see [`counter`]); a lost or
+    /// only every `counter::RESERVE` numbers (see `counter`); a lost or
     /// damaged counter is rebuilt from the highest number in the tree.
     pub fn allocate(&self, count: u64) -> Result<u64, SpoolError> {
         let path = self.root.join("next-id");

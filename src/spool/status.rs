@@ -141,7 +141,7 @@ pub struct RunningTask {
 
 /// Waits, at most `patience`, until the daemon's status file under `spool`
 /// says what `find` looks for (a receipt, a verdict), reading it again each
-/// time the daemon replaces it: the kernel says when ([`super::arrivals`]),
+/// time the daemon replaces it: the kernel says when (`super::arrivals`),
 /// so the answer arrives as soon as it is written, not at the next poll. A
 /// daemon that rewrites it often (a queue of thousands, each taken in) is
 /// read at most every 20 ms after its first few changes, as when it was

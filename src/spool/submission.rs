@@ -178,7 +178,7 @@ impl Spool {
     /// copied into a directory that is renamed into `pending/` whole, so
     /// the daemon never sees half a task. The jobs of one call share their
     /// durability (a group commit): all are staged, flushed together (one
-    /// `syncfs` for a burst, see [`make_durable`]), renamed one by one,
+    /// `syncfs` for a burst, see `make_durable`), renamed one by one,
     /// and `pending/` is flushed once, so a hundred files cost little more
     /// than one. None is submitted when one cannot be staged. Success is
     /// reported once the renames are done: a later durability step that

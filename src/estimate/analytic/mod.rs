@@ -17,7 +17,7 @@
 //! [`crate::estimate::dataset::MEASURED_CONTEXT_MIB`]), and fits on that
 //! data use its constant.
 //!
-//! Formulas run in f64; [`with_context`] converts with `as u64`, which
+//! Formulas run in f64; `with_context` converts with `as u64`, which
 //! saturates, and adds the constant saturating too, because features and
 //! batch sizes come from users' files: a wrap here would turn an absurd
 //! model into a tiny need and place it beside other jobs.

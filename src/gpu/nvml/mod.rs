@@ -7,11 +7,11 @@
 //! asks for `--simulate-gpus`).
 //!
 //! Each reading holds, per GPU: memory in use (total minus free), SM
-//! activity, occupancy and DRAM activity ([`activity`]: DCGM, GPM or the
+//! activity, occupancy and DRAM activity (`activity`: DCGM, GPM or the
 //! utilization counter, as `[gpu] metrics` allows), power, the
 //! total-energy counter, temperature, SM clock, and the memory of each compute process and MPS
 //! client, which the daemon attributes to jobs by session. Errors are
-//! sorted by consequence ([`failure`]): what a GPU cannot measure is left
+//! sorted by consequence (`failure`): what a GPU cannot measure is left
 //! out and said once; a GPU whose calls fail is reported in its reading,
 //! skipped by placement, and read again every interval until it answers.
 //! Nothing here panics or stops the monitor.

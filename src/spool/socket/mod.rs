@@ -9,7 +9,7 @@
 //! nothing, and no directory event or status file stands between a
 //! submission and its receipt. Where no daemon listens, or one declines
 //! (too busy, stopping, its disk failing), the submission takes the file
-//! path ([`super::submission`]), which works with no daemon at all.
+//! path (`super::submission`), which works with no daemon at all.
 //!
 //! The socket is the daemon's: a submitter hands jobs only to a peer that
 //! runs as the spool's owner. The daemon trusts nothing it reads: a job's
