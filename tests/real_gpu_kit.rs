@@ -7,7 +7,7 @@ use std::fs;
 use std::process::Command;
 
 #[test]
-#[ignore = "needs cc and python3 (and root for step 7): runs tools/real-gpu/run.sh --fake, about 40 s"]
+#[ignore = "needs cc and python3 (and root for step 7): runs tools/real-gpu/run.sh --fake, about 70 s"]
 fn the_real_gpu_kit_runs_its_steps_against_the_fake_nvml() {
     let out = tempfile::tempdir().unwrap();
     let run = Command::new("tools/real-gpu/run.sh")
@@ -16,7 +16,7 @@ fn the_real_gpu_kit_runs_its_steps_against_the_fake_nvml() {
             "--carma",
             env!("CARGO_BIN_EXE_carma"),
             "--steps",
-            "1,2,3,5,7",
+            "1,2,3,5,7,8",
         ])
         .arg("--out")
         .arg(out.path())
@@ -39,6 +39,15 @@ fn the_real_gpu_kit_runs_its_steps_against_the_fake_nvml() {
             "{job}: {summary}"
         );
     }
+    // 8: one job stopped at its time limit, one cancelled, both by
+    // SIGTERM; nothing left on the GPU, and the next job ran.
+    assert!(
+        summary.contains("-timed: time limit: stopped after its 20s of wall time; timed out True, cancelled False, signal 15")
+            && summary.contains("-cancelled: cancelled; timed out False, cancelled True, signal 15")
+            && summary.contains("compute processes left on the GPU: 0")
+            && summary.contains("-after (after the stops, same MPS server): done"),
+        "{summary}"
+    );
     // 5: both latencies were measured.
     assert!(
         summary.contains("submit -> first line p50") && !summary.contains("p50 n/a"),

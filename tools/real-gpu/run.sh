@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # carma on a real GPU (issue 27): inventory and readings against
 # nvidia-smi, MPS for real, a real OOM recovered, estimates against
-# measured peaks, dispatch latency. Run as root on a machine with an
+# measured peaks, dispatch latency, jobs of two users, and jobs stopped
+# by their time limit and by a cancellation. Run as root on a machine with an
 # NVIDIA GPU, the driver, PyTorch and torchvision (transformers for the
 # BERT/GPT-2 rows, torchinfo and torchsummary for those summaries, where
 # present). See README.md beside this script.
@@ -10,12 +11,12 @@
 #
 # --fake     no GPU: carma's fake NVML (tests/fake_nvml) and a fake
 #            nvidia-smi reading the same file stand in, and a stand-in
-#            trainer runs the jobs of steps 2 and 3 (checking the kit's
+#            trainer runs the jobs of steps 2, 3, 7 and 8 (checking the kit's
 #            plumbing); step 4 says "skipped" instead of faking a result
 # --carma    the carma binary (default: target/release/carma, built if missing)
 # --out      where results go (default: ./real-gpu-results); summary.txt
 #            there is appended to, so steps can be run one call each
-# --steps    which steps to run (default: 1,2,3,4,5,6,7)
+# --steps    which steps to run (default: 1,2,3,4,5,6,7,8)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,14 +24,14 @@ repo=$(cd "$here/../.." && pwd)
 fake=0
 carma=""
 out="$PWD/real-gpu-results"
-steps="1,2,3,4,5,6,7"
+steps="1,2,3,4,5,6,7,8"
 while [ $# -gt 0 ]; do
     case "$1" in
         --fake) fake=1 ;;
         --carma) carma=$2; shift ;;
         --out) out=$2; shift ;;
         --steps) steps=$2; shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -125,6 +126,7 @@ python3 -c 'import json,time; print(json.dumps({"started": time.time()}))'
 case "\$*" in
     *--alloc-gib*) [ -e "$work/fake-oomed" ] || { touch "$work/fake-oomed"
         echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB" >&2; exit 1; } ;;
+    *--forever*) exec sleep 600 ;;
 esac
 sleep 1
 python3 -c 'import json,time; t=time.time(); print(json.dumps({"started": t, "first_kernel": t, "ended": t}))'
@@ -134,8 +136,9 @@ FAKE
 fi
 
 config=$work/carma.toml
-write_config() {  # $1: mps enabled (true/false)
+write_config() {  # $1: mps enabled (true/false); more: lines for [daemon]
     local mps=$1
+    shift
     if [ "$mps" = true ] && [ -z "$mps_control" ]; then
         say "no nvidia-cuda-mps-control on PATH: MPS off"
         mps=false
@@ -146,6 +149,7 @@ spool = "$work/spool"
 # The kit runs as root on a machine of its own.
 allow_root_jobs = true
 job_path = "$(dirname "$py"):/usr/local/bin:/usr/bin:/bin"
+$(printf '%s\n' "$@")
 [mps]
 enabled = $mps
 control = "${mps_control:-nvidia-cuda-mps-control}"
@@ -396,6 +400,54 @@ if len(spans) == 2:
 PY
         stop_daemon
         keep_log 7
+    fi
+fi
+# --- 8. stops: a training job past its time limit and one cancelled,
+# under MPS; the GPU is left without their processes, and the MPS server
+# still serves the next job
+if want 8; then
+    say "8. a time limit and a cancellation under MPS"
+    if ! has_trainer; then
+        say "8. skipped: no GPU with PyTorch here"
+    else
+        write_config true "time_limit_grace_s = 5" "cancel_grace_s = 5"
+        start_daemon
+        if [ "$fake" = 1 ]; then long="$train --forever"; else long="$train resnet50 64 1000000"; fi
+        # job() writes the script right after the keys; these need one more.
+        job "$work/t.rad" timed 12G "$long"
+        sed -i 's/^memory: 12G$/memory: 12G\ntime: 20s/' "$work/t.rad"
+        job "$work/c.rad" cancelled 12G "$long"
+        t=$("$carma" submit "$work/t.rad"); c=$("$carma" submit "$work/c.rad")
+        # Cancelled once it has run a while (PyTorch up, its memory held).
+        for _ in $(seq 300); do
+            [ -s "$work/spool/running/$c/run-1/stdout" ] && break
+            sleep 0.1
+        done
+        sleep 10
+        "$carma" cancel "$c" | tee -a "$out/summary.txt"
+        for name in "$t" "$c"; do echo "$name: $(wait_ended "$name" 120)"; done | tee -a "$out/summary.txt"
+        python3 - "$work/spool" "$t" "$c" <<'PY' | tee -a "$out/summary.txt" || say "8. the runs could not be read"
+import json, pathlib, sys
+spool = pathlib.Path(sys.argv[1])
+for name in sys.argv[2:]:
+    task = spool / "failed" / name
+    if not task.is_dir():
+        print(f"{name}: not in failed/")
+        continue
+    exit = json.loads((task / "run-1" / "exit.json").read_text())
+    reason = (task / "reason").read_text().strip()
+    print(f"{name}: {reason}; timed out {exit['timed_out']}, cancelled {exit['cancelled']}, "
+          f"signal {exit['signal']}, ran {exit['ended_at'] - exit['started_at']:.1f} s")
+PY
+        # The GPU holds no process of theirs (under MPS, its server is one).
+        left=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null \
+            | { grep -v -e "^$" -e "mps-server" || true; } | wc -l)
+        echo "compute processes left on the GPU: $left" | tee -a "$out/summary.txt"
+        job "$work/a.rad" after 2G "$train resnet18 8 20"
+        a=$("$carma" submit "$work/a.rad")
+        echo "$a (after the stops, same MPS server): $(wait_ended "$a" 120)" | tee -a "$out/summary.txt"
+        stop_daemon
+        keep_log 8
     fi
 fi
 say "results in $out"
