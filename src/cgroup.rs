@@ -92,11 +92,11 @@ pub fn jobs_parent(spool: &Path) -> Result<PathBuf, String> {
     Ok(parent)
 }
 
-/// Which of the controllers the host limits need (cpu, memory) the
+/// Which of the controllers the host limits need (cpu, memory, pids) the
 /// jobs' cgroup `parent` does not give its runs.
 pub fn missing_controllers(parent: &Path) -> Vec<&'static str> {
     let on = fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
-    ["cpu", "memory"]
+    ["cpu", "memory", "pids"]
         .into_iter()
         .filter(|c| !on.split_whitespace().any(|o| o == *c))
         .collect()
@@ -221,11 +221,23 @@ impl RunCgroup {
         &self.dir
     }
 
-    /// Caps the run's CPU time at `cpus` CPUs and its host memory at
-    /// `memory_mib` (swap included). Each limit needs its controller on
-    /// for carma's cgroups; the error says which could not be set.
-    pub fn limit(&self, cpus: Option<f64>, memory_mib: Option<u64>) -> Result<(), String> {
+    /// Caps the run's CPU time at `cpus` CPUs, its host memory at
+    /// `memory_mib` (swap included) and its processes and threads at
+    /// `processes` (a fork bomb in one job ends there, not in the server's
+    /// process table). Each limit needs its controller on for carma's
+    /// cgroups; the error says which could not be set.
+    pub fn limit(
+        &self,
+        cpus: Option<f64>,
+        memory_mib: Option<u64>,
+        processes: Option<u64>,
+    ) -> Result<(), String> {
         let mut unset = Vec::new();
+        if let Some(n) = processes {
+            if let Err(e) = fs::write(self.dir.join("pids.max"), n.to_string()) {
+                unset.push(format!("queue.max_processes: {n} (pids.max: {e})"));
+            }
+        }
         if let Some(cpus) = cpus {
             let quota = (cpus * CPU_PERIOD_US as f64).round().max(1000.0) as u64;
             if let Err(e) = fs::write(self.dir.join("cpu.max"), format!("{quota} {CPU_PERIOD_US}"))
@@ -358,7 +370,7 @@ mod tests {
     fn limits_are_written_where_the_controllers_are_and_said_where_not() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("cgroup.procs"), "").unwrap();
-        for file in ["cpu.max", "memory.max", "memory.swap.max"] {
+        for file in ["cpu.max", "memory.max", "memory.swap.max", "pids.max"] {
             fs::write(dir.path().join(file), "max").unwrap();
         }
         let cgroup = RunCgroup::create(
@@ -366,11 +378,12 @@ mod tests {
             dir.path().file_name().unwrap().to_str().unwrap(),
         )
         .unwrap();
-        cgroup.limit(Some(1.5), Some(2048)).unwrap();
+        cgroup.limit(Some(1.5), Some(2048), Some(512)).unwrap();
         let read = |f: &str| fs::read_to_string(dir.path().join(f)).unwrap();
         assert_eq!(read("cpu.max"), "150000 100000");
         assert_eq!(read("memory.max"), (2048u64 << 20).to_string());
         assert_eq!(read("memory.swap.max"), "0");
+        assert_eq!(read("pids.max"), "512");
         // No controllers: nothing can be set, and the error says what.
         let bare = tempfile::tempdir().unwrap();
         fs::write(bare.path().join("cgroup.procs"), "").unwrap();
@@ -380,7 +393,9 @@ mod tests {
         )
         .unwrap();
         fs::create_dir(bare.path().join("cpu.max")).unwrap();
-        let err = cgroup.limit(Some(2.0), None).unwrap_err();
+        fs::create_dir(bare.path().join("pids.max")).unwrap();
+        let err = cgroup.limit(Some(2.0), None, Some(64)).unwrap_err();
         assert!(err.contains("cpus: 2"), "{err}");
+        assert!(err.contains("queue.max_processes: 64"), "{err}");
     }
 }

@@ -329,6 +329,7 @@ impl Hands<'_> {
             cgroup: self.job_cgroup.map(Path::to_path_buf),
             cpus: host.cpus,
             host_memory_mib: host.memory_mib,
+            max_processes: Some(self.config.queue.max_processes).filter(|&n| n > 0),
             crashes: Some(task.record.crashes),
             boot: crate::spool::this_boot(),
         }

@@ -82,6 +82,7 @@ pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing
         cgroup: None,
         cpus: None,
         host_memory_mib: None,
+        max_processes: None,
         crashes: None,
         boot: None,
     };

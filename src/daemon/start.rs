@@ -247,9 +247,9 @@ fn job_cgroup(config: &Config, spool_root: &std::path::Path) -> Option<PathBuf> 
             let missing = crate::cgroup::missing_controllers(&dir);
             if !missing.is_empty() {
                 log::warn!(
-                    "no {} controller for carma's cgroups: `cpus:` and `host_memory:` limits \
-                     are measured, not enforced (run the daemon under systemd with \
-                     Delegate=yes)",
+                    "no {} controller for carma's cgroups: `cpus:` and `host_memory:` are \
+                     measured, not enforced, nor is queue.max_processes (run the daemon under \
+                     systemd with Delegate=yes)",
                     missing.join(" or ")
                 );
             }
@@ -259,7 +259,7 @@ fn job_cgroup(config: &Config, spool_root: &std::path::Path) -> Option<PathBuf> 
             log::warn!(
                 "jobs run without cgroups: {why}; a job's processes end with it, but one \
                  that outlives a killed supervisor may be missed, and cpus: and \
-                 host_memory: are measured, not enforced"
+                 host_memory: are measured, not enforced, nor is queue.max_processes"
             );
             None
         }

@@ -41,6 +41,9 @@ pub struct QueueRules {
     pub max_cpus: f64,
     pub default_host_memory_mib: u64,
     pub max_host_memory_mib: u64,
+    /// Processes and threads one run may have at once (its cgroup's
+    /// `pids.max`); 0: no limit.
+    pub max_processes: u64,
     /// Order equal priorities by each user's recent GPU use.
     pub fair_share: bool,
     /// How fast that use is forgotten: it halves every this many seconds.

@@ -316,6 +316,10 @@ pub struct Launch {
     /// controller is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory_mib: Option<u64>,
+    /// Processes and threads the run's cgroup allows at once, where its
+    /// pids controller is on (`queue.max_processes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<u64>,
     /// The task's OOM crashes before this run, as the daemon judged them:
     /// a run was an OOM crash when the next one counts more. `None` in a
     /// launch written before carma recorded it.

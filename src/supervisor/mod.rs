@@ -390,7 +390,9 @@ fn run_cgroup(launch: &Launch) -> Option<RunCgroup> {
     let name = crate::cgroup::run_name(&launch.task, launch.run);
     match RunCgroup::create(parent, &name) {
         Ok(cgroup) => {
-            if let Err(why) = cgroup.limit(launch.cpus, launch.host_memory_mib) {
+            if let Err(why) =
+                cgroup.limit(launch.cpus, launch.host_memory_mib, launch.max_processes)
+            {
                 let _ = writeln!(io::stderr(), "{}: {why}", cgroup.dir().display());
             }
             Some(cgroup)

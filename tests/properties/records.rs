@@ -81,6 +81,7 @@ fn launch() -> Launch {
         cgroup: Some("/sys/fs/cgroup/system.slice/carma.service/carma-0123456789ab".into()),
         cpus: Some(2.5),
         host_memory_mib: Some(32768),
+        max_processes: Some(16384),
         crashes: Some(1),
         boot: Some("5f0c9a2e-8d1b-4c3e-9a7f-2b6d8e1f4a90".into()),
     }
