@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# All eight steps of run.sh in one go, each under its own time limit, for a
+# All nine steps of run.sh in one go, each under its own time limit, for a
 # GPU machine lent for minutes: a step that hangs (MPS that never answers, a
 # job that never ends) costs its own budget, not the rest. After each step
 # the results so far are packed into OUT/results.tar.gz, so a run cut off
@@ -7,13 +7,13 @@
 #
 #   tools/real-gpu/all-steps.sh CARMA OUT [STEP:SECONDS ...]
 #
-# Default budgets: 1:30 3:120 2:110 4:170 5:80 6:150 7:120 8:110 (run in that order).
+# Default budgets: 1:30 3:120 2:110 4:170 5:80 6:150 7:120 8:110 9:90 (run in that order).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 carma=$1 out=$2
 shift 2
 budgets=("$@")
-[ ${#budgets[@]} -gt 0 ] || budgets=(1:30 3:120 2:110 4:170 5:80 6:150 7:120 8:110)
+[ ${#budgets[@]} -gt 0 ] || budgets=(1:30 3:120 2:110 4:170 5:80 6:150 7:120 8:110 9:90)
 mkdir -p "$out/results"
 results=$(cd "$out/results" && pwd)
 {

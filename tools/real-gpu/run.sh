@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # carma on a real GPU (issue 27): inventory and readings against
 # nvidia-smi, MPS for real, a real OOM recovered, estimates against
-# measured peaks, dispatch latency, jobs of two users, and jobs stopped
-# by their time limit and by a cancellation. Run as root on a machine with an
+# measured peaks, dispatch latency, jobs of two users, jobs stopped by
+# their time limit and by a cancellation, and host limits enforced in a
+# cgroup of the daemon's own. Run as root on a machine with an
 # NVIDIA GPU, the driver, PyTorch and torchvision (transformers for the
 # BERT/GPT-2 rows, torchinfo and torchsummary for those summaries, where
 # present). See README.md beside this script.
@@ -16,7 +17,7 @@
 # --carma    the carma binary (default: target/release/carma, built if missing)
 # --out      where results go (default: ./real-gpu-results); summary.txt
 #            there is appended to, so steps can be run one call each
-# --steps    which steps to run (default: 1,2,3,4,5,6,7,8)
+# --steps    which steps to run (default: 1,2,3,4,5,6,7,8,9)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +25,7 @@ repo=$(cd "$here/../.." && pwd)
 fake=0
 carma=""
 out="$PWD/real-gpu-results"
-steps="1,2,3,4,5,6,7,8"
+steps="1,2,3,4,5,6,7,8,9"
 while [ $# -gt 0 ]; do
     case "$1" in
         --fake) fake=1 ;;
@@ -159,9 +160,14 @@ TOML
 }
 export CARMA_CONFIG=$config CARMA_SPOOL=$work/spool
 
-start_daemon() {
+start_daemon() {  # $1: a cgroup v2 directory to start it in, alone (optional)
     rm -rf "$work/spool"
-    RUST_LOG=info "$carma" daemon >"$work/daemon.log" 2>&1 &
+    if [ -n "${1:-}" ]; then
+        RUST_LOG=info sh -c 'echo $$ > "$1/cgroup.procs" && exec "$2" daemon' sh "$1" "$carma" \
+            >"$work/daemon.log" 2>&1 &
+    else
+        RUST_LOG=info "$carma" daemon >"$work/daemon.log" 2>&1 &
+    fi
     daemon_pid=$!
     for _ in $(seq 300); do
         [ -s "$work/spool/status.json" ] && return 0
@@ -448,6 +454,80 @@ PY
         echo "$a (after the stops, same MPS server): $(wait_ended "$a" 120)" | tee -a "$out/summary.txt"
         stop_daemon
         keep_log 8
+    fi
+fi
+# --- 9. host limits: the daemon alone in a cgroup with the cpu, memory
+# and pids controllers (what systemd's Delegate=yes gives the unit), and
+# jobs that ask for cpus:, host_memory: and more processes than
+# queue.max_processes
+if want 9; then
+    say "9. host limits in a cgroup of the daemon's own"
+    own=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)
+    if ! [ -f "$own/cgroup.controllers" ] || \
+        [ "$(tr ' ' '\n' < "$own/cgroup.controllers" | grep -cx -e cpu -e memory -e pids)" != 3 ]; then
+        say "9. skipped: no cgroup v2 with the cpu, memory and pids controllers here"
+    else
+        # A cgroup that gives its children controllers holds no process
+        # itself: this shell and its neighbours move into a leaf first.
+        mkdir -p "$own/kit-rest" "$own/kit-daemon"
+        for pid in $(cat "$own/cgroup.procs"); do echo "$pid" > "$own/kit-rest/cgroup.procs" 2>/dev/null || true; done
+        if ! echo "+cpu +memory +pids" > "$own/cgroup.subtree_control"; then
+            say "9. skipped: $own would not give its children the controllers (processes left: $(cat "$own/cgroup.procs" | tr '\n' ' '))"
+            for pid in $(cat "$own/kit-rest/cgroup.procs"); do echo "$pid" > "$own/cgroup.procs" 2>/dev/null || true; done
+            rmdir "$own/kit-daemon" "$own/kit-rest" 2>/dev/null || true
+        else
+            write_config false
+            printf '[queue]\nmax_processes = 64\n' >> "$config"
+            start_daemon "$own/kit-daemon"
+            grep -E "jobs run in cgroups|controller" "$work/daemon.log" | cut -c22- | tee -a "$out/summary.txt"
+            job "$work/f.rad" forks 1G "$py -c 'import os, time
+n, failed = 0, None
+while n < 200 and failed is None:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        failed = e.strerror
+        break
+    if pid == 0:
+        time.sleep(20)
+        os._exit(0)
+    n += 1
+print(\"forked\", n, \"children; then:\", failed)
+'"
+            job "$work/m.rad" memory 1G "$py -c 'x = b\"x\" * (1 << 30); print(\"held 1 GiB\")'"
+            sed -i 's/^memory: 1G$/memory: 1G\nhost_memory: 256M/' "$work/m.rad"
+            job "$work/u.rad" cpu 1G "$py -c 'import time, resource
+t = time.time()
+while time.time() - t < 4:
+    pass
+print(\"CPU seconds in 4 s of wall time:\", round(resource.getrusage(resource.RUSAGE_SELF).ru_utime, 2))
+'"
+            sed -i 's/^memory: 1G$/memory: 1G\ncpus: 0.5/' "$work/u.rad"
+            names=()
+            for f in f m u; do names+=("$("$carma" submit "$work/$f.rad")"); done
+            for t in "${names[@]}"; do echo "$t: $(wait_ended "$t" 60)"; done | tee -a "$out/summary.txt"
+            python3 - "$work/spool" "${names[@]}" <<'PY' | tee -a "$out/summary.txt" || say "9. the runs could not be read"
+import json, pathlib, sys
+spool = pathlib.Path(sys.argv[1])
+for name in sys.argv[2:]:
+    task = next((spool / s / name for s in ("done", "failed") if (spool / s / name).is_dir()), None)
+    if task is None:
+        print(f"{name}: did not end")
+        continue
+    exit = json.loads((task / "run-1" / "exit.json").read_text())
+    said = (task / "run-1" / "stdout").read_text().strip().replace("\n", " / ")
+    print(f"{name}: exit {exit['code']}, signal {exit['signal']}, host peak {exit.get('host_peak_mib')} MiB, "
+          f"cpu {exit.get('cpu_s')} s; said: {said or '(nothing)'}")
+PY
+            stop_daemon
+            keep_log 9
+            # Back as it was, as far as it goes: the controllers off, the
+            # processes home, the cgroups gone (the daemon removed its own).
+            echo "-cpu -memory -pids" > "$own/cgroup.subtree_control" 2>/dev/null || true
+            for pid in $(cat "$own/kit-rest/cgroup.procs"); do echo "$pid" > "$own/cgroup.procs" 2>/dev/null || true; done
+            find "$own/kit-daemon" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null || true
+            rmdir "$own/kit-daemon" "$own/kit-rest" 2>/dev/null || true
+        fi
     fi
 fi
 say "results in $out"
