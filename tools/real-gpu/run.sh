@@ -462,23 +462,20 @@ fi
 # queue.max_processes
 if want 9; then
     say "9. host limits in a cgroup of the daemon's own"
-    own=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)
-    if ! [ -f "$own/cgroup.controllers" ] || \
-        [ "$(tr ' ' '\n' < "$own/cgroup.controllers" | grep -cx -e cpu -e memory -e pids)" != 3 ]; then
-        say "9. skipped: no cgroup v2 with the cpu, memory and pids controllers here"
+    # A cgroup of its own under the root, which gives every child the
+    # controllers it has on (a cgroup that holds processes cannot).
+    root=/sys/fs/cgroup
+    kit=$root/carma-kit-$$
+    if ! [ -f "$root/cgroup.subtree_control" ] || \
+        [ "$(tr ' ' '\n' < "$root/cgroup.subtree_control" | grep -cx -e cpu -e memory -e pids)" != 3 ]; then
+        say "9. skipped: the cgroup v2 root here does not give its children the cpu, memory and pids controllers"
     else
-        # A cgroup that gives its children controllers holds no process
-        # itself: this shell and its neighbours move into a leaf first.
-        mkdir -p "$own/kit-rest" "$own/kit-daemon"
-        for pid in $(cat "$own/cgroup.procs"); do echo "$pid" > "$own/kit-rest/cgroup.procs" 2>/dev/null || true; done
-        if ! echo "+cpu +memory +pids" > "$own/cgroup.subtree_control"; then
-            say "9. skipped: $own would not give its children the controllers (processes left: $(cat "$own/cgroup.procs" | tr '\n' ' '))"
-            for pid in $(cat "$own/kit-rest/cgroup.procs"); do echo "$pid" > "$own/cgroup.procs" 2>/dev/null || true; done
-            rmdir "$own/kit-daemon" "$own/kit-rest" 2>/dev/null || true
+        if ! mkdir "$kit"; then
+            say "9. skipped: cannot make $kit"
         else
             write_config false
             printf '[queue]\nmax_processes = 64\n' >> "$config"
-            start_daemon "$own/kit-daemon"
+            start_daemon "$kit"
             grep -E "jobs run in cgroups|controller" "$work/daemon.log" | cut -c22- | tee -a "$out/summary.txt"
             job "$work/f.rad" forks 1G "$py -c 'import os, time
 n, failed = 0, None
@@ -521,12 +518,9 @@ for name in sys.argv[2:]:
 PY
             stop_daemon
             keep_log 9
-            # Back as it was, as far as it goes: the controllers off, the
-            # processes home, the cgroups gone (the daemon removed its own).
-            echo "-cpu -memory -pids" > "$own/cgroup.subtree_control" 2>/dev/null || true
-            for pid in $(cat "$own/kit-rest/cgroup.procs"); do echo "$pid" > "$own/cgroup.procs" 2>/dev/null || true; done
-            find "$own/kit-daemon" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null || true
-            rmdir "$own/kit-daemon" "$own/kit-rest" 2>/dev/null || true
+            # The daemon removed its jobs' cgroups; its own leaf stays.
+            find "$kit" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null || true
+            rmdir "$kit" 2>/dev/null || true
         fi
     fi
 fi
