@@ -191,6 +191,7 @@ pub struct RunCgroup {
 pub struct Usage {
     pub peak_mib: Option<u64>,
     pub cpu_s: Option<f64>,
+    pub oom_kills: Option<u64>,
 }
 
 impl RunCgroup {
@@ -340,7 +341,21 @@ fn usage(dir: &Path) -> Usage {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(|usec| usec as f64 / 1e6)
         });
-    Usage { peak_mib, cpu_s }
+    // Processes the kernel's OOM killer ended in the cgroup, its memory
+    // at memory.max (`host_memory:`).
+    let oom_kills = fs::read_to_string(dir.join("memory.events"))
+        .ok()
+        .and_then(|events| {
+            events
+                .lines()
+                .find_map(|l| l.strip_prefix("oom_kill "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        });
+    Usage {
+        peak_mib,
+        cpu_s,
+        oom_kills,
+    }
 }
 
 #[cfg(test)]
@@ -356,11 +371,17 @@ mod tests {
             "usage_usec 2500000\nuser_usec 2000000\n",
         )
         .unwrap();
+        fs::write(
+            dir.path().join("memory.events"),
+            "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n",
+        )
+        .unwrap();
         assert_eq!(
             usage(dir.path()),
             Usage {
                 peak_mib: Some(4),
-                cpu_s: Some(2.5)
+                cpu_s: Some(2.5),
+                oom_kills: Some(1),
             }
         );
         assert_eq!(usage(&dir.path().join("none")), Usage::default());

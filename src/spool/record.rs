@@ -385,6 +385,11 @@ pub struct RunExit {
     /// measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_s: Option<f64>,
+    /// Processes of the job the kernel's OOM killer ended because the
+    /// run's host memory reached its cap (`host_memory:`, the cgroup's
+    /// `memory.max`); absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_oom_kills: Option<u64>,
 }
 
 impl RunExit {
@@ -403,6 +408,7 @@ impl RunExit {
             transient: false,
             host_peak_mib: None,
             cpu_s: None,
+            host_oom_kills: None,
         }
     }
 
@@ -416,13 +422,20 @@ impl RunExit {
         if let Some(error) = &self.error {
             return format!("could not start: {error}");
         }
-        match (self.code, self.signal) {
+        let how = match (self.code, self.signal) {
             (Some(code), _) => format!("exit status {code}"),
             (None, Some(signal)) => match nix::sys::signal::Signal::try_from(signal) {
                 Ok(s) => format!("killed by {s}"),
                 Err(_) => format!("killed by signal {signal}"),
             },
             (None, None) => "ended without a status".into(),
+        };
+        match self.host_oom_kills {
+            Some(n) if n > 0 => format!(
+                "{how}, out of host memory: the kernel ended {n} of its processes at its \
+                 host_memory: cap"
+            ),
+            _ => how,
         }
     }
 }
@@ -565,5 +578,14 @@ mod tests {
         assert_eq!(exit.describe(), "killed by SIGKILL");
         exit.code = Some(3);
         assert_eq!(exit.describe(), "exit status 3");
+        // Its cgroup's memory cap ended a process: said, or "exit status
+        // 137" would leave its owner guessing.
+        exit.code = Some(137);
+        exit.host_oom_kills = Some(1);
+        assert_eq!(
+            exit.describe(),
+            "exit status 137, out of host memory: the kernel ended 1 of its processes at its \
+             host_memory: cap"
+        );
     }
 }

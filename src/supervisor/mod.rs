@@ -287,6 +287,7 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
                     );
                 }
                 exit.host_peak_mib = usage.peak_mib;
+                exit.host_oom_kills = usage.oom_kills.filter(|&n| n > 0);
                 exit.cpu_s = usage.cpu_s;
             }
         }

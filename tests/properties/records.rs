@@ -100,6 +100,7 @@ fn run_exit() -> RunExit {
         transient: false,
         host_peak_mib: Some(2048),
         cpu_s: Some(12.5),
+        host_oom_kills: Some(1),
     }
 }
 

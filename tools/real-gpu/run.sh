@@ -514,7 +514,9 @@ for name in sys.argv[2:]:
     exit = json.loads((task / "run-1" / "exit.json").read_text())
     said = (task / "run-1" / "stdout").read_text().strip().replace("\n", " / ")
     print(f"{name}: exit {exit['code']}, signal {exit['signal']}, host peak {exit.get('host_peak_mib')} MiB, "
-          f"cpu {exit.get('cpu_s')} s; said: {said or '(nothing)'}")
+          f"cpu {exit.get('cpu_s')} s, OOM kills {exit.get('host_oom_kills')}; said: {said or '(nothing)'}")
+    if (task / "reason").exists():
+        print(f"{name}: reason: {(task / 'reason').read_text().strip()[:160]}")
 PY
             stop_daemon
             keep_log 9
