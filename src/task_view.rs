@@ -82,6 +82,10 @@ pub struct RunView {
     /// not succeed; `None` when its stderr cannot be read.
     pub oom: Option<bool>,
     pub peak_mib: Option<u64>,
+    /// Its processes' peak host memory together and their CPU seconds,
+    /// where its cgroup measured them.
+    pub host_peak_mib: Option<u64>,
+    pub cpu_s: Option<f64>,
     /// The last lines of its stderr, control characters escaped.
     pub stderr_tail: Vec<String>,
     /// Why its stderr could not be read (another user's, or gone).
@@ -268,6 +272,8 @@ fn gather_run(dir: &Path, run: u32, copied: Option<&OwnerRun>, scope: Scope) -> 
         cancelled: exit.as_ref().is_some_and(|e| e.cancelled),
         oom,
         peak_mib: exit.as_ref().and_then(|e| e.peak_mib),
+        host_peak_mib: exit.as_ref().and_then(|e| e.host_peak_mib),
+        cpu_s: exit.as_ref().and_then(|e| e.cpu_s),
         stderr_tail,
         stderr_error,
         stdout_path: run_dir.join(supervisor::STDOUT),

@@ -46,6 +46,11 @@ fn show_says_why_a_job_failed_and_status_lists_the_reason() {
         assert!(text.contains(&want), "{want:?} not in:\n{text}");
     }
     assert!(!text.contains("run-2"), "{text}");
+    // Where the run had a cgroup of its own (as root), what it measured:
+    // its processes' CPU time.
+    if spool.daemon_log().contains("jobs run in cgroups under") {
+        assert!(text.contains(" CPU s"), "{text}");
+    }
 
     // By the job's name (the one that ended), as JSON, two lines of stderr.
     let view = show_json(

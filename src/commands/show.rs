@@ -134,6 +134,12 @@ fn print_run(run: &RunView, lines: usize) {
     if let Some(peak) = run.peak_mib {
         about.push(format!("peak {}", format_mib(peak)));
     }
+    if let Some(host) = run.host_peak_mib {
+        about.push(format!("host memory peak {}", format_mib(host)));
+    }
+    if let Some(cpu) = run.cpu_s {
+        about.push(format!("{cpu:.1} CPU s"));
+    }
     match about.is_empty() {
         true => println!("\nrun-{}", run.run),
         false => println!("\nrun-{}: {}", run.run, about.join(", ")),
