@@ -571,11 +571,16 @@ fn supervise_forked(run: Handed, before: &SigSet, ended: SignalFd) -> ! {
     std::process::exit(code)
 }
 
-/// The run's log first, so that what fails after goes there.
+/// The run's log first, so that what fails after goes there. The stop
+/// signals stay blocked from here on: the supervisor reads them.
 fn shed(before: &SigSet, log: OwnedFd) -> io::Result<()> {
     nix::unistd::dup2_stderr(&log)?;
     drop(log);
-    before.thread_set_mask()?;
+    let mut mask = *before;
+    for signal in crate::supervisor::stop_signals().iter() {
+        mask.add(signal);
+    }
+    mask.thread_set_mask()?;
     nix::unistd::dup2_stdin(File::open("/dev/null")?)?;
     setsid()?;
     Ok(())

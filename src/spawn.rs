@@ -217,8 +217,23 @@ impl Spawn {
             {
                 fail(last());
             }
-            // Rust ignores SIGPIPE; a job's pipeline must not.
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            // Every signal at its default: an ignored one stays ignored
+            // across exec, and the job would inherit SIGPIPE (which Rust
+            // ignores), SIGQUIT and SIGINT (ignored for a daemon started
+            // with `&` from a script), SIGHUP (`nohup`), and glibc's two
+            // internal signals (32, 33), which its posix_spawn leaves
+            // ignored in the process it starts. Raw, as glibc's own
+            // sigaction refuses those two; a handler needs no reset (exec
+            // does it), and SIGKILL and SIGSTOP cannot change.
+            let default = KernelSigaction {
+                handler: libc::SIG_DFL,
+                flags: 0,
+                restorer: 0,
+                mask: 0,
+            };
+            for signal in 1..=64 {
+                libc::syscall(libc::SYS_rt_sigaction, signal, &default, 0usize, 8usize);
+            }
             if libc::setpgid(0, 0) < 0 {
                 fail(last());
             }
@@ -278,6 +293,17 @@ pub fn reap_ended() {
             break;
         }
     }
+}
+
+/// The kernel's `struct sigaction` (x86-64 and arm64 alike: handler,
+/// flags, restorer, an 8-byte mask; not the C library's, whose mask is
+/// 128 bytes), for `rt_sigaction` made by hand.
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
 }
 
 /// A NULL-terminated array of pointers into `strings`, for exec.

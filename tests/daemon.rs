@@ -1106,3 +1106,18 @@ fn a_submitter_whose_daemon_died_before_answering_learns_from_the_next_what_it_t
         }
     }
 }
+
+#[test]
+fn a_job_never_inherits_signals_ignored_by_whoever_started_the_daemon() {
+    // `trap '' QUIT INT` (or nohup's SIGHUP) before `carma daemon`: an
+    // ignored signal stays ignored across exec, into the nursery and the
+    // supervisors; the job gets every signal at its default all the same.
+    let mut spool = Spool::new("1x40GiB");
+    spool.spawn_daemon_wrapped(&["bash", "-c", "trap '' QUIT INT HUP; exec \"$@\"", "bash"]);
+    spool.wait_daemon_ready(20.0);
+    let name = spool.submit("ign.rad", "memory: 1G\ngrep SigIgn /proc/self/status\n");
+    spool.wait_count("done", 1, 15.0);
+    let run = spool.root.join("done").join(&name).join("run-1");
+    let seen = fs::read_to_string(run.join("stdout")).unwrap();
+    assert!(seen.contains("SigIgn:\t0000000000000000"), "{seen}");
+}

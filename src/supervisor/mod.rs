@@ -51,6 +51,7 @@ use crate::spawn::Spawn;
 pub use crate::spool::record::{EXIT, LAUNCH};
 use crate::spool::record::{Launch, RunExit, read_json, read_state, to_json, unix_now, write_json};
 use crate::spool::{PRIVATE, write_replace};
+pub use ending::stop_signals;
 use ending::{Stops, Watch};
 
 /// File names inside a run directory (besides [`LAUNCH`] and [`EXIT`]).
@@ -261,10 +262,18 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
                 grace,
                 time_limit,
             };
-            let ended = watch.wait(child, &stops)?;
-            exit.timed_out = ended.timed_out;
-            exit.code = ended.code;
-            exit.signal = ended.signal;
+            match watch.wait(child, &stops) {
+                Ok(ended) => {
+                    exit.timed_out = ended.timed_out;
+                    exit.code = ended.code;
+                    exit.signal = ended.signal;
+                }
+                // The job is ended below and its end recorded without a
+                // status: never left running unwatched.
+                Err(e) => {
+                    let _ = writeln!(io::stderr(), "cannot wait for the job: {e}; ending it");
+                }
+            }
             // The job's leftovers (background processes) go with it.
             let _ = killpg(child, Signal::SIGKILL);
             // Those that left the group (setsid) are this process's
