@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use crate::cgroup::RunCgroup;
@@ -189,17 +189,31 @@ fn terminate(stops: &Stops, kill_by: Option<Instant>, kill_at: &mut Option<Insta
 }
 
 /// Reaps every child that ended; `job`'s exit code or killing signal if
-/// it was among them.
+/// it was among them. The job's group gets SIGKILL first, while the
+/// leader's zombie still holds the group's number: whatever the job left
+/// behind in it goes with it, and once the leader is reaped the number
+/// could be another process group's.
 fn reap(job: Pid) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
+    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     loop {
-        match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(p, code)) if p == job => return Ok(Some((Some(code), None))),
-            Ok(WaitStatus::Signaled(p, signal, _)) if p == job => {
-                return Ok(Some((None, Some(signal as i32))));
-            }
-            Ok(WaitStatus::StillAlive) => return Ok(None),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        let status = match waitid(Id::All, peek) {
+            Ok(status) => status,
+            Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
+        };
+        let Some(pid) = status.pid() else {
+            return Ok(None);
+        };
+        if pid == job {
+            let _ = killpg(job, Signal::SIGKILL);
+        }
+        waitpid(pid, Some(WaitPidFlag::WNOHANG))?;
+        if pid == job {
+            return Ok(Some(match status {
+                WaitStatus::Exited(_, code) => (Some(code), None),
+                WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
+                _ => (None, None),
+            }));
         }
     }
 }

@@ -268,14 +268,13 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
                     exit.code = ended.code;
                     exit.signal = ended.signal;
                 }
-                // The job is ended below and its end recorded without a
-                // status: never left running unwatched.
+                // Its end is recorded without a status: never left running
+                // unwatched.
                 Err(e) => {
                     let _ = writeln!(io::stderr(), "cannot wait for the job: {e}; ending it");
+                    let _ = killpg(child, Signal::SIGKILL);
                 }
             }
-            // The job's leftovers (background processes) go with it.
-            let _ = killpg(child, Signal::SIGKILL);
             // Those that left the group (setsid) are this process's
             // children now, and in the cgroup where there is one.
             if !end_orphans(ORPHAN_PATIENCE) {
