@@ -57,9 +57,9 @@ pub struct Watch {
     stopped: bool,
 }
 
-/// What stops the job of a run and when: its process group, its cgroup,
-/// the grace after a cancellation, and its time limit with that limit's
-/// own grace.
+/// What stops the job of a run and when: its process group (whose
+/// number is the job's first process, its leader), its cgroup, the grace
+/// after a cancellation, and its time limit with that limit's own grace.
 pub struct Stops<'a> {
     pub group: Pid,
     pub cgroup: Option<&'a Path>,
@@ -106,13 +106,15 @@ impl Watch {
         Ok(child)
     }
 
-    /// Waits until `job` (the leader of `stops.group`) ends, stopping it
-    /// as `stops` say meanwhile. Every other child that ends is reaped as
-    /// well: the supervisor is a subreaper, so the processes a job orphans
-    /// become its children, and none may linger as a zombie while it runs.
-    pub fn wait(&mut self, job: Pid, stops: &Stops) -> io::Result<Ended> {
-        // A limit or a grace too long to be a time (a job file may ask
-        // for any) never comes: `checked_add`, never `+`, which panics.
+    /// Waits until the job (the leader of `stops.group`) ends, stopping
+    /// it as `stops` say meanwhile. Every other child that ends is reaped
+    /// as well: the supervisor is a subreaper, so the processes a job
+    /// orphans become its children, and none may linger as a zombie while
+    /// it runs.
+    pub fn wait(&mut self, stops: &Stops) -> io::Result<Ended> {
+        // A limit or a grace too long to be an `Instant` (launch.json's
+        // seconds saturate) never comes: `checked_add`, never `+`, which
+        // panics.
         let started = Instant::now();
         let mut limit_at = stops
             .time_limit
@@ -128,7 +130,7 @@ impl Watch {
             }
             if child {
                 child = false;
-                if let Some((code, signal)) = reap(job)? {
+                if let Some((code, signal)) = reap(stops.group)? {
                     return Ok(Ended {
                         code,
                         signal,

@@ -262,7 +262,7 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
                 grace,
                 time_limit,
             };
-            match watch.wait(child, &stops) {
+            match watch.wait(&stops) {
                 Ok(ended) => {
                     exit.timed_out = ended.timed_out;
                     exit.code = ended.code;
