@@ -10,6 +10,7 @@ use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use carma::config::Config;
+use commands::deferred::Deferred;
 
 /// Collocation-aware GPU job runner: shares GPUs between training jobs
 /// without out-of-memory crashes.
@@ -41,53 +42,55 @@ enum Command {
     },
     /// Replay a trace in virtual time on simulated GPUs and print its
     /// figures: what would this policy do on this trace?
-    Simulate(commands::simulate::Args),
+    Simulate(Deferred<commands::simulate::Args>),
     /// Run job files on a Slurm cluster: memory as shards, OOM recovery
     /// inside the allocation.
+    // Built before parsing, unlike the others: `help slurm` lists its own
+    // subcommands, which clap copies from what is built by then.
     Slurm(commands::slurm::Args),
     /// A fake training job for simulated GPUs (tests and demos).
     #[command(hide = true)]
-    FakeTrain(commands::fake_train::Args),
+    FakeTrain(Deferred<commands::fake_train::Args>),
     /// Serve a spool: watch it, place jobs on GPUs, run them, recover
     /// them from out-of-memory crashes.
     #[command(after_long_help = commands::daemon::EXIT_STATUS)]
-    Daemon(commands::daemon::Args),
+    Daemon(Deferred<commands::daemon::Args>),
     /// Check `.rad` files and submit them; prints each task's name.
-    Submit(commands::submit::Args),
+    Submit(Deferred<commands::submit::Args>),
     /// Show queues and GPUs as the daemon sees them.
-    Status(commands::status::Args),
+    Status(Deferred<commands::status::Args>),
     /// Show one task in full: state, owner, times, GPUs, estimate, and
     /// every run with how it ended and the end of its stderr.
-    Show(commands::show::Args),
+    Show(Deferred<commands::show::Args>),
     /// Cancel a waiting or running task.
-    Cancel(commands::cancel::Args),
+    Cancel(Deferred<commands::cancel::Args>),
     /// Keep a waiting task from starting until `carma release`.
-    Hold(commands::adjust::TaskArgs),
+    Hold(Deferred<commands::adjust::TaskArgs>),
     /// Let a held task start again.
-    Release(commands::adjust::TaskArgs),
+    Release(Deferred<commands::adjust::TaskArgs>),
     /// Change a task's priority: higher runs first among waiting tasks.
-    Priority(commands::adjust::PriorityArgs),
+    Priority(Deferred<commands::adjust::PriorityArgs>),
     /// Put a running task (its job stopped) or an ended one back in the
     /// queue.
-    Requeue(commands::adjust::TaskArgs),
+    Requeue(Deferred<commands::adjust::TaskArgs>),
     /// Figures of what ran in a spool (the keys of `simulate --json`).
-    Report(commands::report::Args),
+    Report(Deferred<commands::report::Args>),
     /// Turn a trace into fake-train job files and print a staggered
     /// submission script.
-    Replay(commands::replay::Args),
+    Replay(Deferred<commands::replay::Args>),
     /// Estimate a job's GPU memory from its `.rad` file or a model summary.
-    Estimate(commands::estimate::Args),
+    Estimate(Deferred<commands::estimate::Args>),
     /// Train the memory-estimator ensembles on the GPUMemNet data, or
     /// cross-validate them.
-    Train(commands::train::Args),
+    Train(Deferred<commands::train::Args>),
     /// Print the completion script for a shell (bash, zsh, fish, elvish,
     /// powershell).
-    Completions(commands::completions::Args),
+    Completions(Deferred<commands::completions::Args>),
     /// Print the manual page, or write every command's into a directory.
-    Man(commands::man::Args),
+    Man(Deferred<commands::man::Args>),
     /// Run one job under supervision (started by the daemon).
     #[command(hide = true)]
-    Supervise(commands::supervise::Args),
+    Supervise(Deferred<commands::supervise::Args>),
 }
 
 fn main() -> ExitCode {
@@ -154,24 +157,26 @@ fn run(mut cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { files, json } => commands::check::run(&files, json),
-        Command::Simulate(args) => commands::simulate::run(cli.config.as_deref(), args),
+        Command::Simulate(Deferred(args)) => commands::simulate::run(cli.config.as_deref(), args),
         Command::Slurm(args) => commands::slurm::run(cli.config.as_deref(), args),
-        Command::FakeTrain(args) => Ok(commands::fake_train::run(args)),
-        Command::Daemon(args) => commands::daemon::run(cli.config.as_deref(), args),
-        Command::Submit(args) => commands::submit::run(cli.config.as_deref(), args),
-        Command::Status(args) => commands::status::run(cli.config.as_deref(), args),
-        Command::Show(args) => commands::show::run(cli.config.as_deref(), args),
-        Command::Cancel(args) => commands::cancel::run(cli.config.as_deref(), args),
-        Command::Hold(args) => commands::adjust::hold(cli.config.as_deref(), args),
-        Command::Release(args) => commands::adjust::release(cli.config.as_deref(), args),
-        Command::Priority(args) => commands::adjust::priority(cli.config.as_deref(), args),
-        Command::Requeue(args) => commands::adjust::requeue(cli.config.as_deref(), args),
-        Command::Report(args) => commands::report::run(cli.config.as_deref(), args),
-        Command::Replay(args) => commands::replay::run(args),
-        Command::Estimate(args) => commands::estimate::run(cli.config.as_deref(), args),
-        Command::Train(args) => commands::train::run(cli.config.as_deref(), args),
-        Command::Completions(args) => commands::completions::run(Cli::command(), args),
-        Command::Man(args) => commands::man::run(Cli::command(), args),
-        Command::Supervise(args) => commands::supervise::run(args),
+        Command::FakeTrain(Deferred(args)) => Ok(commands::fake_train::run(args)),
+        Command::Daemon(Deferred(args)) => commands::daemon::run(cli.config.as_deref(), args),
+        Command::Submit(Deferred(args)) => commands::submit::run(cli.config.as_deref(), args),
+        Command::Status(Deferred(args)) => commands::status::run(cli.config.as_deref(), args),
+        Command::Show(Deferred(args)) => commands::show::run(cli.config.as_deref(), args),
+        Command::Cancel(Deferred(args)) => commands::cancel::run(cli.config.as_deref(), args),
+        Command::Hold(Deferred(args)) => commands::adjust::hold(cli.config.as_deref(), args),
+        Command::Release(Deferred(args)) => commands::adjust::release(cli.config.as_deref(), args),
+        Command::Priority(Deferred(args)) => {
+            commands::adjust::priority(cli.config.as_deref(), args)
+        }
+        Command::Requeue(Deferred(args)) => commands::adjust::requeue(cli.config.as_deref(), args),
+        Command::Report(Deferred(args)) => commands::report::run(cli.config.as_deref(), args),
+        Command::Replay(Deferred(args)) => commands::replay::run(args),
+        Command::Estimate(Deferred(args)) => commands::estimate::run(cli.config.as_deref(), args),
+        Command::Train(Deferred(args)) => commands::train::run(cli.config.as_deref(), args),
+        Command::Completions(Deferred(args)) => commands::completions::run(Cli::command(), args),
+        Command::Man(Deferred(args)) => commands::man::run(Cli::command(), args),
+        Command::Supervise(Deferred(args)) => commands::supervise::run(args),
     }
 }

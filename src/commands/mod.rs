@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod check;
 pub mod completions;
 pub mod daemon;
+pub mod deferred;
 pub mod estimate;
 pub mod fake_train;
 pub mod man;
