@@ -7,6 +7,8 @@
 
 use std::collections::VecDeque;
 
+use serde::{Serialize, Serializer};
+
 /// Entries kept in all.
 const KEPT: usize = 256;
 
@@ -26,6 +28,13 @@ impl Adoptions {
 
     pub(super) fn entries(&self) -> Vec<(String, String)> {
         self.0.iter().cloned().collect()
+    }
+}
+
+/// As the list [`Adoptions::entries`] gives, read in place.
+impl Serialize for Adoptions {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
     }
 }
 

@@ -44,12 +44,12 @@ impl Daemon {
             .iter()
             .filter_map(|(id, place)| self.waiting_task(*id, place))
             .collect();
-        self.status_with(&places, waiting)
+        self.status_with(&places, waiting, self.adopted.entries())
     }
 
     /// The status with the waiting tasks at `places` as `waiting` holds
-    /// them.
-    fn status_with<W>(&self, places: &Places, waiting: W) -> Status<W> {
+    /// them, and the adopted submissions as `adopted` does.
+    fn status_with<W, A>(&self, places: &Places, waiting: W, adopted: A) -> Status<W, A> {
         let mut by_state: BTreeMap<(State, u64), &Task> = BTreeMap::new();
         for t in self.life.tasks.values() {
             by_state.insert((t.state, t.name.seq()), t);
@@ -122,7 +122,7 @@ impl Daemon {
                     .map_or_else(|| format!("task {}", w.task.0), |t| t.name.to_string());
                 format!("{name} {}", w.why)
             }),
-            adopted: self.adopted.entries(),
+            adopted,
             ending: self
                 .life
                 .closing
@@ -215,7 +215,7 @@ impl Daemon {
                     places: &places,
                 };
                 (
-                    self.write_status_file(&self.status_with(&places, waiting)),
+                    self.write_status_file(&self.status_with(&places, waiting, &self.adopted)),
                     None,
                 )
             }
@@ -235,9 +235,15 @@ impl Daemon {
         }
     }
 
-    fn write_status_file<W: Serialize>(&self, status: &Status<W>) -> std::io::Result<()> {
+    fn write_status_file<W: Serialize, A: Serialize>(
+        &self,
+        status: &Status<W, A>,
+    ) -> std::io::Result<()> {
+        // Compact, as `carma status --json` prints it: the status is
+        // written twice per submission, and indenting made a third of its
+        // bytes.
         write_replace_with(&self.spool.status_file(), PUBLIC, |out| {
-            serde_json::to_writer_pretty(out, status).map_err(std::io::Error::other)
+            serde_json::to_writer(out, status).map_err(std::io::Error::other)
         })
     }
 

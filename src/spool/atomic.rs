@@ -58,7 +58,8 @@ pub fn write_replace_with(
     fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
     let fill = |file: &mut File| {
-        let mut out = io::BufWriter::new(file);
+        // The status file of a few hundred tasks in one write, not eight.
+        let mut out = io::BufWriter::with_capacity(64 << 10, file);
         fill(&mut out)?;
         out.flush()
     };
@@ -100,19 +101,24 @@ fn write_temp(
         name.to_string_lossy(),
         std::process::id()
     ));
-    // Never through a link someone planted under the temporary's name: a
-    // leftover is removed (the link itself, not its target) and the file
-    // is created anew.
-    match fs::remove_file(&temp) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&temp)?;
+    // Never through a link someone planted under the temporary's name:
+    // the file is created anew, and a leftover in the way (a crash's, or a
+    // link) is removed, the link itself and not its target, first.
+    let create = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&temp)
+    };
+    let mut file = match create() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(&temp)?;
+            create()?
+        }
+        opened => opened?,
+    };
     let written = (|| {
         if let Some((uid, gid)) = owner {
             nix::unistd::fchown(

@@ -11,12 +11,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::MetricSource;
 
-/// The whole status file. `W` is how the waiting tasks are held: a list
-/// for those who read the file, and for the daemon that writes it with
-/// many tasks waiting, anything that serialises as one (made one task at a
-/// time as it is written, never all at once).
+/// The whole status file. `W` is how the waiting tasks are held, and `A`
+/// the adopted submissions: lists for those who read the file, and for
+/// the daemon that writes it, anything that serialises as one (the
+/// waiting tasks made one at a time as they are written, the submissions
+/// read where the daemon keeps them, never copied whole).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Status<W = Vec<WaitingTask>> {
+pub struct Status<W = Vec<WaitingTask>, A = Vec<(String, String)>> {
     /// When it was written (Unix seconds).
     pub updated_at: f64,
     pub daemon_pid: u32,
@@ -43,7 +44,7 @@ pub struct Status<W = Vec<WaitingTask>> {
     /// in `pending/`, the task's name), so that their `carma submit` can
     /// say which task it made.
     #[serde(default)]
-    pub adopted: Vec<(String, String)>,
+    pub adopted: A,
     /// Tasks that ended but could not yet be moved to `done/` or `failed/`
     /// (a full disk, an I/O error): they are retried until they can.
     #[serde(default)]
