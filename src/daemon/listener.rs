@@ -213,10 +213,15 @@ fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, spool: &Spool, tx: &S
 /// its claims and hands them to the loop; a request that cannot be read,
 /// passes no check or finds the disk failing is answered here.
 fn take(mut stream: UnixStream, peer: u32, mut slot: Slot, spool: &Spool, tx: &Sender<Msg>) {
-    let mut timed = Timed {
-        stream: &stream,
-        until: Instant::now() + REQUEST_TIME,
-    };
+    // Buffered: a request comes in a few reads, not one per field (each
+    // read also sets the socket's timeout).
+    let mut timed = io::BufReader::with_capacity(
+        16 << 10,
+        Timed {
+            stream: &stream,
+            until: Instant::now() + REQUEST_TIME,
+        },
+    );
     let me = nix::unistd::geteuid().as_raw();
     let staged = Request::read(&mut timed, |bytes| slot.hold(bytes)).and_then(|request| {
         let handed = request.check(peer, me).map_err(RequestError::Invalid)?;
