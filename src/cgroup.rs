@@ -30,6 +30,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::procfs::read_generated_text;
+
 /// The cgroup v2 directory of this process, from `/proc/self/mountinfo`
 /// (where the unified hierarchy is mounted: `/sys/fs/cgroup`, or
 /// `/sys/fs/cgroup/unified` on a hybrid system) and `/proc/self/cgroup`.
@@ -105,7 +107,7 @@ pub fn missing_controllers(parent: &Path) -> Vec<&'static str> {
 /// Whether this process is the only one in the cgroup `dir`.
 fn alone_in(dir: &Path) -> bool {
     let me = std::process::id().to_string();
-    fs::read_to_string(dir.join("cgroup.procs"))
+    read_generated_text(&dir.join("cgroup.procs"))
         .is_ok_and(|procs| procs.lines().all(|pid| pid == me))
 }
 
@@ -314,14 +316,14 @@ impl RunCgroup {
 
 /// The processes in the cgroup `dir`.
 fn pids(dir: &Path) -> Vec<i32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
+    read_generated_text(&dir.join("cgroup.procs"))
         .map(|text| text.lines().filter_map(|l| l.parse().ok()).collect())
         .unwrap_or_default()
 }
 
 /// Whether processes are in the cgroup `dir` (or below it).
 fn populated(dir: &Path) -> bool {
-    match fs::read_to_string(dir.join("cgroup.events")) {
+    match read_generated_text(&dir.join("cgroup.events")) {
         Ok(events) => events.lines().any(|l| l == "populated 1"),
         Err(_) => !pids(dir).is_empty(),
     }
@@ -329,11 +331,11 @@ fn populated(dir: &Path) -> bool {
 
 /// Peak memory and CPU time of the cgroup `dir`, where it keeps them.
 fn usage(dir: &Path) -> Usage {
-    let peak_mib = fs::read_to_string(dir.join("memory.peak"))
+    let peak_mib = read_generated_text(&dir.join("memory.peak"))
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .map(|bytes| bytes.div_ceil(1 << 20));
-    let cpu_s = fs::read_to_string(dir.join("cpu.stat"))
+    let cpu_s = read_generated_text(&dir.join("cpu.stat"))
         .ok()
         .and_then(|stat| {
             stat.lines()
@@ -343,7 +345,7 @@ fn usage(dir: &Path) -> Usage {
         });
     // Processes the kernel's OOM killer ended in the cgroup, its memory
     // at memory.max (`host_memory:`).
-    let oom_kills = fs::read_to_string(dir.join("memory.events"))
+    let oom_kills = read_generated_text(&dir.join("memory.events"))
         .ok()
         .and_then(|events| {
             events

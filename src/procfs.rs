@@ -14,6 +14,7 @@
 //! what every caller has to handle anyway.
 
 use std::fs;
+use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -206,8 +207,25 @@ fn stat(pid: u32) -> Option<Stat> {
     // Field 2 is whatever name the process gave itself, in bytes that need
     // not be UTF-8; refusing the whole line for it would make a job's
     // process invisible (its GPU memory unattributed) by renaming itself.
-    let bytes = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let bytes = read_generated(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
     parse_stat(&String::from_utf8_lossy(&bytes))
+}
+
+/// A file the kernel makes as it is read (`/proc`, cgroupfs), whole. Its
+/// size says nothing (0 or a page), and read as a regular file it was
+/// asked its size and then read in 32-byte pieces: six syscalls for a
+/// process's `stat`, which supervisors and the daemon read for every run.
+/// Here it is read into a page at once.
+pub fn read_generated(path: &Path) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(4096);
+    fs::File::open(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_generated`] as text.
+pub fn read_generated_text(path: &Path) -> io::Result<String> {
+    String::from_utf8(read_generated(path)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Reads a `/proc/<pid>/stat` line. Field 2, the command name, is in
