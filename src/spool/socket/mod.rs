@@ -152,7 +152,9 @@ impl Spool {
         let _ = stream.set_write_timeout(Some(PATIENCE));
         let _ = stream.set_read_timeout(Some(PATIENCE));
         let sent = stream.write_all(&request.encode());
-        let mut answer = Vec::new();
+        // Room for the usual answer, read at once (from nothing, it was
+        // read in 32-byte pieces).
+        let mut answer = Vec::with_capacity(4096);
         let read = (&mut stream).take(MAX_REPLY_BYTES).read_to_end(&mut answer);
         match serde_json::from_slice::<Reply>(&answer) {
             Ok(Reply::Taken(receipts)) if receipts.len() == request.jobs.len() => Ok(receipts),
