@@ -232,8 +232,10 @@ impl Daemon {
             tx: &self.tx,
             chain: &self.chain,
             take_in: Vec::new(),
+            unsynced: Vec::new(),
         };
         let result = f(&mut self.life, now, &mut hands);
+        hands.flush();
         for (name, state, limited) in hands.take_in {
             let _ = self.take_as(name, state, None, limited);
         }
