@@ -757,7 +757,7 @@ print $s "GET / HTTP/1.1\r\n\r\n"; local $/; print scalar <$s>;
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn connections_that_never_finish_hold_up_neither_their_user_nor_anyone_else() {
-    // Each connection is read on a thread of its own, for at most 10 s;
+    // Each connection is read by a reader thread of its own, for at most 10 s;
     // a user has 4 at a time. Alice holds all of hers, silent.
     let (alice, bob, spool) = shared_daemon("");
     // Each held connection the daemon gives up on is made again at once.

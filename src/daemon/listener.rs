@@ -5,6 +5,11 @@
 //! disk, to place and answer. So no connection's reads or flushes hold up
 //! the loop or another connection.
 //!
+//! The reading threads are kept between connections: starting one for
+//! each took a sixth of a millisecond of the submitter's wait. A connection
+//! goes to a reader that waits for work or to a new one, never to one that
+//! is busy, so no connection waits behind another's slow request.
+//!
 //! Anyone who may submit may connect, so nothing here trusts the other
 //! end: a request is bounded in size ([`Request::read`]) and must arrive
 //! within [`REQUEST_TIME`]; at most [`MAX_CONNECTIONS`] are read or wait
@@ -18,8 +23,9 @@ use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
@@ -167,12 +173,13 @@ pub fn listen(spool: Spool, tx: Sender<Msg>) -> io::Result<()> {
     };
     fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
     let held = Arc::new(Mutex::new(Held::default()));
+    let readers = Readers::new(spool, tx);
     std::thread::Builder::new()
         .name("submissions".into())
         .spawn(move || {
             for stream in listener.incoming() {
                 match stream {
-                    Ok(stream) => accept(stream, &held, &spool, &tx),
+                    Ok(stream) => accept(stream, &held, &readers),
                     Err(e) => {
                         log::warn!("the submission socket: {e}");
                         // Out of descriptors, say: a moment for some to close.
@@ -184,9 +191,69 @@ pub fn listen(spool: Spool, tx: Sender<Msg>) -> io::Result<()> {
     Ok(())
 }
 
-/// Gives a connection its place and a thread to read its request on, or
-/// declines it.
-fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, spool: &Spool, tx: &Sender<Msg>) {
+/// A connection to read: its stream, who sent it, and its place.
+type Connection = (UnixStream, u32, Slot);
+
+/// The threads that read requests, kept between connections. At most as
+/// many are started as connections are held at once ([`MAX_CONNECTIONS`]).
+struct Readers {
+    spool: Spool,
+    tx: Sender<Msg>,
+    /// Readers waiting for a connection that none has claimed yet. A
+    /// connection claims one (and is queued for whichever reader takes it
+    /// first), or starts a new reader: the readers waiting always number
+    /// at least the connections queued.
+    idle: Arc<AtomicUsize>,
+    queue: Sender<Connection>,
+    waiting: Arc<Mutex<Receiver<Connection>>>,
+}
+
+impl Readers {
+    fn new(spool: Spool, tx: Sender<Msg>) -> Readers {
+        let (queue, waiting) = std::sync::mpsc::channel();
+        Readers {
+            spool,
+            tx,
+            idle: Arc::new(AtomicUsize::new(0)),
+            queue,
+            waiting: Arc::new(Mutex::new(waiting)),
+        }
+    }
+
+    /// Has `connection` read by a waiting reader, or by a new one.
+    fn read(&self, connection: Connection) {
+        let claimed = self
+            .idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        if claimed {
+            // The claimed reader holds the other end until the daemon ends.
+            let _ = self.queue.send(connection);
+            return;
+        }
+        let (spool, tx) = (self.spool.clone(), self.tx.clone());
+        let (idle, waiting) = (Arc::clone(&self.idle), Arc::clone(&self.waiting));
+        let spawned = std::thread::Builder::new()
+            .name("submission".into())
+            .spawn(move || {
+                let mut next = Some(connection);
+                while let Some((stream, peer, slot)) = next {
+                    take(stream, peer, slot, &spool, &tx);
+                    idle.fetch_add(1, Ordering::AcqRel);
+                    // The lock is held only to wait, which cannot panic and
+                    // poison it.
+                    let waiting = waiting.lock().unwrap_or_else(PoisonError::into_inner);
+                    next = waiting.recv().ok();
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("the submission socket: cannot start a thread ({e})");
+        }
+    }
+}
+
+/// Gives a connection its place and a reader, or declines it.
+fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, readers: &Readers) {
     let peer = match getsockopt(&stream, PeerCredentials) {
         Ok(creds) => creds.uid(),
         Err(e) => {
@@ -199,14 +266,7 @@ fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, spool: &Spool, tx: &S
         Reply::Declined("the daemon has too many submissions in hand".into()).send(&mut stream);
         return;
     };
-    let tx = tx.clone();
-    let spool = spool.clone();
-    let spawned = std::thread::Builder::new()
-        .name("submission".into())
-        .spawn(move || take(stream, peer, slot, &spool, &tx));
-    if let Err(e) = spawned {
-        log::warn!("the submission socket: cannot start a thread ({e})");
-    }
+    readers.read((stream, peer, slot));
 }
 
 /// Reads one request whole, within [`REQUEST_TIME`], checks it, writes
