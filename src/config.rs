@@ -213,6 +213,8 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(Config::from_override("t", "[placement]\npolicy = \"fastest\"\n").is_err());
         assert!(Config::from_override("t", "[placement]\nsmact_cap = 1.5\n").is_err());
+        assert!(Config::from_override("t", "[simulate]\nsmact_swing = 1.0\n").is_err());
+        assert!(Config::from_override("t", "[simulate]\nsmact_swing_period_s = 0\n").is_err());
         assert!(Config::from_override("t", "[placement]\nsmact_window_s = 0\n").is_err());
         // Too long for the clock: refused, never a panic later.
         assert!(Config::from_override("t", "[daemon]\ncancel_grace_s = 1e300\n").is_err());

@@ -26,6 +26,13 @@
 //! side by side) and `streams_interference` under default time-slicing
 //! (one context at a time).
 //!
+//! A task's SM activity is its class's, constant, unless `smact_swing` is
+//! set: then it alternates between `1 + smact_swing` and `1 -
+//! smact_swing` times it, each for half of `smact_swing_period_s`
+//! ([`Model::swung`]), as a training job's compute phases alternate with
+//! loading data, evaluating and checkpointing. Off by default: it costs
+//! events, and it is not yet fitted (docs/simulation.md).
+//!
 //! A GPU's SM activity is what its tasks keep busy ([`Model::busy`]):
 //! under MPS each task's activity at the pace it goes, time-sliced each
 //! task's activity whatever its pace, as switching contexts is work the
@@ -84,6 +91,8 @@ pub struct Model {
     #[serde(alias = "ramp_s")]
     pub warmup_s: f64,
     pub warmup_start: f64,
+    pub smact_swing: f64,
+    pub smact_swing_period_s: f64,
     pub fragmentation_mib: u64,
     pub mps_interference: f64,
     pub streams_interference: f64,
@@ -105,6 +114,18 @@ impl Model {
             return Err(format!(
                 "simulate.warmup_start = {}: expected a fraction in (0, 1]",
                 self.warmup_start
+            ));
+        }
+        if !(0.0..1.0).contains(&self.smact_swing) {
+            return Err(format!(
+                "simulate.smact_swing = {}: expected a fraction in [0, 1)",
+                self.smact_swing
+            ));
+        }
+        if !(self.smact_swing_period_s.is_finite() && self.smact_swing_period_s > 0.0) {
+            return Err(format!(
+                "simulate.smact_swing_period_s = {}: expected seconds > 0",
+                self.smact_swing_period_s
             ));
         }
         for (key, k) in [
@@ -137,6 +158,18 @@ impl Model {
         let part = f64::from(step.saturating_sub(1)) / f64::from(WARMUP_STEPS - 1);
         let fraction = self.warmup_start + (1.0 - self.warmup_start) * part;
         (peak_mib * fraction).ceil() as u64
+    }
+
+    /// A task's SM activity in phase `phase` of its swing (see the
+    /// default configuration): its class's `smact`, more in even phases,
+    /// less in odd ones, at most 1.
+    pub fn swung(&self, smact: f64, phase: u32) -> f64 {
+        let factor = match phase % 2 {
+            0 => 1.0 + self.smact_swing,
+            _ => 1.0 - self.smact_swing,
+        };
+        // At most the whole GPU: alone, a task still runs at full speed.
+        (smact * factor).min(1.0)
     }
 
     /// How fast a task of SM activity `own` runs beside neighbours that

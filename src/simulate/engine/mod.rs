@@ -75,6 +75,9 @@ enum Happening {
     Tick,
     /// A block of readings ends ([`Readings::Blocks`]).
     Reading,
+    /// Run `attempt` of task `n` enters phase `phase` of its SM
+    /// activity's swing ([`Model::swung`]).
+    Swing(usize, u32, u32),
 }
 
 /// A task while it runs.
@@ -386,6 +389,11 @@ impl Sim<'_> {
                     self.grow(n, step);
                 }
             }
+            Happening::Swing(n, attempt, phase) => {
+                if self.runs.get(&n).is_some_and(|r| r.attempt == attempt) {
+                    self.swing(n, attempt, phase);
+                }
+            }
             Happening::Finish(n, generation) => {
                 if self
                     .runs
@@ -567,6 +575,21 @@ impl Sim<'_> {
             },
         );
         self.schedule(self.now + step_s, Happening::Grow(n, attempt, 1));
+        if self.setup.model.smact_swing > 0.0 {
+            // Each task starts at a point of the cycle of its own, the
+            // same in every replay.
+            let spread = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11;
+            let into = spread as f64 / (1u64 << 53) as f64;
+            let phase = (n % 2) as u32;
+            if let Some(run) = self.runs.get_mut(&n) {
+                run.smact = self.setup.model.swung(smact, phase);
+            }
+            let half = self.setup.model.smact_swing_period_s / 2.0;
+            self.schedule(
+                self.now + into * half,
+                Happening::Swing(n, attempt, phase + 1),
+            );
+        }
         if let Some(limit) = time_limit {
             let at = self.now + limit.as_secs_f64();
             self.schedule(at, Happening::TimeLimit(n, attempt));
@@ -618,6 +641,26 @@ impl Sim<'_> {
         if let Some(run) = self.runs.get_mut(&n) {
             run.gpus = gpus;
         }
+        self.flush();
+    }
+
+    /// Task `n`'s SM activity enters phase `phase` of its swing; the next
+    /// change is half a period later.
+    fn swing(&mut self, n: usize, attempt: u32, phase: u32) {
+        let Some(t) = self.tasks.get(&n) else {
+            return;
+        };
+        let smact = self.setup.model.swung(t.smact_assumed, phase);
+        let gpus = match self.runs.get_mut(&n) {
+            Some(run) => {
+                run.smact = smact;
+                run.gpus.clone()
+            }
+            None => return,
+        };
+        self.changed(&gpus);
+        let half = self.setup.model.smact_swing_period_s / 2.0;
+        self.schedule(self.now + half, Happening::Swing(n, attempt, phase + 1));
         self.flush();
     }
 

@@ -182,3 +182,39 @@ fn mig_instances_run_tasks_apart_on_their_share_of_the_sms() {
     assert!(close(m.total_time_s, 140.0), "{m:?}");
     assert!(close(m.avg_exec_s, 120.0), "{m:?}");
 }
+
+#[test]
+fn a_swinging_task_alone_keeps_its_pace_and_its_mean_activity() {
+    // One 10,000 s task at SMACT 0.5 alone, its activity swinging by 0.2
+    // every 200 s: 0.6 and 0.4 in turn, from a point of the cycle of its
+    // own. Alone it still runs at full speed, and over 50 periods the GPU's
+    // mean activity is its class's, give or take the one half period the
+    // starting point may add to either side (0.1 × 100 s / 10,000 s).
+    let trace = [task(0.0, 1, 10_000.0, 1000.0, 0.5)];
+    let mut s = setup(1, Policy::Magm, MemoryLine::Oracle, Sharing::Mps);
+    s.model.smact_swing = 0.2;
+    s.model.smact_swing_period_s = 200.0;
+    let m = run(&trace, &s);
+    assert!(close(m.total_time_s, 10_000.0), "{m:?}");
+    assert!((m.mean_utilization - 0.5).abs() <= 0.001 + 1e-9, "{m:?}");
+}
+
+#[test]
+fn a_busy_gpu_takes_a_neighbour_while_its_activity_dips_below_the_cap() {
+    // One GPU, MAGM with the SMACT cap at 0.8. A (1,000 s at 0.85) runs
+    // from 0; B (100 s at 0.3) arrives at 10 s. At a constant 0.85 the
+    // cap keeps B out until A ends. Swinging by 0.15 every 200 s, A's
+    // activity is 0.72 half the time, and B joins in such a half.
+    let trace = [
+        task(0.0, 1, 1000.0, 1000.0, 0.85),
+        task(10.0, 1, 100.0, 1000.0, 0.3),
+    ];
+    let mut s = setup(1, Policy::Magm, MemoryLine::Oracle, Sharing::Mps);
+    s.rules.placement.smact_cap = 0.8;
+    let steady = run(&trace, &s);
+    assert!(close(steady.avg_wait_s, 990.0 / 2.0), "{steady:?}");
+    s.model.smact_swing = 0.15;
+    s.model.smact_swing_period_s = 200.0;
+    let swinging = run(&trace, &s);
+    assert!(swinging.avg_wait_s < 250.0 / 2.0, "{swinging:?}");
+}
