@@ -214,7 +214,10 @@ mod tests {
         assert!(Config::from_override("t", "[placement]\npolicy = \"fastest\"\n").is_err());
         assert!(Config::from_override("t", "[placement]\nsmact_cap = 1.5\n").is_err());
         assert!(Config::from_override("t", "[simulate]\nsmact_swing = 1.0\n").is_err());
-        assert!(Config::from_override("t", "[simulate]\nsmact_swing_period_s = 0\n").is_err());
+        for period in ["0", "1e-308", "inf", "nan", "1e9"] {
+            let text = format!("[simulate]\nsmact_swing_period_s = {period}\n");
+            assert!(Config::from_override("t", &text).is_err(), "{period}");
+        }
         assert!(Config::from_override("t", "[placement]\nsmact_window_s = 0\n").is_err());
         // Too long for the clock: refused, never a panic later.
         assert!(Config::from_override("t", "[daemon]\ncancel_grace_s = 1e300\n").is_err());

@@ -1405,6 +1405,8 @@ const CONFIG_KEYS: &[(&str, &str)] = &[
     ("simulate", "streams_interference"),
     ("simulate", "warmup_s"),
     ("simulate", "warmup_start"),
+    ("simulate", "smact_swing"),
+    ("simulate", "smact_swing_period_s"),
     ("simulate", "fragmentation_mib"),
     ("simulate", "idle_power_w"),
     ("simulate", "max_power_w"),

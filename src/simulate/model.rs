@@ -122,9 +122,11 @@ impl Model {
                 self.smact_swing
             ));
         }
-        if !(self.smact_swing_period_s.is_finite() && self.smact_swing_period_s > 0.0) {
+        // At least a second, so that virtual time moves between changes;
+        // at most a day, longer than any phase of a training run.
+        if !(1.0..=86_400.0).contains(&self.smact_swing_period_s) {
             return Err(format!(
-                "simulate.smact_swing_period_s = {}: expected seconds > 0",
+                "simulate.smact_swing_period_s = {}: expected seconds from 1 to 86400",
                 self.smact_swing_period_s
             ));
         }
