@@ -54,7 +54,7 @@ pub(super) struct Hands<'a> {
     /// held to the per-user limits (an ended task requeued).
     pub take_in: Vec<(TaskName, State, bool)>,
     /// State directories whose entries the step changed, to flush once it
-    /// is over ([`Hands::flush`]).
+    /// is over ([`Hands::flush`]), and those whose flush failed before.
     pub unsynced: Vec<PathBuf>,
 }
 
@@ -67,13 +67,13 @@ impl Hands<'_> {
         }
     }
 
-    /// Flushes the state directories the step's moves changed.
-    pub fn flush(&mut self) {
-        for dir in self.unsynced.drain(..) {
-            if let Err(e) = sync_dir(&dir) {
-                log::warn!("cannot flush {}: {e}", dir.display());
-            }
-        }
+    /// Flushes the state directories the step's moves changed; returns
+    /// those that could not be, with why, to be tried again.
+    pub fn flush(&mut self) -> Vec<(PathBuf, io::Error)> {
+        self.unsynced
+            .drain(..)
+            .filter_map(|dir| sync_dir(&dir).err().map(|e| (dir, e)))
+            .collect()
     }
 }
 
@@ -247,6 +247,15 @@ impl World for Hands<'_> {
     }
 
     fn drop_copies(&mut self, state: State, name: &TaskName) -> io::Result<()> {
+        // The step's moves first: the task whose copies go may have been
+        // moved a moment ago, and a crash must not find it back where it
+        // was, without them.
+        let failed = self.flush();
+        if let Some((dir, e)) = failed.first() {
+            let why = io::Error::new(e.kind(), format!("cannot flush {}: {e}", dir.display()));
+            self.unsynced.extend(failed.into_iter().map(|(dir, _)| dir));
+            return Err(why);
+        }
         let job = self
             .spool
             .task_dir(state, name)

@@ -23,7 +23,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -173,13 +173,13 @@ pub fn listen(spool: Spool, tx: Sender<Msg>) -> io::Result<()> {
     };
     fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
     let held = Arc::new(Mutex::new(Held::default()));
-    let readers = Readers::new(spool, tx);
+    let mut readers = Readers::new(spool, tx);
     std::thread::Builder::new()
         .name("submissions".into())
         .spawn(move || {
             for stream in listener.incoming() {
                 match stream {
-                    Ok(stream) => accept(stream, &held, &readers),
+                    Ok(stream) => accept(stream, &held, &mut readers),
                     Err(e) => {
                         log::warn!("the submission socket: {e}");
                         // Out of descriptors, say: a moment for some to close.
@@ -199,11 +199,14 @@ type Connection = (UnixStream, u32, Slot);
 struct Readers {
     spool: Spool,
     tx: Sender<Msg>,
-    /// Readers waiting for a connection that none has claimed yet. A
+    /// Readers waiting for a connection that none has claimed yet, less
+    /// the connections queued for readers on their way to wait. A
     /// connection claims one (and is queued for whichever reader takes it
-    /// first), or starts a new reader: the readers waiting always number
-    /// at least the connections queued.
-    idle: Arc<AtomicUsize>,
+    /// first), or starts a new reader: the readers waiting, and those on
+    /// their way, always number at least the connections queued.
+    idle: Arc<AtomicIsize>,
+    /// Readers started, never more than [`MAX_CONNECTIONS`].
+    started: usize,
     queue: Sender<Connection>,
     waiting: Arc<Mutex<Receiver<Connection>>>,
 }
@@ -214,20 +217,30 @@ impl Readers {
         Readers {
             spool,
             tx,
-            idle: Arc::new(AtomicUsize::new(0)),
+            idle: Arc::new(AtomicIsize::new(0)),
+            started: 0,
             queue,
             waiting: Arc::new(Mutex::new(waiting)),
         }
     }
 
     /// Has `connection` read by a waiting reader, or by a new one.
-    fn read(&self, connection: Connection) {
+    fn read(&mut self, connection: Connection) {
         let claimed = self
             .idle
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0).then_some(n - 1)
+            })
             .is_ok();
-        if claimed {
-            // The claimed reader holds the other end until the daemon ends.
+        if !claimed && self.started >= MAX_CONNECTIONS {
+            // Every reader started and none waiting, yet this connection
+            // got a place: one reader has given its place back and is on
+            // its way to wait (places are as many as readers). It takes
+            // this connection; the count owes it until it arrives.
+            self.idle.fetch_sub(1, Ordering::AcqRel);
+        }
+        if claimed || self.started >= MAX_CONNECTIONS {
+            // The readers hold the other end until the daemon ends.
             let _ = self.queue.send(connection);
             return;
         }
@@ -246,14 +259,15 @@ impl Readers {
                     next = waiting.recv().ok();
                 }
             });
-        if let Err(e) = spawned {
-            log::warn!("the submission socket: cannot start a thread ({e})");
+        match spawned {
+            Ok(_) => self.started += 1,
+            Err(e) => log::warn!("the submission socket: cannot start a thread ({e})"),
         }
     }
 }
 
 /// Gives a connection its place and a reader, or declines it.
-fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, readers: &Readers) {
+fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, readers: &mut Readers) {
     let peer = match getsockopt(&stream, PeerCredentials) {
         Ok(creds) => creds.uid(),
         Err(e) => {

@@ -166,6 +166,9 @@ struct Daemon {
     handed: Vec<listener::Submission>,
     /// The last status write failed (its warning was logged).
     status_failing: bool,
+    /// State directories whose flush failed at the end of the last step:
+    /// the next step flushes them again (see [`hands`]).
+    unflushed: Vec<PathBuf>,
     metrics_written: Instant,
     /// Last look at adopted runs.
     polled: Time,
@@ -232,10 +235,25 @@ impl Daemon {
             tx: &self.tx,
             chain: &self.chain,
             take_in: Vec::new(),
-            unsynced: Vec::new(),
+            unsynced: self.unflushed.clone(),
         };
         let result = f(&mut self.life, now, &mut hands);
-        hands.flush();
+        let failed = hands.flush();
+        for (dir, e) in &failed {
+            // Once per run of failures: every step tries again.
+            if !self.unflushed.contains(dir) {
+                log::warn!(
+                    "cannot flush {}: {e}; tried again after each step",
+                    dir.display()
+                );
+            }
+        }
+        for dir in &self.unflushed {
+            if !failed.iter().any(|(d, _)| d == dir) {
+                log::info!("{} flushed at last", dir.display());
+            }
+        }
+        self.unflushed = failed.into_iter().map(|(dir, _)| dir).collect();
         for (name, state, limited) in hands.take_in {
             let _ = self.take_as(name, state, None, limited);
         }

@@ -123,6 +123,7 @@ pub fn run(options: Options) -> Result<()> {
         receipt_due: false,
         handed: Vec::new(),
         status_failing: false,
+        unflushed: Vec::new(),
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
         gpu_errors: BTreeMap::new(),
