@@ -2,13 +2,14 @@
 # server").
 #
 #   make                      release build (cargo build --release)
-#   sudo make install         binary, unit, tmpfiles entry, sample config
-#                             (kept if present), completions, man pages
+#   sudo make install         binaries (carma and its carma-supervise), unit,
+#                             tmpfiles entry, sample config (kept if
+#                             present), completions, man pages
 #   sudo make uninstall       all of that but the configuration
 #
 # PREFIX=/usr for a distribution package; DESTDIR=/some/root to stage the
 # files instead of installing them; CARMA=path/to/carma to install a binary
-# built elsewhere. Completions and man pages come from that binary
+# built elsewhere (with the carma-supervise built beside it). Completions and man pages come from that binary
 # (`carma completions`, `carma man`), so they match it. systemd reads units
 # and tmpfiles entries from /usr/local/lib as well as /usr/lib.
 
@@ -22,6 +23,7 @@ TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 SYSCONFDIR ?= /etc
 CARGO ?= cargo
 CARMA ?= target/release/carma
+CARMA_SUPERVISE ?= $(dir $(CARMA))carma-supervise
 
 BASH_COMPLETIONS = $(DATADIR)/bash-completion/completions/carma
 ZSH_COMPLETIONS = $(DATADIR)/zsh/site-functions/_carma
@@ -34,7 +36,9 @@ all:
 
 install:
 	@test -x "$(CARMA)" || { echo "no $(CARMA): run make (or pass CARMA=path/to/carma)" >&2; exit 1; }
+	@test -x "$(CARMA_SUPERVISE)" || { echo "no $(CARMA_SUPERVISE): run make" >&2; exit 1; }
 	install -Dm755 "$(CARMA)" "$(DESTDIR)$(BINDIR)/carma"
+	install -Dm755 "$(CARMA_SUPERVISE)" "$(DESTDIR)$(BINDIR)/carma-supervise"
 	install -d "$(DESTDIR)$(UNITDIR)"
 	sed 's|/usr/local/bin/carma|$(BINDIR)/carma|' systemd/carma.service \
 		> "$(DESTDIR)$(UNITDIR)/carma.service"
@@ -56,7 +60,8 @@ install:
 	"$(CARMA)" man --rad "$(DESTDIR)$(MANDIR)/man5"
 
 uninstall:
-	rm -f "$(DESTDIR)$(BINDIR)/carma" "$(DESTDIR)$(UNITDIR)/carma.service" \
+	rm -f "$(DESTDIR)$(BINDIR)/carma" "$(DESTDIR)$(BINDIR)/carma-supervise" \
+		"$(DESTDIR)$(UNITDIR)/carma.service" \
 		"$(DESTDIR)$(TMPFILESDIR)/carma.conf" "$(DESTDIR)$(BASH_COMPLETIONS)" \
 		"$(DESTDIR)$(ZSH_COMPLETIONS)" "$(DESTDIR)$(FISH_COMPLETIONS)" \
 		"$(DESTDIR)$(MANDIR)"/man1/carma.1 "$(DESTDIR)$(MANDIR)"/man1/carma-*.1 \

@@ -11,6 +11,11 @@
 //! [`procfs`] names processes by pid and start time, [`summary`] reads
 //! model summaries and [`estimate`] turns them into memory needs.
 
+/// This build of carma: its version and a digest of the sources it was
+/// built from. The daemon runs `carma-supervise` only if it is of the same
+/// build ([`supervisor::program`]).
+pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("CARMA_BUILD_ID"));
+
 pub mod cgroup;
 pub mod config;
 pub mod daemon;

@@ -90,7 +90,7 @@ enum Command {
     Man(Deferred<commands::man::Args>),
     /// Run one job under supervision (started by the daemon).
     #[command(hide = true)]
-    Supervise(Deferred<commands::supervise::Args>),
+    Supervise(Deferred<carma::supervisor::cli::Args>),
 }
 
 fn main() -> ExitCode {
@@ -177,6 +177,9 @@ fn run(mut cli: Cli) -> Result<ExitCode> {
         Command::Train(Deferred(args)) => commands::train::run(cli.config.as_deref(), args),
         Command::Completions(Deferred(args)) => commands::completions::run(Cli::command(), args),
         Command::Man(Deferred(args)) => commands::man::run(Cli::command(), args),
-        Command::Supervise(Deferred(args)) => commands::supervise::run(args),
+        Command::Supervise(Deferred(args)) => {
+            carma::supervisor::cli::run(args)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

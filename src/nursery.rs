@@ -37,10 +37,11 @@
 //! daemon. A run the nursery took but could not fork never started (no
 //! supervisor named itself) and is reported ended once the nursery let go
 //! of its lock, so the daemon sends it back to the queue. A nursery whose daemon is gone reads the end of the
-//! socket and exits; its supervisors stay. Its command line stays `carma
-//! supervise --nursery`, and so do its children's (moving it takes
-//! `CAP_SYS_RESOURCE`): a run's `supervisor.json` names its supervisor,
-//! which holds the run's `supervisor.lock` open.
+//! socket and exits; its supervisors stay. Its command line stays
+//! `carma-supervise --nursery` (or `carma supervise --nursery`, see
+//! [`crate::supervisor::program`]), and so do its children's (moving it
+//! takes `CAP_SYS_RESOURCE`): a run's `supervisor.json` names its
+//! supervisor, which holds the run's `supervisor.lock` open.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -50,7 +51,7 @@ use std::io::{self, IoSlice, IoSliceMut, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,8 @@ use nix::sys::socket::{
 };
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, setsid};
+
+use crate::supervisor::program::Program;
 
 /// The longest run directory path a hand-over carries.
 const MAX_PATH: usize = 4096;
@@ -115,7 +118,7 @@ pub enum Born {
 /// How the daemon starts supervisors: through its nursery when it has one.
 pub struct Supervisors {
     /// The carma binary, started as `carma supervise`.
-    exe: PathBuf,
+    program: Program,
     nursery: Option<Nursery>,
     /// Nurseries started so far, to tell a replaced one's end apart.
     started: u64,
@@ -126,9 +129,9 @@ pub struct Supervisors {
 
 impl Supervisors {
     /// `report` is called from the nursery's reader thread.
-    pub fn new(exe: PathBuf, report: impl Fn(Report) + Send + Sync + 'static) -> Supervisors {
+    pub fn new(program: Program, report: impl Fn(Report) + Send + Sync + 'static) -> Supervisors {
         Supervisors {
-            exe,
+            program,
             nursery: None,
             started: 0,
             started_at: None,
@@ -137,8 +140,8 @@ impl Supervisors {
     }
 
     /// The carma binary.
-    pub fn exe(&self) -> &Path {
-        &self.exe
+    pub fn program(&self) -> &Program {
+        &self.program
     }
 
     /// Starts the supervisor of run `run` of task `seq` in `run_dir`, as
@@ -165,7 +168,7 @@ impl Supervisors {
                 }
             }
         }
-        crate::supervisor::spawn(&self.exe, run_dir, lock, log).map(Born::Started)
+        crate::supervisor::spawn(&self.program, run_dir, lock, log).map(Born::Started)
     }
 
     /// Keeps a nursery: replaces one that stalled, starts one if there is
@@ -186,7 +189,7 @@ impl Supervisors {
         }
         self.started += 1;
         self.started_at = Some(Instant::now());
-        match Nursery::start(&self.exe, self.started, Arc::clone(&self.report)) {
+        match Nursery::start(&self.program, self.started, Arc::clone(&self.report)) {
             Ok(nursery) => self.nursery = Some(nursery),
             Err(e) => log::warn!(
                 "cannot start the supervisors' nursery ({e}); supervisors are started one by one"
@@ -226,7 +229,7 @@ impl Nursery {
     /// `exe supervise --nursery`, its standard input a socket to us; its
     /// errors go where the daemon's go. A thread reads its reports.
     fn start(
-        exe: &Path,
+        program: &Program,
         number: u64,
         report: Arc<dyn Fn(Report) + Send + Sync>,
     ) -> io::Result<Nursery> {
@@ -252,8 +255,9 @@ impl Nursery {
                 drop(child);
                 report(Report::Gone { nursery: number });
             })?;
-        let child = Command::new(exe)
-            .args(["supervise", "--nursery"])
+        let child = program
+            .command()
+            .arg("--nursery")
             .stdin(theirs)
             .stdout(Stdio::null())
             .spawn()?;

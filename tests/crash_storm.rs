@@ -287,7 +287,7 @@ fn submit_all(
 /// A live process and the task it belongs to.
 type Victim = (i32, String);
 
-/// The daemon's nursery: its child started as `carma supervise
+/// The daemon's nursery: its child started as `carma-supervise
 /// --nursery` (the supervisors it forks are that one's children).
 fn nursery_of(daemon: u32) -> Option<i32> {
     fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
@@ -300,9 +300,10 @@ fn nursery_of(daemon: u32) -> Option<i32> {
     })
 }
 
-/// Live processes of this spool: its supervisors (`carma supervise`
-/// holding `<spool>/running/<task>/run-N/supervisor.lock` open; one the
-/// nursery forked says `--nursery`, not its run, on its command line) and its fake-train jobs (by `CARMA_SIMGPU`, with
+/// Live processes of this spool: its supervisors (`carma-supervise`, or
+/// `carma supervise`, holding `<spool>/running/<task>/run-N/supervisor.lock`
+/// open; one the nursery forked says `--nursery`, not its run, on its
+/// command line) and its fake-train jobs (by `CARMA_SIMGPU`, with
 /// `CARMA_TASK_ID`).
 fn processes_of(root: &Path) -> (Vec<Victim>, Vec<Victim>) {
     let root_text = root.display().to_string();
@@ -324,7 +325,9 @@ fn processes_of(root: &Path) -> (Vec<Victim>, Vec<Victim>) {
             .split(|&b| b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.get(1).is_some_and(|a| a == "supervise") {
+        let supervises = args.first().is_some_and(|a| a.ends_with("carma-supervise"))
+            || args.get(1).is_some_and(|a| a == "supervise");
+        if supervises {
             let task = fs::read_dir(entry.path().join("fd"))
                 .into_iter()
                 .flatten()

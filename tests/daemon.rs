@@ -872,7 +872,7 @@ fn parent_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
-/// The children of `parent` started as `carma supervise --nursery`: the
+/// The children of `parent` started as `carma-supervise --nursery`: the
 /// daemon's nursery, or the supervisors a nursery forked.
 fn nursery_children(parent: u32) -> Vec<u32> {
     fs::read_dir("/proc")
@@ -917,6 +917,10 @@ fn the_nursery_forks_supervisors_its_death_loses_no_run_and_it_leaves_with_the_d
     spool.start_daemon();
     let daemon = spool.daemon_pid().unwrap();
     let nursery = nursery_of(&spool, daemon, None);
+    // `carma-supervise`, built beside `carma`, of this build.
+    let program = fs::read_link(format!("/proc/{nursery}/exe")).unwrap();
+    assert_eq!(program, Path::new(env!("CARGO_BIN_EXE_carma-supervise")));
+    assert!(spool.daemon_log().contains("runs are supervised by"));
 
     // A run's supervisor is the nursery's child, in a session of its own;
     // the job has nothing of the nursery's (its socket, its signalfd, its

@@ -47,11 +47,17 @@ fn make_install_puts_every_file_in_place_and_keeps_the_configuration() {
     make("install", &vars(root, "/usr/local"));
 
     let local = root.join("usr/local");
-    let binary = fs::metadata(local.join("bin/carma")).unwrap();
-    assert_eq!(
-        binary.len(),
-        fs::metadata(env!("CARGO_BIN_EXE_carma")).unwrap().len()
-    );
+    for (name, built) in [
+        ("carma", env!("CARGO_BIN_EXE_carma")),
+        ("carma-supervise", env!("CARGO_BIN_EXE_carma-supervise")),
+    ] {
+        let installed = fs::metadata(local.join("bin").join(name)).unwrap();
+        assert_eq!(
+            installed.len(),
+            fs::metadata(built).unwrap().len(),
+            "{name}"
+        );
+    }
     let unit = read(&local.join("lib/systemd/system/carma.service"));
     assert!(unit.contains("\nExecStart=/usr/local/bin/carma "), "{unit}");
     assert_eq!(

@@ -18,6 +18,5 @@ pub mod slurm;
 pub mod spool_arg;
 pub mod status;
 pub mod submit;
-pub mod supervise;
 pub mod task_arg;
 pub mod train;

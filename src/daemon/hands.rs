@@ -235,7 +235,7 @@ impl World for Hands<'_> {
     }
 
     fn notify(&mut self, closing: &Closing) {
-        super::notify::send(self.spool, self.config, self.supervisors.exe(), closing);
+        super::notify::send(self.spool, self.config, self.supervisors.program(), closing);
     }
 
     fn take_in(&mut self, name: &TaskName, state: State) {

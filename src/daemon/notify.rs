@@ -9,14 +9,13 @@
 //! `done/` or `failed/`; a daemon that dies in between does not run it
 //! later (at most once, never twice).
 
-use std::path::Path;
-
 use super::environment::current_user;
 use crate::config::Config;
 use crate::lifecycle::Closing;
 use crate::spool::record::{Launch, WORK, unix_now, write_json};
 use crate::spool::{Spool, TASK_DIR_MODE, make_dir};
 use crate::supervisor;
+use crate::supervisor::program::Program;
 
 /// Longest a notification may run before it is stopped, seconds.
 const NOTIFY_TIME_LIMIT_S: f64 = 60.0;
@@ -24,7 +23,7 @@ const NOTIFY_TIME_LIMIT_S: f64 = 60.0;
 /// Runs the notification of a task that landed in `closing.to` (`done`
 /// or `failed`): the job file's `notify:`, else the configured hook, if
 /// either. Failures are logged, never fatal.
-pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing) {
+pub(super) fn send(spool: &Spool, config: &Config, program: &Program, closing: &Closing) {
     let Some(command) = closing
         .notify
         .clone()
@@ -90,7 +89,7 @@ pub(super) fn send(spool: &Spool, config: &Config, exe: &Path, closing: &Closing
         .and_then(|notify_dir| {
             write_json(&notify_dir.join(supervisor::LAUNCH), &launch).map(|()| notify_dir)
         })
-        .and_then(|notify_dir| supervisor::start(exe, &notify_dir));
+        .and_then(|notify_dir| supervisor::start(program, &notify_dir));
     match started {
         Ok(mut child) => {
             log::info!("{name}: notifying: {command}");

@@ -21,6 +21,7 @@ use crate::mps::Mps;
 use crate::nursery::{Report, Supervisors};
 use crate::sched::Scheduler;
 use crate::spool::{Spool, State};
+use crate::supervisor::program::Program;
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(options: Options) -> Result<()> {
@@ -100,19 +101,16 @@ pub fn run(options: Options) -> Result<()> {
         gpu_log,
         gpu_logged_at: 0.0,
         gpu_log_failing: false,
-        supervisors: Supervisors::new(
-            std::env::current_exe().context("cannot find the carma binary")?,
-            {
-                let tx = tx.clone();
-                move |report| {
-                    let _ = tx.send(match report {
-                        Report::Forked { seq, run, pid } => Msg::Forked(seq, run, pid),
-                        Report::Ended { seq, run } => Msg::Reaped(seq, run),
-                        Report::Gone { nursery } => Msg::NurseryGone(nursery),
-                    });
-                }
-            },
-        ),
+        supervisors: Supervisors::new(supervisor_program()?, {
+            let tx = tx.clone();
+            move |report| {
+                let _ = tx.send(match report {
+                    Report::Forked { seq, run, pid } => Msg::Forked(seq, run, pid),
+                    Report::Ended { seq, run } => Msg::Reaped(seq, run),
+                    Report::Gone { nursery } => Msg::NurseryGone(nursery),
+                });
+            }
+        }),
         tx: tx.clone(),
         unfinished: HashMap::new(),
         loose: loose::Loose::default(),
@@ -265,4 +263,18 @@ fn job_cgroup(config: &Config, spool_root: &std::path::Path) -> Option<PathBuf> 
             None
         }
     }
+}
+
+/// The program that supervises runs ([`Program::find`]), said in the log.
+fn supervisor_program() -> Result<Program> {
+    let carma = std::env::current_exe().context("cannot find the carma binary")?;
+    let (program, passed_over) = Program::find(&carma);
+    match passed_over {
+        None => log::info!("runs are supervised by {}", program.exe().display()),
+        Some(why) => log::info!(
+            "runs are supervised by {} supervise ({why})",
+            program.exe().display()
+        ),
+    }
+    Ok(program)
 }

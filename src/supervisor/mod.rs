@@ -38,7 +38,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use fs2::FileExt;
@@ -53,6 +53,7 @@ use crate::spool::record::{Launch, RunExit, read_json, read_state, to_json, unix
 use crate::spool::{PRIVATE, write_replace};
 pub use ending::stop_signals;
 use ending::{Stops, Watch};
+use program::Program;
 
 /// File names inside a run directory (besides [`LAUNCH`] and [`EXIT`]).
 pub const IDENTITY: &str = "supervisor.json";
@@ -63,7 +64,9 @@ pub const STDERR: &str = "stderr";
 const SCRIPT: &str = "job.sh";
 const LOG: &str = "supervisor.log";
 
+pub mod cli;
 mod ending;
+pub mod program;
 
 /// Starts the supervisor of the run in `run_dir` (whose `launch.json` is
 /// written) as `exe supervise`. The returned child is the daemon's to
@@ -77,15 +80,15 @@ mod ending;
 /// without a hook), and the new session is the supervisor's own first act:
 /// a signal to the daemon's group that meets it before then kills a
 /// supervisor that has not yet said who it is, and so has started nothing.
-pub fn start(exe: &Path, run_dir: &Path) -> io::Result<Child> {
+pub fn start(program: &Program, run_dir: &Path) -> io::Result<Child> {
     let (lock, log) = lock_run(run_dir)?;
-    spawn(exe, run_dir, lock, log)
+    spawn(program, run_dir, lock, log)
 }
 
 /// [`start`] with the run's lock taken and its log opened ([`lock_run`]).
-pub fn spawn(exe: &Path, run_dir: &Path, lock: File, log: File) -> io::Result<Child> {
-    Command::new(exe)
-        .arg("supervise")
+pub fn spawn(program: &Program, run_dir: &Path, lock: File, log: File) -> io::Result<Child> {
+    program
+        .command()
         .arg(run_dir)
         .arg("--lock-fd")
         .arg("0")

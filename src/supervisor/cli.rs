@@ -1,11 +1,8 @@
-//! `carma supervise` (hidden): the per-run supervisor the daemon starts,
-//! for a run, or as the nursery that forks one for each run.
+//! The supervisor's command line, the same in `carma supervise` (hidden)
+//! and in `carma-supervise` ([`super::program`]).
 
 use std::os::fd::RawFd;
 use std::path::PathBuf;
-use std::process::ExitCode;
-
-use anyhow::Result;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,10 +18,10 @@ pub struct Args {
     nursery: bool,
 }
 
-pub fn run(args: Args) -> Result<ExitCode> {
+/// Supervises the run, or serves as the nursery, as `args` say.
+pub fn run(args: Args) -> std::io::Result<()> {
     match (args.run_dir, args.lock_fd) {
-        (Some(run_dir), Some(lock_fd)) => carma::supervisor::supervise_handed(&run_dir, lock_fd)?,
-        _ => carma::nursery::nursery()?,
+        (Some(run_dir), Some(lock_fd)) => super::supervise_handed(&run_dir, lock_fd),
+        _ => crate::nursery::nursery(),
     }
-    Ok(ExitCode::SUCCESS)
 }
