@@ -14,7 +14,8 @@
 //! it says it is of the very same build ([`crate::BUILD`]): an older one
 //! left beside a newer `carma` (after `cargo run`, or a copy of `carma`
 //! alone) is passed over, and so is one that anyone but its owner (root
-//! or the daemon's user) may change, as the daemon would run it.
+//! or the daemon's user) may change or replace, as the daemon would run
+//! it.
 
 use std::fs;
 use std::io::{self, Read};
@@ -101,6 +102,17 @@ fn check(helper: &Path) -> Result<(), String> {
     if meta.permissions().mode() & 0o022 != 0 {
         return Err("writable by others than its owner".into());
     }
+    // Nor may anyone else replace it after this check: its directory
+    // must be closed to others, or sticky (where only a file's owner may
+    // rename it away).
+    let dir = helper.parent().unwrap_or(Path::new("/"));
+    let dir_mode = fs::metadata(dir)
+        .map_err(|e| e.to_string())?
+        .permissions()
+        .mode();
+    if dir_mode & 0o022 != 0 && dir_mode & 0o1000 == 0 {
+        return Err(format!("{} is writable by others", dir.display()));
+    }
     let said = ask(helper).map_err(|e| format!("cannot ask its build: {e}"))?;
     if said != version_line() {
         return Err(format!(
@@ -186,5 +198,12 @@ mod tests {
         let (program, why) = Program::find(&dir.path().join("carma"));
         assert_eq!(program, Program::own(&dir.path().join("carma")));
         assert!(why.unwrap().contains("not installed"));
+        // In a directory others may write to, it could be replaced.
+        let (dir, carma) = beside(&version_line(), 0o755);
+        for (mode, passed_over) in [(0o777, true), (0o1777, false), (0o755, false)] {
+            fs::set_permissions(dir.path(), fs::Permissions::from_mode(mode)).unwrap();
+            let (_, why) = Program::find(&carma);
+            assert_eq!(why.is_some(), passed_over, "{mode:o}: {why:?}");
+        }
     }
 }
