@@ -43,6 +43,7 @@ pub mod slurm;
 pub mod spawn;
 pub mod spool;
 pub mod summary;
+pub mod supervise;
 pub mod supervisor;
 pub mod task_view;
 pub mod wall_time;

@@ -90,7 +90,7 @@ enum Command {
     Man(Deferred<commands::man::Args>),
     /// Run one job under supervision (started by the daemon).
     #[command(hide = true)]
-    Supervise(Deferred<carma::supervisor::cli::Args>),
+    Supervise(Deferred<carma::supervise::Args>),
 }
 
 fn main() -> ExitCode {
@@ -178,7 +178,7 @@ fn run(mut cli: Cli) -> Result<ExitCode> {
         Command::Completions(Deferred(args)) => commands::completions::run(Cli::command(), args),
         Command::Man(Deferred(args)) => commands::man::run(Cli::command(), args),
         Command::Supervise(Deferred(args)) => {
-            carma::supervisor::cli::run(args)?;
+            carma::supervise::run(args)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -12,12 +12,12 @@ use clap::Parser;
 #[command(name = "carma-supervise", version = carma::BUILD)]
 struct Cli {
     #[command(flatten)]
-    args: carma::supervisor::cli::Args,
+    args: carma::supervise::Args,
 }
 
 fn main() -> ExitCode {
     carma::journal::init();
-    match carma::supervisor::cli::run(Cli::parse().args) {
+    match carma::supervise::run(Cli::parse().args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("carma-supervise: {e}");

@@ -64,7 +64,6 @@ pub const STDERR: &str = "stderr";
 const SCRIPT: &str = "job.sh";
 const LOG: &str = "supervisor.log";
 
-pub mod cli;
 mod ending;
 pub mod program;
 

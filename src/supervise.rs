@@ -1,5 +1,7 @@
 //! The supervisor's command line, the same in `carma supervise` (hidden)
-//! and in `carma-supervise` ([`super::program`]).
+//! and in `carma-supervise` ([`crate::supervisor::program`]): one run's
+//! supervisor ([`crate::supervisor`]) or the nursery that forks them
+//! ([`crate::nursery`]).
 
 use std::os::fd::RawFd;
 use std::path::PathBuf;
@@ -21,7 +23,7 @@ pub struct Args {
 /// Supervises the run, or serves as the nursery, as `args` say.
 pub fn run(args: Args) -> std::io::Result<()> {
     match (args.run_dir, args.lock_fd) {
-        (Some(run_dir), Some(lock_fd)) => super::supervise_handed(&run_dir, lock_fd),
+        (Some(run_dir), Some(lock_fd)) => crate::supervisor::supervise_handed(&run_dir, lock_fd),
         _ => crate::nursery::nursery(),
     }
 }
