@@ -36,9 +36,13 @@ all:
 
 install:
 	@test -x "$(CARMA)" || { echo "no $(CARMA): run make (or pass CARMA=path/to/carma)" >&2; exit 1; }
-	@test -x "$(CARMA_SUPERVISE)" || { echo "no $(CARMA_SUPERVISE): run make" >&2; exit 1; }
 	install -Dm755 "$(CARMA)" "$(DESTDIR)$(BINDIR)/carma"
-	install -Dm755 "$(CARMA_SUPERVISE)" "$(DESTDIR)$(BINDIR)/carma-supervise"
+	@if [ -x "$(CARMA_SUPERVISE)" ]; then \
+		echo "install -Dm755 $(CARMA_SUPERVISE) $(DESTDIR)$(BINDIR)/carma-supervise"; \
+		install -Dm755 "$(CARMA_SUPERVISE)" "$(DESTDIR)$(BINDIR)/carma-supervise"; \
+	else \
+		echo "no $(CARMA_SUPERVISE): runs will be supervised by carma supervise" >&2; \
+	fi
 	install -d "$(DESTDIR)$(UNITDIR)"
 	sed 's|/usr/local/bin/carma|$(BINDIR)/carma|' systemd/carma.service \
 		> "$(DESTDIR)$(UNITDIR)/carma.service"

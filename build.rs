@@ -14,8 +14,11 @@ use std::path::{Path, PathBuf};
 
 const DEFAULTS: &str = "src/config/default.toml";
 
-/// What the build digest covers: everything both binaries are made of
-/// that is not a dependency's own (`Cargo.lock` pins those).
+/// What the build digest covers: the code of both binaries (the Rust and
+/// TOML files under `src/`), how it is built, and the dependencies'
+/// versions (`Cargo.lock`). Not the data files the code embeds (models,
+/// fonts), which the supervisor does not read; not the compiler or its
+/// flags, which one `cargo build` gives both binaries alike.
 const SOURCES: [&str; 4] = ["src", "build.rs", "Cargo.toml", "Cargo.lock"];
 
 fn main() {
@@ -54,8 +57,9 @@ impl Fnv {
         }
     }
 
-    /// Every file under `path` (or `path` itself), by name and content,
-    /// in name order.
+    /// Every source file under `path` (or `path` itself), by name and
+    /// content, in name order; in directories, only Rust and TOML files,
+    /// so that an editor's swap file changes nothing.
     fn tree(&mut self, path: &Path) {
         if path.is_dir() {
             let mut entries: Vec<PathBuf> = fs::read_dir(path)
@@ -66,7 +70,13 @@ impl Fnv {
             for entry in entries {
                 self.tree(&entry);
             }
-        } else if let Ok(content) = fs::read(path) {
+            return;
+        }
+        let named = path.parent() == Some(Path::new(""));
+        let source = path.extension().is_some_and(|e| e == "rs" || e == "toml");
+        if (named || source)
+            && let Ok(content) = fs::read(path)
+        {
             self.bytes(path.to_string_lossy().as_bytes());
             self.bytes(&(content.len() as u64).to_le_bytes());
             self.bytes(&content);

@@ -917,10 +917,18 @@ fn the_nursery_forks_supervisors_its_death_loses_no_run_and_it_leaves_with_the_d
     spool.start_daemon();
     let daemon = spool.daemon_pid().unwrap();
     let nursery = nursery_of(&spool, daemon, None);
-    // `carma-supervise`, built beside `carma`, of this build.
+    // `carma-supervise`, built beside `carma`, of this build (unless this
+    // checkout is open to others: then `carma supervise`, as the check
+    // says); the daemon says which.
+    let (expected, why) = carma::supervisor::program::Program::find(Path::new(CARMA));
     let program = fs::read_link(format!("/proc/{nursery}/exe")).unwrap();
-    assert_eq!(program, Path::new(env!("CARGO_BIN_EXE_carma-supervise")));
-    assert!(spool.daemon_log().contains("runs are supervised by"));
+    assert_eq!(program, expected.exe());
+    if why.is_none() {
+        let helper = fs::canonicalize(env!("CARGO_BIN_EXE_carma-supervise")).unwrap();
+        assert_eq!(program, helper);
+    }
+    let said = format!("runs are supervised by {}", expected.exe().display());
+    assert!(spool.daemon_log().contains(&said), "{said}");
 
     // A run's supervisor is the nursery's child, in a session of its own;
     // the job has nothing of the nursery's (its socket, its signalfd, its
@@ -972,6 +980,44 @@ fn the_nursery_forks_supervisors_its_death_loses_no_run_and_it_leaves_with_the_d
         nix::sys::signal::SIGTERM,
     )
     .unwrap();
+}
+
+#[test]
+fn without_its_helper_carma_supervises_runs_itself() {
+    // `carma` alone, without `carma-supervise` beside it: a hard link in a
+    // directory of its own under the target directory.
+    let alone = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let carma = alone.path().join("carma");
+    if fs::hard_link(CARMA, &carma).is_err() {
+        fs::copy(CARMA, &carma).unwrap();
+    }
+    let mut spool = Spool::new("1x40GiB");
+    // The wrapper drops the usual binary and runs the lone one instead.
+    let lone = carma.to_str().unwrap();
+    spool.spawn_daemon_wrapped(&["sh", "-c", "shift; exec \"$0\" \"$@\"", lone]);
+    spool.wait_daemon_ready(20.0);
+    let daemon = spool.daemon_pid().unwrap();
+    let nursery = nursery_of(&spool, daemon, None);
+    assert_eq!(
+        fs::read_link(format!("/proc/{nursery}/exe")).unwrap(),
+        carma
+    );
+    let cmdline = fs::read(format!("/proc/{nursery}/cmdline")).unwrap();
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    assert_eq!(&args[1..3], [&b"supervise"[..], b"--nursery"]);
+    assert!(
+        spool
+            .daemon_log()
+            .contains(&format!("runs are supervised by {lone} supervise (")),
+        "{}",
+        spool.daemon_log()
+    );
+
+    let task = spool.submit("alone.rad", "memory: 1G\necho supervised\n");
+    spool.wait_count("done", 1, 15.0);
+    let out = fs::read_to_string(spool.root.join("done").join(&task).join("run-1/stdout"));
+    assert_eq!(out.unwrap(), "supervised\n");
+    assert!(spool.stop_daemon("TERM").success());
 }
 
 #[test]
