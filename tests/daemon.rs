@@ -232,13 +232,7 @@ fn without_cgroups_a_jobs_hidden_processes_still_end_with_it() {
             );
         }
     }
-    assert!(
-        spool
-            .daemon_log()
-            .contains("jobs run without cgroups: daemon.job_cgroups is false"),
-        "{}",
-        spool.daemon_log()
-    );
+    spool.assert_logged("jobs run without cgroups: daemon.job_cgroups is false");
 }
 
 #[test]
@@ -329,13 +323,7 @@ fn jobs_on_a_partitioned_gpu_run_on_its_instances_at_once() {
         seen,
         ["gpus=0 visible=MIG-SIM-0-0", "gpus=1 visible=MIG-SIM-0-1"]
     );
-    assert!(
-        spool
-            .daemon_log()
-            .contains("Simulated GPU GPU 0 MIG 2g.10gb"),
-        "{}",
-        spool.daemon_log()
-    );
+    spool.assert_logged("Simulated GPU GPU 0 MIG 2g.10gb");
 }
 
 #[test]
@@ -928,7 +916,7 @@ fn the_nursery_forks_supervisors_its_death_loses_no_run_and_it_leaves_with_the_d
         assert_eq!(program, helper);
     }
     let said = format!("runs are supervised by {}", expected.exe().display());
-    assert!(spool.daemon_log().contains(&said), "{said}");
+    spool.assert_logged(&said);
 
     // A run's supervisor is the nursery's child, in a session of its own;
     // the job has nothing of the nursery's (its socket, its signalfd, its
@@ -1005,13 +993,7 @@ fn without_its_helper_carma_supervises_runs_itself() {
     let cmdline = fs::read(format!("/proc/{nursery}/cmdline")).unwrap();
     let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
     assert_eq!(&args[1..3], [&b"supervise"[..], b"--nursery"]);
-    assert!(
-        spool
-            .daemon_log()
-            .contains(&format!("runs are supervised by {lone} supervise (")),
-        "{}",
-        spool.daemon_log()
-    );
+    spool.assert_logged(&format!("runs are supervised by {lone} supervise ("));
 
     let task = spool.submit("alone.rad", "memory: 1G\necho supervised\n");
     spool.wait_count("done", 1, 15.0);
@@ -1077,13 +1059,7 @@ fn a_running_daemon_takes_jobs_over_its_socket_and_says_at_once_what_it_refused(
     };
     let name = ran.name.clone().unwrap();
     assert!(name.ends_with("-a") && ran.refused.is_none(), "{ran:?}");
-    assert!(
-        spool
-            .daemon_log()
-            .contains(&format!("{name}: received a.rad from uid")),
-        "{}",
-        spool.daemon_log()
-    );
+    spool.assert_logged(&format!("{name}: received a.rad from uid"));
     // Refused as the daemon took it in: the answer says why, and its task
     // holds the reason.
     let why = refused.refused.clone().unwrap();

@@ -171,6 +171,12 @@ impl Spool {
         fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// Fails, showing the whole log, unless the daemon logged `text`.
+    pub fn assert_logged(&self, text: &str) {
+        let log = self.daemon_log();
+        assert!(log.contains(text), "{text:?} is not in the log:\n{log}");
+    }
+
     /// Writes a job file into the test directory and returns its path.
     pub fn job(&self, file: &str, text: &str) -> PathBuf {
         let path = self.dir.path().join("jobs").join(file);
