@@ -1,5 +1,5 @@
 //! Where supervisors are born: one process, started by the daemon ahead of
-//! need (`carma supervise --nursery`), that forks a supervisor for each run
+//! need (`carma-supervise --nursery`), that forks a supervisor for each run
 //! the daemon hands it.
 //!
 //! Starting the `carma` binary for each run (its exec, the dynamic loader
@@ -117,7 +117,7 @@ pub enum Born {
 
 /// How the daemon starts supervisors: through its nursery when it has one.
 pub struct Supervisors {
-    /// The carma binary, started as `carma supervise`.
+    /// What starts a nursery, or a supervisor when there is none.
     program: Program,
     nursery: Option<Nursery>,
     /// Nurseries started so far, to tell a replaced one's end apart.
@@ -450,7 +450,7 @@ fn take_run(socket: RawFd) -> io::Result<Option<Handed>> {
     }))
 }
 
-/// `carma supervise --nursery`: forks a supervisor for each run the daemon
+/// `carma-supervise --nursery`: forks a supervisor for each run the daemon
 /// hands over on standard input, reports each one's end there, and exits
 /// when the daemon has gone.
 pub fn nursery() -> io::Result<()> {

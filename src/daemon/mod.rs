@@ -143,8 +143,8 @@ struct Daemon {
     gpu_logged_at: f64,
     /// The last GPU log write failed (its warning was logged).
     gpu_log_failing: bool,
-    /// The carma binary, started again as `carma supervise`, and the
-    /// supervisors' nursery.
+    /// The program that supervises runs ([`crate::supervisor::program`])
+    /// and the supervisors' nursery.
     supervisors: Supervisors,
     tx: Sender<Msg>,
     /// Files created in `pending/` whose writer has not closed them yet.

@@ -11,9 +11,11 @@
 //!    into the run directory, which gets its name with it inside and is
 //!    flushed: it is all a power loss must not take;
 //! 2. opens `supervisor.lock` there and takes an exclusive `flock` on it;
-//! 3. starts `carma supervise RUN_DIR --lock-fd 0`, handing the locked
-//!    descriptor down as its standard input, and closes its own copy. The
-//!    supervisor makes itself a session of its own as its first act.
+//! 3. starts `carma-supervise RUN_DIR --lock-fd 0` (or `carma supervise`:
+//!    [`program`]), handing the locked descriptor down as its standard
+//!    input, and closes its own copy; or has its nursery fork one, which
+//!    gets the descriptor over the nursery's socket ([`crate::nursery`]).
+//!    The supervisor makes itself a session of its own as its first act.
 //!
 //! From then on the lock is held exactly as long as the supervisor lives:
 //! there is no moment in which a supervisor runs without holding it, so
