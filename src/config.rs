@@ -66,10 +66,10 @@ pub struct Config {
     pub slurm: crate::slurm::Settings,
     /// The daemon's status page and Prometheus metrics.
     pub http: HttpConfig,
-    /// Every key's value as TOML, defaults and overrides merged: what a
-    /// reload compares ([`changes`]), in the same words the files use.
+    /// What the file said, as TOML: over the defaults, every key's value
+    /// ([`Config::values`]).
     #[serde(skip)]
-    values: toml::Table,
+    overrides: toml::Table,
 }
 
 /// A configuration that cannot be used, with the file it came from.
@@ -106,17 +106,20 @@ impl Config {
             path: origin.as_ref().to_owned(),
             message,
         };
-        let mut table = defaults().map_err(|e| invalid(format!("built-in defaults: {e}")))?;
         let overrides: toml::Table = text.parse().map_err(|e| invalid(format!("{e}")))?;
-        merge(&mut table, overrides);
+        let merged = || {
+            merged(&overrides)
+                .map(toml::Value::Table)
+                .map_err(|e| invalid(format!("built-in defaults: {e}")))
+        };
         // Read plainly first: tracking the path costs a third of the read,
         // and only an error needs it, to name the key (`placement.settle_s:
         // expected seconds from 0 to a year, found -1`) wherever in the
-        // tree it sits.
-        let value = || toml::Value::Table(table.clone());
-        let mut config = match Config::deserialize(value()) {
+        // tree it sits. It merges again rather than keep a copy, which
+        // every start would pay for.
+        let mut config = match Config::deserialize(merged()?) {
             Ok(config) => config,
-            Err(_) => serde_path_to_error::deserialize(value()).map_err(|e| {
+            Err(_) => serde_path_to_error::deserialize(merged()?).map_err(|e| {
                 let path = e.path().to_string();
                 let message = e.into_inner().message().to_owned();
                 invalid(match path.as_str() {
@@ -126,13 +129,17 @@ impl Config {
             })?,
         };
         config.validate().map_err(invalid)?;
-        config.values = table;
+        config.overrides = overrides;
         Ok(config)
     }
 
-    /// Every key's value, as the merged TOML said it.
-    pub fn values(&self) -> &toml::Table {
-        &self.values
+    /// Every key's value as TOML, defaults and overrides merged: what a
+    /// reload compares ([`changes`]), in the same words the files use.
+    /// Made when asked, not kept: only a reload asks, and a copy kept for
+    /// it was a tenth of the instructions of every command's start.
+    pub fn values(&self) -> toml::Table {
+        // The defaults parsed when this configuration was made of them.
+        merged(&self.overrides).unwrap_or_default()
     }
 
     /// The scheduling core's share of the configuration.
@@ -160,6 +167,13 @@ impl Config {
 
 /// Overlays `over` on `base`: tables merge key by key, anything else
 /// replaces.
+/// The built-in defaults with `overrides` merged in.
+fn merged(overrides: &toml::Table) -> Result<toml::Table, serde_json::Error> {
+    let mut table = defaults()?;
+    merge(&mut table, overrides.clone());
+    Ok(table)
+}
+
 fn merge(base: &mut toml::Table, over: toml::Table) {
     for (key, value) in over {
         match (base.get_mut(&key), value) {

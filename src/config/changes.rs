@@ -77,7 +77,7 @@ mod tests {
             "[placement]\npolicy = \"best-fit\"\n[recovery]\nmax_retries = 5\n",
         )
         .unwrap();
-        let lines: Vec<String> = changes(old.values(), new.values())
+        let lines: Vec<String> = changes(&old.values(), &new.values())
             .iter()
             .map(ToString::to_string)
             .collect();
@@ -88,7 +88,7 @@ mod tests {
                 "recovery.max_retries: 2 -> 5"
             ]
         );
-        assert!(changes(old.values(), old.values()).is_empty());
+        assert!(changes(&old.values(), &old.values()).is_empty());
     }
 
     #[test]

@@ -442,7 +442,7 @@ impl Daemon {
                 return;
             }
         };
-        let changed: Vec<String> = crate::config::changes(self.config.values(), config.values())
+        let changed: Vec<String> = crate::config::changes(&self.config.values(), &config.values())
             .iter()
             .map(|change| {
                 let section = change.key.split('.').next().unwrap_or_default();
