@@ -4,16 +4,20 @@
 //! and state change on disk, so the ratios say what that costs.
 //!
 //! Both get 4 places to run (carma 4 simulated GPUs, tsp 4 slots), and the
-//! same work, one system after the other:
+//! same work, taken in turns so that the host's drift (this machine's
+//! figures move by half within minutes) falls on both alike:
 //! - 30 jobs one at a time, each writing `date +%s.%N` as its first line:
 //!   from the start of the submitting process to that stamp, p50 and p99
-//!   (the next job is submitted once the previous one has ended);
+//!   (the next job is submitted once the previous one has ended); the two
+//!   systems take every other job;
 //! - 200 trivial jobs submitted one by one as fast as the submitting
-//!   command returns, until every one has run: jobs per second (and for
-//!   carma also all 200 in one `carma submit`, its way to hand over many);
-//! - one submitting process, whole: its wall time, p50 of 30, as an
-//!   ordinary user (`nobody`, when the benchmark runs as root; otherwise
-//!   as the daemon's owner, which takes a shorter path).
+//!   command returns, until every one has run: jobs per second, in
+//!   [`ROUNDS`] rounds whose first system alternates (and for carma also
+//!   all 200 in one `carma submit` in each round, its way to hand over
+//!   many); each round's ratio, and their median;
+//! - one submitting process, whole: its wall time, p50 of 30 taken in
+//!   turns, as an ordinary user (`nobody`, when the benchmark runs as
+//!   root; otherwise as the daemon's owner, which takes a shorter path).
 //!
 //! Without `tsp` on the PATH (Debian: `apt-get install task-spooler`)
 //! only carma's figures are printed.
@@ -32,6 +36,8 @@ use common::{carma, percentile, stamped, unix_now};
 const LATENCY_JOBS: usize = 30;
 const BURST_JOBS: usize = 200;
 const SUBMITS: usize = 30;
+/// Rounds of the burst measures.
+const ROUNDS: usize = 3;
 /// `nobody`'s uid and gid on Debian, the ordinary user a root run submits
 /// as.
 const NOBODY: u32 = 65534;
@@ -44,7 +50,9 @@ trait Queue {
     /// `tag`, with what it needs written beforehand. Preparing is not
     /// timed: a user writes a job file before submitting it.
     fn prepare(&self, tag: &str, body: &str) -> Command;
-    /// Waits until job `n` (counted from 1) of this run has ended.
+    /// Waits until the last job handed to this queue has ended; `n` counts
+    /// every job handed to its system, by any of its users (carma's share
+    /// one daemon and count `done/`).
     fn settle(&self, n: usize);
 }
 
@@ -225,28 +233,22 @@ fn workdir(root: &Path, name: &str, user: Option<u32>) -> PathBuf {
     dir
 }
 
-/// Submit → first script line, `LATENCY_JOBS` times on an idle queue: the
-/// latencies in ms, sorted.
-fn latency(queue: &dyn Queue, marks: &Path) -> Vec<f64> {
-    let mut ms = Vec::new();
-    for i in 0..LATENCY_JOBS {
-        let marker = marks.join(format!("first-{i}"));
-        let body = format!("date +%s.%N > {}", marker.display());
-        let command = queue.prepare(&format!("lat{i}"), &body);
-        let before = unix_now();
-        submit(command, queue);
-        let first = stamped(&marker, &format!("{} job {i}", queue.name()));
-        ms.push((first - before) * 1e3);
-        queue.settle(i + 1);
-    }
-    ms.sort_by(f64::total_cmp);
-    ms
+/// Submit → first script line of job `i` on an idle queue, in ms.
+fn latency(queue: &dyn Queue, marks: &Path, i: usize) -> f64 {
+    let marker = marks.join(format!("first-{i}"));
+    let body = format!("date +%s.%N > {}", marker.display());
+    let command = queue.prepare(&format!("lat{i}"), &body);
+    let before = unix_now();
+    submit(command, queue);
+    let first = stamped(&marker, &format!("{} job {i}", queue.name()));
+    (first - before) * 1e3
 }
 
-/// `BURST_JOBS` trivial jobs submitted back to back: jobs per second from
-/// the first submit until all have run, and the seconds the submits took.
-fn burst(queue: &dyn Queue, marks: &Path) -> (f64, f64) {
-    let dir = marks.join("burst");
+/// `BURST_JOBS` trivial jobs submitted back to back in round `round`:
+/// jobs per second from the first submit until all have run, and the
+/// seconds the submits took.
+fn burst(queue: &dyn Queue, marks: &Path, round: usize) -> (f64, f64) {
+    let dir = marks.join(format!("burst-{round}"));
     fs::create_dir(&dir).unwrap();
     if let Ok(meta) = fs::metadata(marks) {
         fs::set_permissions(&dir, meta.permissions()).unwrap();
@@ -259,7 +261,7 @@ fn burst(queue: &dyn Queue, marks: &Path) -> (f64, f64) {
     let commands: Vec<Command> = (0..BURST_JOBS)
         .map(|i| {
             let body = format!(": > {}", dir.join(i.to_string()).display());
-            queue.prepare(&format!("burst{i}"), &body)
+            queue.prepare(&format!("burst{round}-{i}"), &body)
         })
         .collect();
     let start = Instant::now();
@@ -272,15 +274,15 @@ fn burst(queue: &dyn Queue, marks: &Path) -> (f64, f64) {
 }
 
 /// carma's own way to hand over many jobs: one `carma submit` of all
-/// `BURST_JOBS` files, whose durability they share; jobs per second from
-/// its start until all have run.
-fn burst_in_one_submit(carma: &Carma, marks: &Path) -> f64 {
-    let dir = marks.join("burst-at-once");
+/// `BURST_JOBS` files, whose durability they share, in round `round`; jobs
+/// per second from its start until all have run.
+fn burst_in_one_submit(carma: &Carma, marks: &Path, round: usize) -> f64 {
+    let dir = marks.join(format!("burst-at-once-{round}"));
     fs::create_dir(&dir).unwrap();
     let rads: Vec<PathBuf> = (0..BURST_JOBS)
         .map(|i| {
             carma.job_file(
-                &format!("all{i}"),
+                &format!("all{round}-{i}"),
                 &format!(": > {}", dir.join(i.to_string()).display()),
             )
         })
@@ -304,48 +306,79 @@ fn all_ran(dir: &Path, who: &str) {
     }
 }
 
-/// One submitting process, whole, `SUBMITS` times: wall ms, sorted.
-fn submit_process(queue: &dyn Queue) -> Vec<f64> {
-    let mut ms = Vec::new();
-    for i in 0..SUBMITS {
-        let command = queue.prepare(&format!("one{i}"), "true");
-        let start = Instant::now();
-        submit(command, queue);
-        ms.push(start.elapsed().as_secs_f64() * 1e3);
-    }
-    ms.sort_by(f64::total_cmp);
-    ms
+/// One submitting process, whole: its wall time in ms.
+fn submit_process(queue: &dyn Queue, i: usize) -> f64 {
+    let command = queue.prepare(&format!("one{i}"), "true");
+    let start = Instant::now();
+    submit(command, queue);
+    start.elapsed().as_secs_f64() * 1e3
 }
 
-/// What one system measured.
-struct Figures {
+/// One system under test, with what it measured.
+struct System<'a> {
+    queue: &'a dyn Queue,
+    /// Its ordinary user's way in.
+    submitter: &'a dyn Queue,
+    marks: PathBuf,
+    /// The jobs handed to it so far.
+    jobs: usize,
     latency_ms: Vec<f64>,
-    jobs_per_s: f64,
-    burst_submit_s: f64,
+    /// Per round: jobs per second, and the seconds the submits took.
+    bursts: Vec<(f64, f64)>,
     submit_ms: Vec<f64>,
 }
 
-fn measure(queue: &dyn Queue, submitter: &dyn Queue, marks: &Path) -> Figures {
-    let latency_ms = latency(queue, marks);
-    let (jobs_per_s, burst_submit_s) = burst(queue, marks);
-    Figures {
-        latency_ms,
-        jobs_per_s,
-        burst_submit_s,
-        submit_ms: submit_process(submitter),
+impl<'a> System<'a> {
+    fn new(queue: &'a dyn Queue, submitter: &'a dyn Queue, marks: PathBuf) -> System<'a> {
+        System {
+            queue,
+            submitter,
+            marks,
+            jobs: 0,
+            latency_ms: Vec::new(),
+            bursts: Vec::new(),
+            submit_ms: Vec::new(),
+        }
+    }
+
+    /// Counts `jobs` more handed over, the last of them by `by`, and waits
+    /// until all have ended, untimed: neither system's measure meets the
+    /// other's jobs still running.
+    fn settle(&mut self, jobs: usize, by: &dyn Queue) {
+        self.jobs += jobs;
+        by.settle(self.jobs);
+    }
+
+    fn print(&mut self, user: &str) {
+        self.latency_ms.sort_by(f64::total_cmp);
+        self.submit_ms.sort_by(f64::total_cmp);
+        let rates: Vec<String> = self.bursts.iter().map(|b| format!("{:.0}", b.0)).collect();
+        let submits: Vec<String> = self.bursts.iter().map(|b| format!("{:.2}", b.1)).collect();
+        println!(
+            "{:>13}: submit -> first line p50 {:.1} ms, p99 {:.1} ms; {BURST_JOBS} trivial jobs \
+             {} jobs/s by round (submits took {} s); one submit {user}, whole process, p50 {:.1} ms",
+            self.queue.name(),
+            percentile(&self.latency_ms, 0.5),
+            percentile(&self.latency_ms, 0.99),
+            rates.join(", "),
+            submits.join(", "),
+            percentile(&self.submit_ms, 0.5),
+        );
     }
 }
 
-fn print(name: &str, f: &Figures, user: &str) {
-    println!(
-        "{name:>13}: submit -> first line p50 {:.1} ms, p99 {:.1} ms; {BURST_JOBS} trivial jobs \
-         {:.0} jobs/s (submits took {:.2} s); one submit {user}, whole process, p50 {:.1} ms",
-        percentile(&f.latency_ms, 0.5),
-        percentile(&f.latency_ms, 0.99),
-        f.jobs_per_s,
-        f.burst_submit_s,
-        percentile(&f.submit_ms, 0.5),
-    );
+/// The systems in turn, the first of them changing with `turn`.
+fn in_turn<'s, 'a>(systems: &'s mut [System<'a>], turn: usize) -> Vec<&'s mut System<'a>> {
+    let mut order: Vec<&mut System> = systems.iter_mut().collect();
+    let by = turn % order.len();
+    order.rotate_left(by);
+    order
+}
+
+/// The median of a few numbers.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    percentile(&values, 0.5)
 }
 
 fn main() {
@@ -375,27 +408,76 @@ fn main() {
         jobs: workdir(root.path(), "carma-user", ordinary).join("jobs"),
         user: ordinary,
     };
-    let figures = measure(&carma, &carma_user, &carma_dir.join("marks"));
-    print("carma", &figures, user);
-    let at_once = burst_in_one_submit(&carma, &carma_dir.join("marks"));
-    println!("        carma: {BURST_JOBS} trivial jobs in one `carma submit`: {at_once:.0} jobs/s");
+    let tsp = has_tsp().then(|| {
+        let dir = workdir(root.path(), "tsp", None);
+        let user_dir = workdir(root.path(), "tsp-user", ordinary);
+        (
+            Tsp::start(&dir, None),
+            Tsp::start(&user_dir, ordinary),
+            dir.join("marks"),
+        )
+    });
+    let mut systems = vec![System::new(&carma, &carma_user, carma_dir.join("marks"))];
+    if let Some((tsp, tsp_user, marks)) = &tsp {
+        systems.push(System::new(tsp, tsp_user, marks.clone()));
+    }
 
-    if !has_tsp() {
+    for i in 0..LATENCY_JOBS {
+        for system in in_turn(&mut systems, i) {
+            let ms = latency(system.queue, &system.marks, i);
+            system.latency_ms.push(ms);
+            system.settle(1, system.queue);
+        }
+    }
+    let mut at_once = Vec::new();
+    for round in 0..ROUNDS {
+        for system in in_turn(&mut systems, round) {
+            let burst = burst(system.queue, &system.marks, round);
+            system.bursts.push(burst);
+            system.settle(BURST_JOBS, system.queue);
+            if system.queue.name() == carma.name() {
+                at_once.push(burst_in_one_submit(&carma, &system.marks, round));
+                system.settle(BURST_JOBS, system.queue);
+            }
+        }
+    }
+    for i in 0..SUBMITS {
+        for system in in_turn(&mut systems, i) {
+            let ms = submit_process(system.submitter, i);
+            system.submit_ms.push(ms);
+            system.settle(1, system.submitter);
+        }
+    }
+
+    for system in &mut systems {
+        system.print(user);
+    }
+    let rates: Vec<String> = at_once.iter().map(|r| format!("{r:.0}")).collect();
+    println!(
+        "        carma: {BURST_JOBS} trivial jobs in one `carma submit`: {} jobs/s by round",
+        rates.join(", ")
+    );
+    let [ours, theirs] = &systems[..] else {
         println!("task-spooler: not installed (apt-get install task-spooler); no ratios");
         return;
-    }
-    let tsp_dir = workdir(root.path(), "tsp", None);
-    let tsp = Tsp::start(&tsp_dir, None);
-    let tsp_user_dir = workdir(root.path(), "tsp-user", ordinary);
-    let tsp_user = Tsp::start(&tsp_user_dir, ordinary);
-    let theirs = measure(&tsp, &tsp_user, &tsp_dir.join("marks"));
-    print("task-spooler", &theirs, user);
+    };
+    let by_round = |rates: &[f64]| {
+        median(
+            rates
+                .iter()
+                .zip(&theirs.bursts)
+                .map(|(ours, theirs)| ours / theirs.0)
+                .collect(),
+        )
+    };
+    let one_by_one: Vec<f64> = ours.bursts.iter().map(|b| b.0).collect();
     println!(
         "carma / task-spooler: first line p50 {:.2}x (goal <= 1.5x); jobs/s {:.2}x one by one, \
-         {:.2}x in one submit (goal >= 0.8x); one submit {:.2}x (goal <= 2x)",
-        percentile(&figures.latency_ms, 0.5) / percentile(&theirs.latency_ms, 0.5),
-        figures.jobs_per_s / theirs.jobs_per_s,
-        at_once / theirs.jobs_per_s,
-        percentile(&figures.submit_ms, 0.5) / percentile(&theirs.submit_ms, 0.5),
+         {:.2}x in one submit (medians of the rounds' ratios; goal >= 0.8x); one submit {:.2}x \
+         (goal <= 2x)",
+        percentile(&ours.latency_ms, 0.5) / percentile(&theirs.latency_ms, 0.5),
+        by_round(&one_by_one),
+        by_round(&at_once),
+        percentile(&ours.submit_ms, 0.5) / percentile(&theirs.submit_ms, 0.5),
     );
 }
