@@ -134,7 +134,7 @@ impl Config {
     }
 
     /// Every key's value as TOML, defaults and overrides merged: what a
-    /// reload compares ([`changes`]), in the same words the files use.
+    /// reload compares ([`changes()`]), in the same words the files use.
     /// Made when asked, not kept: only a reload asks, and a copy kept for
     /// it was a tenth of the instructions of every command's start.
     pub fn values(&self) -> toml::Table {
