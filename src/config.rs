@@ -165,8 +165,6 @@ impl Config {
     }
 }
 
-/// Overlays `over` on `base`: tables merge key by key, anything else
-/// replaces.
 /// The built-in defaults with `overrides` merged in.
 fn merged(overrides: &toml::Table) -> Result<toml::Table, serde_json::Error> {
     let mut table = defaults()?;
@@ -174,6 +172,8 @@ fn merged(overrides: &toml::Table) -> Result<toml::Table, serde_json::Error> {
     Ok(table)
 }
 
+/// Overlays `over` on `base`: tables merge key by key, anything else
+/// replaces.
 fn merge(base: &mut toml::Table, over: toml::Table) {
     for (key, value) in over {
         match (base.get_mut(&key), value) {

@@ -67,6 +67,13 @@ impl<'de> serde::de::Visitor<'de> for NodeVisitor {
             .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(bucket), &self))
     }
 
+    /// Formats that read every integer as signed (TOML) hand a leaf here.
+    fn visit_i64<E: serde::de::Error>(self, bucket: i64) -> Result<Node, E> {
+        u32::try_from(bucket)
+            .map(Node::Leaf)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(bucket), &self))
+    }
+
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
         let split = Node::Split(
             self.element(&mut seq, 0)?,
@@ -309,6 +316,13 @@ mod tests {
             serde_json::to_string(&tree).unwrap(),
             "[[1,0.5,1,2],3,[0,-2.0,3,4],0,4294967295]"
         );
+        // A format whose integers are signed reads the same nodes.
+        #[derive(Deserialize)]
+        struct InToml {
+            tree: FlatTree,
+        }
+        let toml: InToml = toml::from_str("tree = [[1, 0.5, 1, 2], 3, 0]").unwrap();
+        assert_eq!(toml.tree.nodes[..2], tree.nodes[..2]);
         for bad in [
             "[4294967296]",
             "[-1]",
