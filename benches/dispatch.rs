@@ -14,7 +14,8 @@
 //!   command returns, until every one has run: jobs per second, in
 //!   [`ROUNDS`] rounds whose first system alternates (and for carma also
 //!   all 200 in one `carma submit` in each round, its way to hand over
-//!   many); each round's ratio, and their median;
+//!   many); each round's ratio, and their median; and the machine's busy
+//!   CPU per job, which bounds a burst's pace on a machine it saturates;
 //! - one submitting process, whole: its wall time, p50 of 30 taken in
 //!   turns, as an ordinary user (`nobody`, when the benchmark runs as
 //!   root; otherwise as the daemon's owner, which takes a shorter path).
@@ -275,8 +276,9 @@ fn burst(queue: &dyn Queue, marks: &Path, round: usize) -> (f64, f64) {
 
 /// carma's own way to hand over many jobs: one `carma submit` of all
 /// `BURST_JOBS` files, whose durability they share, in round `round`; jobs
-/// per second from its start until all have run.
-fn burst_in_one_submit(carma: &Carma, marks: &Path, round: usize) -> f64 {
+/// per second from its start until all have run, and the seconds the
+/// submit took.
+fn burst_in_one_submit(carma: &Carma, marks: &Path, round: usize) -> (f64, f64) {
     let dir = marks.join(format!("burst-at-once-{round}"));
     fs::create_dir(&dir).unwrap();
     let rads: Vec<PathBuf> = (0..BURST_JOBS)
@@ -293,8 +295,62 @@ fn burst_in_one_submit(carma: &Carma, marks: &Path, round: usize) -> f64 {
         status.success(),
         "carma submit of {BURST_JOBS} files failed"
     );
+    let submitted = start.elapsed().as_secs_f64();
     all_ran(&dir, "carma");
-    BURST_JOBS as f64 / start.elapsed().as_secs_f64()
+    (BURST_JOBS as f64 / start.elapsed().as_secs_f64(), submitted)
+}
+
+/// The whole machine's busy CPU so far, in seconds: `/proc/stat`'s user,
+/// nice, system, irq and softirq time over every CPU. A burst keeps every
+/// core busy, so its jobs per second are the cores over the busy CPU per
+/// job, whoever spends it.
+fn busy_cpu_s() -> f64 {
+    let stat = fs::read_to_string("/proc/stat").unwrap();
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|t| t.parse().unwrap())
+        .collect();
+    // SAFETY: sysconf reads a constant.
+    let per_s = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) } as f64;
+    [0, 1, 2, 5, 6].iter().map(|&i| ticks[i]).sum::<f64>() / per_s
+}
+
+/// One round of a burst.
+struct Burst {
+    jobs_per_s: f64,
+    /// The seconds the submitting took.
+    submits_s: f64,
+    /// The machine's busy CPU per job, from the first submit until every
+    /// job had ended.
+    cpu_ms: f64,
+}
+
+impl Burst {
+    /// A burst measured by `run` (jobs per second, seconds of submits),
+    /// with its CPU counted until `settle` returns.
+    fn measured(run: impl FnOnce() -> (f64, f64), settle: impl FnOnce()) -> Burst {
+        let cpu = busy_cpu_s();
+        let (jobs_per_s, submits_s) = run();
+        settle();
+        Burst {
+            jobs_per_s,
+            submits_s,
+            cpu_ms: (busy_cpu_s() - cpu) * 1e3 / BURST_JOBS as f64,
+        }
+    }
+
+    /// The rounds' figures, one field each, joined for printing.
+    fn list(rounds: &[Burst], field: fn(&Burst) -> f64, decimals: usize) -> String {
+        let figures: Vec<String> = rounds
+            .iter()
+            .map(|b| format!("{:.*}", decimals, field(b)))
+            .collect();
+        figures.join(", ")
+    }
 }
 
 /// Waits until each of the burst's jobs has left its mark in `dir`.
@@ -323,8 +379,8 @@ struct System<'a> {
     /// The jobs handed to it so far.
     jobs: usize,
     latency_ms: Vec<f64>,
-    /// Per round: jobs per second, and the seconds the submits took.
-    bursts: Vec<(f64, f64)>,
+    /// The bursts of one submit per job, a round each.
+    bursts: Vec<Burst>,
     submit_ms: Vec<f64>,
 }
 
@@ -352,16 +408,16 @@ impl<'a> System<'a> {
     fn print(&mut self, user: &str) {
         self.latency_ms.sort_by(f64::total_cmp);
         self.submit_ms.sort_by(f64::total_cmp);
-        let rates: Vec<String> = self.bursts.iter().map(|b| format!("{:.0}", b.0)).collect();
-        let submits: Vec<String> = self.bursts.iter().map(|b| format!("{:.2}", b.1)).collect();
         println!(
             "{:>13}: submit -> first line p50 {:.1} ms, p99 {:.1} ms; {BURST_JOBS} trivial jobs \
-             {} jobs/s by round (submits took {} s); one submit {user}, whole process, p50 {:.1} ms",
+             {} jobs/s by round (submits took {} s; busy CPU {} ms per job); one submit {user}, \
+             whole process, p50 {:.1} ms",
             self.queue.name(),
             percentile(&self.latency_ms, 0.5),
             percentile(&self.latency_ms, 0.99),
-            rates.join(", "),
-            submits.join(", "),
+            Burst::list(&self.bursts, |b| b.jobs_per_s, 0),
+            Burst::list(&self.bursts, |b| b.submits_s, 2),
+            Burst::list(&self.bursts, |b| b.cpu_ms, 2),
             percentile(&self.submit_ms, 0.5),
         );
     }
@@ -432,12 +488,17 @@ fn main() {
     let mut at_once = Vec::new();
     for round in 0..ROUNDS {
         for system in in_turn(&mut systems, round) {
-            let burst = burst(system.queue, &system.marks, round);
-            system.bursts.push(burst);
-            system.settle(BURST_JOBS, system.queue);
-            if system.queue.name() == carma.name() {
-                at_once.push(burst_in_one_submit(&carma, &system.marks, round));
-                system.settle(BURST_JOBS, system.queue);
+            let (queue, marks) = (system.queue, system.marks.clone());
+            let measured = Burst::measured(
+                || burst(queue, &marks, round),
+                || system.settle(BURST_JOBS, queue),
+            );
+            system.bursts.push(measured);
+            if queue.name() == carma.name() {
+                at_once.push(Burst::measured(
+                    || burst_in_one_submit(&carma, &marks, round),
+                    || system.settle(BURST_JOBS, queue),
+                ));
             }
         }
     }
@@ -452,31 +513,31 @@ fn main() {
     for system in &mut systems {
         system.print(user);
     }
-    let rates: Vec<String> = at_once.iter().map(|r| format!("{r:.0}")).collect();
     println!(
-        "        carma: {BURST_JOBS} trivial jobs in one `carma submit`: {} jobs/s by round",
-        rates.join(", ")
+        "        carma: {BURST_JOBS} trivial jobs in one `carma submit`: {} jobs/s by round \
+         (busy CPU {} ms per job)",
+        Burst::list(&at_once, |b| b.jobs_per_s, 0),
+        Burst::list(&at_once, |b| b.cpu_ms, 2),
     );
     let [ours, theirs] = &systems[..] else {
         println!("task-spooler: not installed (apt-get install task-spooler); no ratios");
         return;
     };
-    let by_round = |rates: &[f64]| {
+    let by_round = |rounds: &[Burst]| {
         median(
-            rates
+            rounds
                 .iter()
                 .zip(&theirs.bursts)
-                .map(|(ours, theirs)| ours / theirs.0)
+                .map(|(ours, theirs)| ours.jobs_per_s / theirs.jobs_per_s)
                 .collect(),
         )
     };
-    let one_by_one: Vec<f64> = ours.bursts.iter().map(|b| b.0).collect();
     println!(
         "carma / task-spooler: first line p50 {:.2}x (goal <= 1.5x); jobs/s {:.2}x one by one, \
          {:.2}x in one submit (medians of the rounds' ratios; goal >= 0.8x); one submit {:.2}x \
          (goal <= 2x)",
         percentile(&ours.latency_ms, 0.5) / percentile(&theirs.latency_ms, 0.5),
-        by_round(&one_by_one),
+        by_round(&ours.bursts),
         by_round(&at_once),
         percentile(&ours.submit_ms, 0.5) / percentile(&theirs.submit_ms, 0.5),
     );
