@@ -515,8 +515,9 @@ fn main() {
     }
     println!(
         "        carma: {BURST_JOBS} trivial jobs in one `carma submit`: {} jobs/s by round \
-         (busy CPU {} ms per job)",
+         (the submit took {} s; busy CPU {} ms per job)",
         Burst::list(&at_once, |b| b.jobs_per_s, 0),
+        Burst::list(&at_once, |b| b.submits_s, 2),
         Burst::list(&at_once, |b| b.cpu_ms, 2),
     );
     let [ours, theirs] = &systems[..] else {
