@@ -37,8 +37,9 @@ pub struct Spawn {
     env: Vec<CString>,
     /// The job's standard input, output and error.
     stdio: [OwnedFd; 3],
-    /// Groups, group and user to become, when not staying root.
-    user: Option<(Vec<libc::gid_t>, libc::gid_t, libc::uid_t)>,
+    /// Groups, group and user to become, when not staying root, and the
+    /// saved user id to keep until `exec`.
+    user: Option<(Vec<libc::gid_t>, libc::gid_t, libc::uid_t, libc::uid_t)>,
     workdir: CString,
     /// The cgroup directory to be born in, and its `cgroup.procs` for a
     /// kernel that cannot do that.
@@ -96,7 +97,8 @@ impl Spawn {
     /// Runs the program as `uid`/`gid` with the supplementary `groups`.
     pub fn user(&mut self, uid: u32, gid: u32, groups: &[nix::unistd::Gid]) {
         let groups = groups.iter().map(|g| g.as_raw()).collect();
-        self.user = Some((groups, gid, uid));
+        let saved = nix::unistd::geteuid().as_raw();
+        self.user = Some((groups, gid, uid, saved));
     }
 
     /// Starts the program inside the cgroup whose directory is open at
@@ -190,9 +192,11 @@ impl Child<'_> {
         let (spawn, argv, env, report) = (self.spawn, self.argv, self.env, self.report);
         let fail = |errno: i32| -> ! {
             let bytes = errno.to_ne_bytes();
-            // SAFETY: raw write and exit; nothing allocated.
+            // SAFETY: raw write and exit; nothing allocated. Not the C
+            // library's `write`, a cancellation point, which would mark
+            // the parent's thread.
             unsafe {
-                libc::write(report, bytes.as_ptr().cast(), bytes.len());
+                libc::syscall(libc::SYS_write, report, bytes.as_ptr(), bytes.len());
                 libc::_exit(127)
             }
         };
@@ -226,23 +230,12 @@ impl Child<'_> {
             // Then nothing blocked: the parent of a vfork-style clone
             // blocks every signal until its child has exec'd, so that no
             // handler of its runs in this child on their shared memory.
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            if libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                &none,
-                0usize,
-                8usize,
-            ) < 0
-            {
-                fail(last());
-            }
+            set_blocked(0);
             if libc::setpgid(0, 0) < 0 {
                 fail(last());
             }
             if let Some(procs) = self.procs {
-                if libc::write(procs, b"0".as_ptr().cast(), 1) < 0 {
+                if libc::syscall(libc::SYS_write, procs, b"0".as_ptr(), 1usize) < 0 {
                     fail(last());
                 }
             }
@@ -261,12 +254,18 @@ impl Child<'_> {
                 u32::MAX,
                 libc::CLOSE_RANGE_CLOEXEC,
             );
-            if let Some((groups, gid, uid)) = &spawn.user {
+            if let Some((groups, gid, uid, saved)) = &spawn.user {
                 // Raw, not the C library's: its set*id also signal the
-                // parent's threads, which do not exist here.
+                // parent's threads, which do not exist here. The saved
+                // user id stays the supervisor's until `exec`, which sets
+                // it to the effective one: until then the job's user does
+                // not own this process, so it may not trace it or open its
+                // memory, which a vfork-style child shares with its root
+                // parent (with `fs.suid_dumpable = 1` the kernel would let
+                // an owner in).
                 if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) < 0
                     || libc::syscall(libc::SYS_setresgid, *gid, *gid, *gid) < 0
-                    || libc::syscall(libc::SYS_setresuid, *uid, *uid, *uid) < 0
+                    || libc::syscall(libc::SYS_setresuid, *uid, *uid, *saved) < 0
                 {
                     fail(last());
                 }
@@ -299,7 +298,6 @@ impl Child<'_> {
 /// cgroup; `ENOSYS` leaves the rest to a fork.
 #[cfg(target_arch = "x86_64")]
 fn clone3(cgroup: Option<RawFd>, child: &mut Child) -> io::Result<libc::pid_t> {
-    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
     let stack = ChildStack::new()?;
     let mut args = CloneArgs {
         flags: CLONE_VM | CLONE_VFORK,
@@ -314,18 +312,22 @@ fn clone3(cgroup: Option<RawFd>, child: &mut Child) -> io::Result<libc::pid_t> {
     }
     // No handler of the parent's may run in the child before it has set
     // every signal to its default (`Child::run`).
-    let mut old = SigSet::empty();
-    pthread_sigmask(
-        SigmaskHow::SIG_SETMASK,
-        Some(&SigSet::all()),
-        Some(&mut old),
-    )?;
+    let blocked = set_blocked(u64::MAX);
+    // SAFETY: a flag read.
+    let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE) };
     // SAFETY: the child runs `Child::run` on `stack`, which it never
     // leaves, and makes only raw system calls on what `child` holds; the
     // parent resumes once the child has exec'd or exited, before `stack`
     // is unmapped.
     let pid = unsafe { clone3_vfork(&args, child) };
-    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None)?;
+    set_blocked(blocked);
+    // The child's switch to its user set the memory they shared to the
+    // system's `fs.suid_dumpable` (0 by default: no core dump); this
+    // process is still what it was.
+    if dumpable > 0 {
+        // SAFETY: a flag set back.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, dumpable as libc::c_ulong) };
+    }
     match pid {
         pid if pid < 0 => Err(io::Error::from_raw_os_error(-pid as i32)),
         pid => Ok(pid as libc::pid_t),
@@ -360,6 +362,24 @@ fn clone3(cgroup: Option<RawFd>, child: &mut Child) -> io::Result<libc::pid_t> {
     }
 }
 
+/// Sets this thread's blocked signals to `mask` (bit `n - 1` for signal
+/// `n`, the kernel's own set: the C library's calls leave its two internal
+/// signals out) and returns those blocked before.
+fn set_blocked(mask: u64) -> u64 {
+    let mut before = 0u64;
+    // SAFETY: two 8-byte sets, the kernel's size.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &mask as *const u64,
+            &mut before as *mut u64,
+            8usize,
+        )
+    };
+    before
+}
+
 /// The raw `clone3` whose child calls `child.run()` on the stack `args`
 /// gives it: the C library has no wrapper for `clone3`, and its
 /// `syscall` would return on the new, empty stack. The parent gets the
@@ -384,6 +404,8 @@ unsafe fn clone3_vfork(args: &CloneArgs, child: &Child) -> libc::c_long {
             "syscall",
             "test rax, rax",
             "jnz 2f",
+            // The child: no frame above `entry` for a backtrace to walk.
+            "xor ebp, ebp",
             "mov rdi, r12",
             "call r13",
             "ud2",
@@ -515,6 +537,7 @@ const CLONE_VFORK: u64 = libc::CLONE_VFORK as u64;
 mod tests {
     use super::*;
     use std::fs;
+    use std::os::unix::fs::PermissionsExt;
 
     /// The exit code or the killing signal of the child `pid` (waited for
     /// by its number, so tests side by side never take each other's).
@@ -594,6 +617,36 @@ mod tests {
         assert_eq!(
             out,
             "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs root: starts the job as nobody"]
+    fn a_job_as_its_user_holds_no_id_or_capability_of_root_and_its_starter_stays_dumpable() {
+        const NOBODY: u32 = 65534;
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        // The shell's own auxiliary vector: AT_SECURE (23) would be 1
+        // had the exec counted as a change of privilege.
+        let script = "grep -E '^(Uid|Gid|Cap(Inh|Prm|Eff|Amb)):' /proc/self/status; \
+                      od -An -v -tu8 -w16 /proc/$$/auxv | awk '$1 == 23 { print \"AT_SECURE\", $2 }'";
+        let args = ["-c", script].map(OsStr::new);
+        let mut spawn = Spawn::new("sh", args, &env(), stdio(dir.path()), dir.path()).unwrap();
+        let nobody = nix::unistd::Gid::from_raw(NOBODY);
+        spawn.user(NOBODY, NOBODY, &[nobody]);
+        let pid = spawn.start().unwrap();
+        assert_eq!(wait(pid), (Some(0), None));
+        // SAFETY: a flag read.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE) }, 1);
+        let out = fs::read_to_string(dir.path().join("out")).unwrap();
+        let ids = "65534\t65534\t65534\t65534";
+        let none = "0000000000000000";
+        assert_eq!(
+            out,
+            format!(
+                "Uid:\t{ids}\nGid:\t{ids}\nCapInh:\t{none}\nCapPrm:\t{none}\n\
+                 CapEff:\t{none}\nCapAmb:\t{none}\nAT_SECURE 0\n"
+            )
         );
     }
 
