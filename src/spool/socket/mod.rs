@@ -27,7 +27,7 @@
 
 mod wire;
 
-use std::io::{Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -152,10 +152,11 @@ impl Spool {
         let _ = stream.set_write_timeout(Some(PATIENCE));
         let _ = stream.set_read_timeout(Some(PATIENCE));
         let sent = stream.write_all(&request.encode());
-        // Room for the usual answer, read at once (from nothing, it was
-        // read in 32-byte pieces).
+        // The answer is one line, read to its end rather than to the
+        // connection's, which the daemon closes a moment later.
         let mut answer = Vec::with_capacity(4096);
-        let read = (&mut stream).take(MAX_REPLY_BYTES).read_to_end(&mut answer);
+        let read =
+            io::BufReader::new((&mut stream).take(MAX_REPLY_BYTES)).read_until(b'\n', &mut answer);
         match serde_json::from_slice::<Reply>(&answer) {
             Ok(Reply::Taken(receipts)) if receipts.len() == request.jobs.len() => Ok(receipts),
             Ok(Reply::Declined(why)) => Err(Unsent::NotServed(why)),
