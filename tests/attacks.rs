@@ -393,6 +393,41 @@ fn a_hard_link_to_another_users_file_cannot_cancel_their_job() {
 
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_name_made_and_removed_in_pending_forgets_no_other_users_task() {
+    // Hole 13: a task that left `pending/` was forgotten by its number
+    // alone, so `touch pending/42-x; rm pending/42-x` dropped bob's
+    // waiting task 42 from the queue, leaving its directory unrun.
+    let (alice, bob, spool) = shared_daemon("");
+    let first = spool.submit_as(&bob, "bob-first", &[("a.rad", "memory: 39G\nsleep 3\n")]);
+    spool.wait_for("bob's first job to run", 10.0, || {
+        spool.root.join("running").join(&first).exists()
+    });
+    let waiting = spool.submit_as(&bob, "bob-waits", &[("b.rad", "memory: 39G\ntrue\n")]);
+    let number = waiting.split_once('-').unwrap().0;
+    for stem in ["x", "y"] {
+        let fake = spool.root.join("pending").join(format!("{number}-{stem}"));
+        let out = alice.run(&format!("touch {0} && rm -f {0}", fake.display()));
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // A number with fewer digits names the same task number too.
+    let short = number.trim_start_matches('0');
+    let fake = spool.root.join("pending").join(format!("{short}-z"));
+    let out = alice.run(&format!("touch {0} && rm -f {0}", fake.display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for(
+        "bob's waiting job to run once the GPU is free",
+        30.0,
+        || spool.root.join("done").join(&waiting).exists(),
+    );
+    assert!(
+        !spool
+            .daemon_log()
+            .contains("removed from pending/ by someone else")
+    );
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn bidirectional_controls_in_a_job_reach_neither_status_nor_the_log() {
     // Hole 12: U+202E in a job's text reached `carma status` and the log
     // as it was, and reversed what people read.

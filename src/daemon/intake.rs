@@ -523,13 +523,12 @@ impl Daemon {
                 return;
             }
         };
-        let present: std::collections::HashSet<u64> =
-            listing.tasks.iter().map(TaskName::seq).collect();
+        let present: std::collections::HashSet<&TaskName> = listing.tasks.iter().collect();
         let gone: Vec<TaskName> = self
             .life
             .tasks
             .values()
-            .filter(|t| t.state == State::Pending && !present.contains(&t.name.seq()))
+            .filter(|t| t.state == State::Pending && !present.contains(&t.name))
             .map(|t| t.name.clone())
             .collect();
         for name in gone {

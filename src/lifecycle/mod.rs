@@ -453,12 +453,14 @@ impl Lifecycle {
     }
 
     /// A waiting task whose directory left `pending/` without the daemon
-    /// moving it (its owner took it back): the core forgets it.
+    /// moving it (its owner took it back): the core forgets it. Only by
+    /// its whole name: anyone may make and remove `pending/42-x`, which
+    /// names task 42's number and not task 42.
     pub fn forget(&mut self, name: &TaskName) {
         let waiting = self
             .tasks
             .get(&name.seq())
-            .is_some_and(|t| t.state == State::Pending);
+            .is_some_and(|t| t.state == State::Pending && t.name == *name);
         if waiting {
             log::warn!("{name}: removed from pending/ by someone else; forgotten");
             self.tasks.remove(&name.seq());
