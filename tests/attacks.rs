@@ -428,6 +428,55 @@ fn a_name_made_and_removed_in_pending_forgets_no_other_users_task() {
 
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_flood_of_names_made_and_removed_in_pending_holds_nobody_up() {
+    // Hole 14: every event on a name that is not UTF-8 rescanned all of
+    // `pending/` at once, and the loop drained changes for as long as
+    // they came, so a user making and removing such a name in a loop
+    // stopped launches, answers and the status file, and grew the
+    // daemon's queue without end.
+    let (alice, bob, spool) = shared_daemon("");
+    let pending = spool.root.join("pending");
+    // Hidden names are never taken in, and each makes every listing of
+    // `pending/` longer.
+    let flood = format!(
+        "import os, time\n\
+         for i in range(20000):\n\
+         \x20   os.close(os.open(b'{0}/.h%d' % i, os.O_CREAT | os.O_WRONLY, 0o600))\n\
+         end = time.time() + 8\n\
+         names = [os.path.join(b'{0}', bytes([0xff, 0x41 + i])) for i in range(32)]\n\
+         while time.time() < end:\n\
+         \x20   for name in names:\n\
+         \x20       os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o600))\n\
+         \x20   for name in names:\n\
+         \x20       try: os.unlink(name)\n\
+         \x20       except FileNotFoundError: pass\n\
+         \x20   for i in range(64):\n\
+         \x20       name = b'{0}/%d-x' % i\n\
+         \x20       os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o600))\n\
+         \x20       try: os.unlink(name)\n\
+         \x20       except FileNotFoundError: pass\n",
+        pending.display()
+    );
+    let script = spool.user_dir(&alice, "alice-flood", &[("flood.py", &flood)]);
+    let out = alice.run(&format!(
+        "nohup python3 {}/flood.py >/dev/null 2>&1 &",
+        script.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::thread::sleep(Duration::from_secs(2));
+    still_serves_at_once(&spool, &bob, "during");
+    spool.wait_for("the flood to end", 20.0, || {
+        fs::read_dir(&pending).unwrap().flatten().all(|e| {
+            let name = e.file_name();
+            name.to_str().is_some_and(|n| !n.ends_with("-x"))
+        })
+    });
+    std::thread::sleep(Duration::from_secs(7));
+    still_serves_at_once(&spool, &bob, "after");
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn bidirectional_controls_in_a_job_reach_neither_status_nor_the_log() {
     // Hole 12: U+202E in a job's text reached `carma status` and the log
     // as it was, and reversed what people read.

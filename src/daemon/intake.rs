@@ -66,7 +66,7 @@ impl Daemon {
             // Acted on after this turn's arrivals are taken: a request may
             // name a task submitted in the same instant.
             Change::CancelRequested => self.cancel_due = true,
-            Change::Rescan => self.rescan(),
+            Change::Rescan => self.rescan_due = true,
         }
     }
 
@@ -516,6 +516,9 @@ impl Daemon {
     /// Looks at all of `pending/` again: new task directories and drops
     /// are taken, tasks that disappeared are forgotten.
     pub(super) fn rescan(&mut self) {
+        self.rescan_due = false;
+        self.last_rescan = Some(Instant::now());
+        self.backlog.rescanning();
         let listing = match self.spool.list(State::Pending) {
             Ok(listing) => listing,
             Err(e) => {

@@ -195,7 +195,21 @@ struct Daemon {
     /// The start is over: requests left while no daemon ran have acted,
     /// so the core may place tasks in the middle of an intake.
     restored: bool,
+    /// The watcher's changes not yet handled.
+    backlog: Arc<watch::Backlog>,
+    /// Events were lost, or named what only a listing shows: `pending/`
+    /// is looked at again, at most once per [`RESCAN_SPACING`].
+    rescan_due: bool,
+    last_rescan: Option<Instant>,
 }
+
+/// The least time between two rescans asked for by events: each lists
+/// all of `pending/`, and anyone can make such events by the thousand.
+const RESCAN_SPACING: Duration = Duration::from_secs(1);
+
+/// Messages handled in one turn of the loop at most: launches, answers
+/// and the status file come between turns, however fast messages come.
+const MESSAGES_PER_TURN: usize = 8192;
 
 /// Ended tasks looked at for pruning each second.
 const PRUNE_PER_TURN: usize = 32;
@@ -270,7 +284,11 @@ impl Daemon {
             };
             self.turn_started = Instant::now();
             let mut stop = false;
-            for msg in first.into_iter().chain(rx.try_iter()) {
+            for msg in first
+                .into_iter()
+                .chain(rx.try_iter())
+                .take(MESSAGES_PER_TURN)
+            {
                 stop |= self.handle(msg);
             }
             if stop {
@@ -334,13 +352,19 @@ impl Daemon {
         if let Some(next) = deadlines.min() {
             sleep = sleep.min(next.saturating_sub(self.now()));
         }
+        if self.rescan_due {
+            sleep = sleep.min(self.rescan_wait());
+        }
         sleep.max(Duration::from_millis(1))
     }
 
     /// Handles one message; true when the daemon should stop.
     fn handle(&mut self, msg: Msg) -> bool {
         match msg {
-            Msg::Spool(change) => self.on_change(change),
+            Msg::Spool(change) => {
+                self.backlog.handled();
+                self.on_change(change);
+            }
             Msg::Readings(readings) => self.on_readings(readings),
             Msg::Forked(seq, run, pid) => self.on_forked(seq, run, pid),
             Msg::Reaped(seq, run) => self.on_reaped(seq, run),
@@ -416,8 +440,18 @@ impl Daemon {
         }
     }
 
+    /// How long an asked-for rescan must still wait.
+    fn rescan_wait(&self) -> Duration {
+        self.last_rescan.map_or(Duration::ZERO, |at| {
+            RESCAN_SPACING.saturating_sub(at.elapsed())
+        })
+    }
+
     /// Closings and intake whose retry is due.
     fn retry_due(&mut self) {
+        if self.rescan_due && self.rescan_wait().is_zero() {
+            self.rescan();
+        }
         self.with_world(|life, now, world| life.retry_due(now, world));
         let now = self.now();
         if self.entry_retry.due(now) && !self.intake_retry.due(now) {

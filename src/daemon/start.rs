@@ -38,8 +38,14 @@ pub fn run(options: Options) -> Result<()> {
         log::info!("{gpu}");
     }
     let (tx, rx) = mpsc::channel();
-    let _watcher = watch::watch(&spool.dir(State::Pending), &spool.cancel_dir(), tx.clone())
-        .context("cannot watch the spool")?;
+    let backlog = Arc::new(watch::Backlog::default());
+    let _watcher = watch::watch(
+        &spool.dir(State::Pending),
+        &spool.cancel_dir(),
+        tx.clone(),
+        Arc::clone(&backlog),
+    )
+    .context("cannot watch the spool")?;
     let mut config = options.config;
     let interval_ms = Arc::new(AtomicU64::new(interval_ms(&config)));
     let sizes: Vec<u64> = gpus.iter().map(|g| g.total_mib).collect();
@@ -133,6 +139,9 @@ pub fn run(options: Options) -> Result<()> {
         turn_started: Instant::now(),
         fresh: Vec::new(),
         restored: false,
+        backlog,
+        rescan_due: false,
+        last_rescan: None,
     };
     daemon.life.kept.cap = daemon
         .config

@@ -6,6 +6,8 @@
 //! delay a task but never lose it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 
 use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
@@ -31,8 +33,57 @@ pub enum Change {
     Rescan,
 }
 
-/// Watches `pending/` and `cancel/`; changes arrive as [`Msg::Spool`].
-pub fn watch(pending: &Path, cancel: &Path, tx: Sender<Msg>) -> notify::Result<RecommendedWatcher> {
+/// Changes sent and not yet handled that the watcher stops at: anyone may
+/// make and remove names in `pending/` as fast as the kernel lets them.
+const MAX_QUEUED: usize = 4096;
+
+/// The watcher's changes the loop has not handled yet, kept bounded: a
+/// user making and removing names in a loop must neither grow the
+/// daemon's memory without end nor keep its loop draining changes while
+/// nothing launches and nobody is answered. Beyond [`MAX_QUEUED`] the
+/// watcher drops changes and asks once for a rescan, which finds
+/// whatever they pointed at.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    queued: AtomicUsize,
+    /// Changes were dropped since the last rescan began.
+    overflowed: AtomicBool,
+}
+
+impl Backlog {
+    /// The watcher's side: `change`, a rescan in its place, or nothing.
+    fn admit(&self, change: Change) -> Option<Change> {
+        let change = if self.queued.load(Ordering::Acquire) < MAX_QUEUED {
+            change
+        } else if !self.overflowed.swap(true, Ordering::AcqRel) {
+            Change::Rescan
+        } else {
+            return None;
+        };
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        Some(change)
+    }
+
+    /// The loop's side: one change taken off the queue.
+    pub fn handled(&self) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The loop's side: a rescan begins, and sees whatever the changes
+    /// dropped before now pointed at.
+    pub fn rescanning(&self) {
+        self.overflowed.store(false, Ordering::Release);
+    }
+}
+
+/// Watches `pending/` and `cancel/`; changes arrive as [`Msg::Spool`],
+/// counted in `backlog`.
+pub fn watch(
+    pending: &Path,
+    cancel: &Path,
+    tx: Sender<Msg>,
+    backlog: Arc<Backlog>,
+) -> notify::Result<RecommendedWatcher> {
     let (pending_dir, cancel_dir) = (pending.to_owned(), cancel.to_owned());
     let mut watcher = notify::recommended_watcher(move |result: notify::Result<Event>| {
         let changes = match result {
@@ -42,7 +93,7 @@ pub fn watch(pending: &Path, cancel: &Path, tx: Sender<Msg>) -> notify::Result<R
                 vec![Change::Rescan]
             }
         };
-        for change in changes {
+        for change in changes.into_iter().filter_map(|c| backlog.admit(c)) {
             let _ = tx.send(Msg::Spool(change));
         }
     })?;
@@ -112,6 +163,28 @@ mod tests {
             e = e.add_path(PathBuf::from(p));
         }
         e
+    }
+
+    #[test]
+    fn a_full_backlog_drops_changes_for_one_rescan_until_a_rescan_begins() {
+        let backlog = Backlog::default();
+        let change = || Change::Written("a.rad".into());
+        for _ in 0..MAX_QUEUED {
+            assert_eq!(backlog.admit(change()), Some(change()));
+        }
+        assert_eq!(backlog.admit(change()), Some(Change::Rescan));
+        assert_eq!(backlog.admit(change()), None);
+        backlog.handled();
+        backlog.handled();
+        // Room again, but the rescan asked for is still to come.
+        assert_eq!(backlog.admit(change()), Some(change()));
+        assert_eq!(backlog.admit(change()), None);
+        backlog.rescanning();
+        assert_eq!(backlog.admit(change()), Some(Change::Rescan));
+        for _ in 0..MAX_QUEUED {
+            backlog.handled();
+        }
+        assert_eq!(backlog.admit(change()), Some(change()));
     }
 
     #[test]
