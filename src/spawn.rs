@@ -97,7 +97,19 @@ impl Spawn {
     /// Runs the program as `uid`/`gid` with the supplementary `groups`.
     pub fn user(&mut self, uid: u32, gid: u32, groups: &[nix::unistd::Gid]) {
         let groups = groups.iter().map(|g| g.as_raw()).collect();
-        let saved = nix::unistd::geteuid().as_raw();
+        // Where a process's owner may trace it once its ids change
+        // (`fs.suid_dumpable = 1`), the child must not be its user's
+        // before `exec`: it shares its root parent's memory until then.
+        // The saved user id stays root's (`exec` sets it to the effective
+        // one), at a price: a FUSE mount of the user's, which admits only
+        // processes whose every id is its owner's, cannot be the job's
+        // working directory. Elsewhere every id is the user's at once.
+        let traceable = std::fs::read("/proc/sys/fs/suid_dumpable")
+            .map_or(true, |v| v != b"0\n" && v != b"2\n");
+        let saved = match traceable {
+            true => nix::unistd::geteuid().as_raw(),
+            false => uid,
+        };
         self.user = Some((groups, gid, uid, saved));
     }
 
@@ -257,12 +269,7 @@ impl Child<'_> {
             if let Some((groups, gid, uid, saved)) = &spawn.user {
                 // Raw, not the C library's: its set*id also signal the
                 // parent's threads, which do not exist here. The saved
-                // user id stays the supervisor's until `exec`, which sets
-                // it to the effective one: until then the job's user does
-                // not own this process, so it may not trace it or open its
-                // memory, which a vfork-style child shares with its root
-                // parent (with `fs.suid_dumpable = 1` the kernel would let
-                // an owner in).
+                // user id is `Spawn::user`'s choice.
                 if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) < 0
                     || libc::syscall(libc::SYS_setresgid, *gid, *gid, *gid) < 0
                     || libc::syscall(libc::SYS_setresuid, *uid, *uid, *saved) < 0
