@@ -223,11 +223,85 @@ fn read_fd(fd: OwnedFd, path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std
     Ok((bytes, meta))
 }
 
+/// Whether `path` is a real directory (not a link) that only root or this
+/// process's user can change, below directories no one else can replace:
+/// where root may keep what others must not swap (the MPS control
+/// daemon's pipes and pid file, its logs).
+pub fn private_dir(path: &Path) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", path.display()));
+    }
+    // Not even a sticky directory: others could make names in it.
+    closed_to_others(path, &meta, false)?;
+    for dir in path.ancestors().skip(1) {
+        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        closed_to_others(dir, &meta, true)?;
+    }
+    Ok(())
+}
+
+/// Whether only root or this process's user can change `path` (or, for a
+/// directory, replace what is in it). A sticky directory others may write
+/// to is closed enough: there only an entry's owner may rename it away.
+/// A root daemon runs the helper as root, so it also refuses what the
+/// file's group may write; a daemon of another user refuses only what
+/// anyone may write, as its own binary's is, under a user's private group.
+pub fn closed_to_others(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "{} is owned by uid {}, not root or uid {me}",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.permissions().mode();
+    let open = if me == 0 { 0o022 } else { 0o002 };
+    if mode & open != 0 && !(dir && mode & 0o1000 != 0) {
+        return Err(format!("{} is writable by others", path.display()));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_private_dir_is_a_real_directory_no_one_else_can_change() {
+        use std::os::unix::fs::PermissionsExt;
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("mps");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(private_dir(&dir), Ok(()));
+        // Sticky and open to all, as /tmp: others could make names in it.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = private_dir(&dir).unwrap_err();
+        assert!(e.ends_with("mps is writable by others"), "{e}");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let link = top.path().join("link");
+        symlink(&dir, &link).unwrap();
+        assert!(
+            private_dir(&link)
+                .unwrap_err()
+                .ends_with("is not a directory")
+        );
+        // A parent others may write to without the sticky bit.
+        fs::set_permissions(top.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        let e = private_dir(&dir).unwrap_err();
+        assert!(e.contains("is writable by others"), "{e}");
+        fs::set_permissions(top.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+            let e = private_dir(&dir).unwrap_err();
+            assert!(e.contains("is owned by uid 65534"), "{e}");
+        }
+    }
 
     #[test]
     fn regular_files_are_read_and_everything_else_refused_without_blocking() {

@@ -87,6 +87,11 @@ pub enum MpsError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{why}: the MPS pipes and logs must be in directories only root can change \
+         (set [mps] pipe_dir and log_dir, e.g. /run/carma/mps)"
+    )]
+    Open { why: String },
     #[error("cannot run {}: {source}", control.display())]
     Run {
         control: PathBuf,
@@ -124,6 +129,10 @@ impl Mps {
                 path: dir.clone(),
                 source,
             })?;
+            // A directory a user made first (CUDA's default is in /tmp)
+            // would hand them the control pipe, its pid file and root's
+            // log writes.
+            crate::safe::private_dir(dir).map_err(|why| MpsError::Open { why })?;
         }
         let modes = config
             .exclusive_process

@@ -22,7 +22,7 @@
 
 use std::fs;
 use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -156,10 +156,10 @@ fn check(beside: &Path) -> Result<Checked, String> {
     if !meta.is_file() {
         return Err("not a file".into());
     }
-    closed_to_others(&path, &meta, false)?;
+    crate::safe::closed_to_others(&path, &meta, false)?;
     for dir in path.ancestors().skip(1) {
         let meta = fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        closed_to_others(dir, &meta, true)?;
+        crate::safe::closed_to_others(dir, &meta, true)?;
     }
     let identity = Identity::of(&path).map_err(|e| e.to_string())?;
     let said = ask(&path).map_err(|e| format!("cannot ask its build: {e}"))?;
@@ -175,29 +175,6 @@ fn check(beside: &Path) -> Result<Checked, String> {
         return Err("replaced while it was checked".into());
     }
     Ok(Checked { path, identity })
-}
-
-/// Whether only root or this process's user can change `path` (or, for a
-/// directory, replace what is in it). A sticky directory others may write
-/// to is closed enough: there only an entry's owner may rename it away.
-/// A root daemon runs the helper as root, so it also refuses what the
-/// file's group may write; a daemon of another user refuses only what
-/// anyone may write, as its own binary's is, under a user's private group.
-fn closed_to_others(path: &Path, meta: &fs::Metadata, dir: bool) -> Result<(), String> {
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != 0 && meta.uid() != me {
-        return Err(format!(
-            "{} is owned by uid {}, not root or uid {me}",
-            path.display(),
-            meta.uid()
-        ));
-    }
-    let mode = meta.permissions().mode();
-    let open = if me == 0 { 0o022 } else { 0o002 };
-    if mode & open != 0 && !(dir && mode & 0o1000 != 0) {
-        return Err(format!("{} is writable by others", path.display()));
-    }
-    Ok(())
 }
 
 /// The helper's `--version` line, read within [`ASK_TIME`].
@@ -247,6 +224,7 @@ fn spawn_asking(helper: &Path) -> io::Result<std::process::Child> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     /// A directory with `carma` (never run) and a `carma-supervise` script
     /// that prints `says` for its version, with `mode`.
