@@ -23,8 +23,8 @@ use super::job_copy::fill_job;
 use super::record::{self, DROPPED, Outcome, RECORD, TaskRecord, unix_now};
 use super::socket::Job;
 use super::{
-    Claimed, JobCopy, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, read_names,
-    rename_new, sync_dir,
+    Claimed, JobCopy, Spool, SpoolError, State, TASK_DIR_MODE, TaskName, at, make_dir, rename_new,
+    sync_dir,
 };
 use crate::rad::{DependencyRef, TaskSpec};
 use crate::safe;
@@ -545,15 +545,42 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
     let rad = match request.rad {
         Some(rad) => rad,
         None => {
-            let (names, _) = read_names(dir).map_err(|e| e.to_string())?;
-            let rads: Vec<String> = names.into_iter().filter(|n| n.ends_with(".rad")).collect();
-            match &rads[..] {
-                [one] => one.clone(),
-                [] => return Err("the submitted directory holds no .rad file".into()),
+            // Named in the reason: a few, whatever the directory holds
+            // (its names are its owner's, as many and as long as they
+            // like).
+            const NAMED: usize = 4;
+            let mut rads = Vec::new();
+            let mut count = 0usize;
+            for entry in fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+                let name = entry
+                    .map_err(|e| format!("{}: {e}", dir.display()))?
+                    .file_name();
+                match name.to_str() {
+                    Some(name) if name.ends_with(".rad") && !name.starts_with('.') => {
+                        count += 1;
+                        if rads.len() < NAMED {
+                            rads.push(name.to_owned());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            match (count, &rads[..]) {
+                (1, [one]) => one.clone(),
+                (0, _) => return Err("the submitted directory holds no .rad file".into()),
                 _ => {
+                    let more = count - rads.len();
+                    let more = if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    };
                     return Err(format!(
-                        "the submitted directory holds several .rad files: {}",
-                        rads.join(", ")
+                        "the submitted directory holds {count} .rad files: {}{more}",
+                        rads.iter()
+                            .map(|r| crate::shell::quote(r))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ));
                 }
             }
@@ -621,4 +648,27 @@ pub(super) fn checked_dependencies(
         }
     }
     Ok(after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_of_many_job_files_is_refused_with_a_reason_of_a_few_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = "x".repeat(200);
+        for i in 0..50 {
+            fs::write(dir.path().join(format!("{long}{i:02}.rad")), "").unwrap();
+        }
+        fs::write(dir.path().join(".hidden.rad"), "").unwrap();
+        let owner = nix::unistd::geteuid().as_raw();
+        let why = read_submission(dir.path(), owner).err().unwrap();
+        assert!(
+            why.starts_with("the submitted directory holds 50 .rad files: "),
+            "{why}"
+        );
+        assert!(why.ends_with(" and 46 more"), "{why}");
+        assert!(why.len() < 1000, "{} bytes", why.len());
+    }
 }
