@@ -58,6 +58,16 @@ fn still_serves_at_once(spool: &Spool, bob: &TestUser, tag: &str) {
     );
 }
 
+/// `user`'s job `rad` (submitted from their directory `dir`), once it
+/// runs: its task's name.
+fn running_as(spool: &Spool, user: &TestUser, dir: &str, rad: &str) -> String {
+    let name = spool.submit_as(user, dir, &[("job.rad", rad)]);
+    spool.wait_for("the job to run", 10.0, || {
+        spool.root.join("running").join(&name).exists()
+    });
+    name
+}
+
 /// The next task number the spool would give.
 fn next_id(spool: &Spool) -> u64 {
     fs::read_to_string(spool.root.join("next-id")).map_or(1, |text| {
@@ -366,10 +376,7 @@ fn a_hard_link_to_another_users_file_cannot_cancel_their_job() {
     // Hole 8: a request is authorised by its file's owner, and a hard
     // link to bob's file in cancel/ cancelled bob's job.
     let (alice, bob, spool) = shared_daemon("");
-    let name = spool.submit_as(&bob, "bob-run", &[("long.rad", "memory: 1G\nsleep 30\n")]);
-    spool.wait_for("bob's job to run", 10.0, || {
-        spool.root.join("running").join(&name).exists()
-    });
+    let name = running_as(&spool, &bob, "bob-run", "memory: 1G\nsleep 30\n");
     let bobs = spool.user_dir(&bob, "bob-file", &[("shared", "")]);
     fs::set_permissions(
         bobs.join("shared"),
@@ -398,10 +405,7 @@ fn a_name_made_and_removed_in_pending_forgets_no_other_users_task() {
     // alone, so `touch pending/42-x; rm pending/42-x` dropped bob's
     // waiting task 42 from the queue, leaving its directory unrun.
     let (alice, bob, spool) = shared_daemon("");
-    let first = spool.submit_as(&bob, "bob-first", &[("a.rad", "memory: 39G\nsleep 3\n")]);
-    spool.wait_for("bob's first job to run", 10.0, || {
-        spool.root.join("running").join(&first).exists()
-    });
+    running_as(&spool, &bob, "bob-first", "memory: 39G\nsleep 3\n");
     let waiting = spool.submit_as(&bob, "bob-waits", &[("b.rad", "memory: 39G\ntrue\n")]);
     let number = waiting.split_once('-').unwrap().0;
     for stem in ["x", "y"] {
