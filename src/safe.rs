@@ -244,7 +244,7 @@ pub fn private_dir(path: &Path) -> Result<(), String> {
 /// Whether only root or this process's user can change `path` (or, for a
 /// directory, replace what is in it). A sticky directory others may write
 /// to is closed enough: there only an entry's owner may rename it away.
-/// A root daemon runs the helper as root, so it also refuses what the
+/// Root acts on what it checks as root, so it also refuses what the
 /// file's group may write; a daemon of another user refuses only what
 /// anyone may write, as its own binary's is, under a user's private group.
 pub fn closed_to_others(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<(), String> {

@@ -447,7 +447,8 @@ impl Daemon {
         })
     }
 
-    /// Closings and intake whose retry is due.
+    /// Closings and intake whose retry is due, and a rescan asked for
+    /// once its spacing has passed.
     fn retry_due(&mut self) {
         if self.rescan_due && self.rescan_wait().is_zero() {
             self.rescan();
