@@ -649,6 +649,11 @@ fn a_jobs_name_names_its_task_whether_dropped_or_submitted() {
     let mut spool = Spool::new("1x40GiB");
     spool.start_daemon();
     spool.drop_file("x.rad", "name: prep\nmemory: 1G\ntrue\n");
+    // A dropped file is taken in when its event comes: `afterok: prep`
+    // names a task that must be known by then.
+    spool.wait_for("the dropped job to be taken in", 10.0, || {
+        spool.find("-prep").is_some()
+    });
     let train = spool.submit("y.rad", "name: train\nafterok: prep\nmemory: 1G\ntrue\n");
     assert!(train.ends_with("-train"), "{train}");
     spool.wait_count("done", 2, 15.0);
