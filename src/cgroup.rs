@@ -150,26 +150,31 @@ pub fn run_name(task: &str, run: u32) -> String {
 
 /// How long the daemon waits for a dead supervisor's run cgroup to empty
 /// after `cgroup.kill`: a killed process goes in milliseconds, and the
-/// daemon's loop waits meanwhile.
-const ORPHAN_PATIENCE: Duration = Duration::from_secs(2);
+/// daemon's loop waits meanwhile. One held in the kernel (a request to a
+/// FUSE server that does not answer) outlives any wait.
+const ORPHAN_PATIENCE: Duration = Duration::from_millis(100);
 
 /// Ends what the run cgroup `name` under `parent` still holds once its
 /// supervisor died without ending it, and removes the cgroup: every
 /// process the job started is in it, whatever it did to its session or its
-/// environment. How many processes it held; `None` when there is no such
-/// cgroup (the run had none, or it was removed already).
-pub fn end_orphaned_run(parent: &Path, name: &str) -> Option<usize> {
+/// environment. How many processes it held, and the cgroup if processes
+/// outlived the kill (held in the kernel): it is left, for
+/// [`remove_emptied`] to take once they are gone. `None` when there is no
+/// such cgroup (the run had none, or it was removed already).
+pub fn end_orphaned_run(parent: &Path, name: &str) -> Option<(usize, Option<PathBuf>)> {
     let cgroup = RunCgroup::open(parent.join(name)).ok()?;
     let held = pids(cgroup.dir()).len();
     let dir = cgroup.dir().to_owned();
     let (_, empty) = cgroup.finish(ORPHAN_PATIENCE);
-    if !empty {
-        log::error!(
-            "{}: processes outlived cgroup.kill (stuck in the kernel); the cgroup stays",
-            dir.display()
-        );
+    Some((held, (!empty).then_some(dir)))
+}
+
+/// Removes the cgroup `dir` if it has emptied; whether it is gone.
+pub fn remove_emptied(dir: &Path) -> bool {
+    match fs::remove_dir(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
     }
-    Some(held)
 }
 
 /// The period of `cpu.max`, microseconds (the kernel's default).

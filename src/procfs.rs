@@ -69,9 +69,17 @@ pub fn own_children() -> Vec<u32> {
     if !has_children() {
         return Vec::new();
     }
+    listed_children(std::process::id())
+}
+
+/// The children of `pid`, zombies included, as the kernel lists them for
+/// each of its threads; read the long way where no list names one (the
+/// kernel keeps none, or a child is being handed from a thread that ended
+/// to another).
+fn listed_children(pid: u32) -> Vec<u32> {
     let listed = || -> std::io::Result<Vec<u32>> {
         let mut pids = Vec::new();
-        for thread in fs::read_dir("/proc/self/task")? {
+        for thread in fs::read_dir(format!("/proc/{pid}/task"))? {
             let text = fs::read_to_string(thread?.path().join("children"))?;
             pids.extend(
                 text.split_whitespace()
@@ -80,12 +88,66 @@ pub fn own_children() -> Vec<u32> {
         }
         Ok(pids)
     };
-    // A child that `waitid` saw and no list names (one being handed from
-    // a thread that ended to another) is looked for the long way.
     match listed() {
         Ok(pids) if !pids.is_empty() => pids,
-        _ => children(std::process::id()),
+        _ => children(pid),
     }
+}
+
+/// Sends `signal` to every child of `parent` while it lives; how many
+/// were sent it. Each child is held by a pidfd before it is checked to be
+/// `parent`'s child: a pid that passed to another process between the
+/// listing and the signal is never signalled.
+pub fn signal_children(parent: &ProcessId, signal: nix::sys::signal::Signal) -> usize {
+    if !parent.is_alive() {
+        return 0;
+    }
+    listed_children(parent.pid)
+        .into_iter()
+        .filter(|&child| {
+            signal_checked(child, signal, || {
+                stat(child).is_some_and(|s| s.parent == parent.pid) && parent.is_alive()
+            })
+        })
+        .count()
+}
+
+/// Sends `signal` to `process`, if it still runs (not to a later holder
+/// of its pid).
+pub fn signal(process: &ProcessId, signal: nix::sys::signal::Signal) -> bool {
+    signal_checked(process.pid, signal, || process.is_alive())
+}
+
+/// Sends `signal` to the process holding `pid` now, if `is_it` says, once
+/// that process is held by a pidfd, that it is the one meant.
+fn signal_checked(
+    pid: u32,
+    signal: nix::sys::signal::Signal,
+    is_it: impl FnOnce() -> bool,
+) -> bool {
+    use nix::libc;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: a plain system call; the descriptor is owned at once.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let Ok(fd) = std::os::fd::RawFd::try_from(fd) else {
+        return false;
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: a new descriptor, ours alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a plain system call on the descriptor just checked.
+    is_it()
+        && unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                signal as i32,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        } == 0
 }
 
 /// Whether this process has a child, running or not yet reaped: one

@@ -259,14 +259,18 @@ impl Child<'_> {
             }
             // Nothing beyond its three streams reaches the job, whatever
             // the supervisor (or the daemon, started from a shell) holds
-            // without close-on-exec. A kernel older than 5.11 refuses the
-            // flag; those descriptors are then left as they are.
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
+            // without close-on-exec; closed now, not at the exec, so that
+            // a child held before its exec holds none of them: the run's
+            // lock among them would keep a killed supervisor's run
+            // "supervised" ([`crate::lifecycle::Overdue`]). Only the
+            // report stays, until the exec. A kernel older than 5.9 has
+            // no `close_range`: the descriptors are then left as they
+            // are, closed on exec where they say so.
+            let report = report as u32;
+            if report > 3 {
+                libc::syscall(libc::SYS_close_range, 3u32, report - 1, 0u32);
+            }
+            libc::syscall(libc::SYS_close_range, report.max(2) + 1, u32::MAX, 0u32);
             if let Some((groups, gid, uid, saved)) = &spawn.user {
                 // Raw, not the C library's: its set*id also signal the
                 // parent's threads, which do not exist here. The saved

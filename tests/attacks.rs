@@ -1056,3 +1056,129 @@ fn requeuing_ended_tasks_is_held_to_a_users_limits() {
     });
     still_serves(&spool, &bob, "1");
 }
+
+#[test]
+#[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
+fn a_job_held_before_its_exec_is_killed_at_its_time_limit_and_at_its_cancellation() {
+    // Between its switch to the user's ids and its exec, a job's first
+    // process is its user's to hold: with SIGSTOP, or with a working
+    // directory on a FUSE mount that never answers (here). Its supervisor
+    // waited with it, its time limit not counting and a cancel queued,
+    // and the task held its GPU for good. The daemon now kills such a
+    // job, with cgroups and without.
+    let (_alice, bob) = two_users();
+    let spools = ["", "job_cgroups = false\n"].map(|extra| {
+        // A GPU each: a job joins a busy GPU only once it is seen busy.
+        let mut spool = Spool::shared(
+            "2x40GiB",
+            &format!("[daemon]\ntime_limit_grace_s = 1\n{extra}"),
+        );
+        spool.start_daemon();
+        spool
+    });
+    // Dropped first, before the spools' directories are removed.
+    let fuse = common::silent_fuse::SilentFuse::mount(&spools[0].dir.path().join("fuse"));
+    let mut held = Vec::new();
+    for spool in &spools {
+        let first = spool.submit_as(&bob, "bob-first", &[("first.rad", "memory: 1G\nsleep 3\n")]);
+        let dir = spool.user_dir(
+            &bob,
+            "bob-held",
+            &[
+                ("w/limited.rad", "memory: 1G\ntime: 2s\ntrue\n"),
+                ("w/cancelled.rad", "memory: 1G\ntrue\n"),
+            ],
+        );
+        let submit = |file: &str| {
+            let rad = dir.join("w").join(file);
+            let out = bob.carma(
+                spool,
+                &format!("submit --afterok {first} {}", rad.display()),
+            );
+            assert!(out.status.success(), "{}", stderr(&out));
+            stdout(&out).trim().to_owned()
+        };
+        let (limited, cancelled) = (submit("limited.rad"), submit("cancelled.rad"));
+        // While they wait, their working directory becomes the mount.
+        let out = bob.run(&format!(
+            "cd {} && mv w w.real && ln -s {} w",
+            dir.display(),
+            spools[0].dir.path().join("fuse/x").display()
+        ));
+        assert!(out.status.success(), "{}", stderr(&out));
+        held.push((spool, limited, cancelled));
+    }
+    for (spool, _, cancelled) in &held {
+        spool.wait_for("the held job to be launched", 15.0, || {
+            spool.root.join("running").join(cancelled).exists()
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let out = bob.carma(spool, &format!("cancel {cancelled}"));
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            stderr(&out),
+            spool.daemon_log()
+        );
+    }
+    for (spool, limited, cancelled) in &held {
+        let failed =
+            |name: &str| fs::read_to_string(spool.root.join("failed").join(name).join("reason"));
+        spool.wait_for("both held jobs to fail", 60.0, || {
+            failed(limited).is_ok() && failed(cancelled).is_ok()
+        });
+        let (limit, cancel) = (failed(limited).unwrap(), failed(cancelled).unwrap());
+        assert!(limit.contains("time limit"), "{limit}");
+        assert!(cancel.contains("cancel"), "{cancel}");
+        spool.assert_logged("without its supervisor ending it");
+        // Held in the kernel by the mount, the job's process outlives
+        // SIGKILL: its supervisor, held with it, was killed instead.
+        spool.assert_logged("the supervisor was killed");
+        still_serves_at_once(spool, &bob, "after");
+    }
+    drop(fuse);
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_lease_on_a_jobs_output_holds_up_nobody() {
+    // The daemon reads a failed job's stderr, its user's file, for why it
+    // failed. A write lease its user took on it held each open for the
+    // lease's break time (45 s), and the daemon with it.
+    let (alice, bob, spool) = shared_daemon("");
+    let name = running_as(
+        &spool,
+        &alice,
+        "alice-lease",
+        "memory: 1G\necho boom >&2\nexec 2>&-\nsleep 2\nexit 3\n",
+    );
+    let stderr = spool.root.join("running").join(&name).join("run-1/stderr");
+    // F_SETLEASE (1024), F_WRLCK (1): granted once nobody else has the
+    // file open, which the job no longer does; SIGIO, which says a lease
+    // is being broken, ignored.
+    let mut holder = socket_client(
+        &spool,
+        &alice,
+        "$SIG{IO} = 'IGNORE'; $| = 1; shift;\n\
+         open(my $f, '<', $ARGV[0]) or die \"open: $!\";\n\
+         until (fcntl($f, 1024, 1)) { select(undef, undef, undef, 0.01) }\n\
+         print \"held\\n\"; sleep 120;\n",
+        &stderr.display().to_string(),
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut said,
+    )
+    .unwrap();
+    assert_eq!(said, "held\n");
+    spool.wait_for("alice's job to fail", 10.0, || {
+        spool.root.join("failed").join(&name).exists()
+    });
+    still_serves_at_once(&spool, &bob, "lease");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

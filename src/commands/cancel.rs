@@ -31,7 +31,8 @@ pub struct Args {
     #[arg(long)]
     array: bool,
     /// Seconds to wait for the task to stop [default: the cancel grace
-    /// period + 10].
+    /// period + 20: time for the daemon to kill a job its supervisor
+    /// could not stop].
     #[arg(long)]
     wait: Option<f64>,
 }
@@ -61,7 +62,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     }
     let wait = args
         .wait
-        .unwrap_or(config.daemon.cancel_grace_s.get() + 10.0);
+        .unwrap_or(config.daemon.cancel_grace_s.get() + 20.0);
     let deadline = Instant::now() + Duration::from_secs_f64(wait.max(0.0));
     while Instant::now() < deadline {
         if spool.task_dir(State::Failed, &name).exists()

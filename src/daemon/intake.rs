@@ -498,6 +498,7 @@ impl Daemon {
             adopted: false,
             since: 0.0,
             time_limit_s: None,
+            stop_asked: None,
             peak_mib: 0,
             run_s: None,
             fingerprint: input.fingerprint(),

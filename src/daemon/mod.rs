@@ -31,6 +31,7 @@
 
 mod adoptions;
 mod array;
+mod backstop;
 mod depends;
 mod environment;
 mod hands;
@@ -172,6 +173,9 @@ struct Daemon {
     metrics_written: Instant,
     /// Last look at adopted runs.
     polled: Time,
+    /// Runs whose job the daemon killed as overdue, and cgroups left to
+    /// remove.
+    backstop: backstop::Backstop,
     /// The per-GPU errors last reported, so each is logged once.
     gpu_errors: BTreeMap<usize, String>,
     /// The MPS control daemon, when jobs run under MPS.

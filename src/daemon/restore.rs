@@ -294,6 +294,7 @@ impl Daemon {
             adopted: true,
             since: launch.map_or(0.0, |l| l.launched_at),
             time_limit_s: None,
+            stop_asked: None,
             peak_mib: 0,
             run_s: None,
             fingerprint,

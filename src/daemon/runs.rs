@@ -43,7 +43,8 @@ impl Daemon {
         }
     }
 
-    /// Runs started by an earlier daemon: looked at once a second.
+    /// Runs started by an earlier daemon: looked at once a second, as
+    /// every run is for whether it is overdue ([`Daemon::end_overdue`]).
     pub(super) fn poll_adopted(&mut self) {
         let now = self.now();
         if now.saturating_sub(self.polled) < Duration::from_secs(1) {
@@ -74,6 +75,7 @@ impl Daemon {
         for seq in due {
             self.collect(seq);
         }
+        self.end_overdue();
     }
 
     /// Task `seq`'s run is looked at once a second from now on, as a run
@@ -132,22 +134,34 @@ impl Daemon {
                 // Whatever is left of the job goes with its supervisor:
                 // all of its run's cgroup, then (where jobs have no
                 // cgroups) the processes that still say they are the run.
-                let in_cgroup = self.job_cgroup.as_deref().and_then(|parent| {
-                    crate::cgroup::end_orphaned_run(
-                        parent,
-                        &crate::cgroup::run_name(name.as_str(), run),
-                    )
-                });
-                let killed = in_cgroup.unwrap_or(0)
-                    + super::restore::kill_leftovers(self.spool.root(), &name, run, user);
+                let run_cgroup = crate::cgroup::run_name(name.as_str(), run);
+                let in_cgroup = self
+                    .job_cgroup
+                    .as_deref()
+                    .and_then(|parent| crate::cgroup::end_orphaned_run(parent, &run_cgroup));
+                let (in_cgroup, left) = in_cgroup.unwrap_or((0, None));
+                if let Some(dir) = left {
+                    log::warn!(
+                        "{name}: processes outlived cgroup.kill in {} (held in the kernel); \
+                         it is removed once they end",
+                        dir.display()
+                    );
+                    self.backstop.leave(dir);
+                }
+                let killed =
+                    in_cgroup + super::restore::kill_leftovers(self.spool.root(), &name, run, user);
                 if killed > 0 {
                     log::warn!("{name}: stopped {killed} processes its dead supervisor left");
                 }
-                let exit = Exit::Failed(
-                    "its supervisor died without recording how the job ended \
-                     (a reboot or a SIGKILL); submit it again to re-run it"
-                        .into(),
-                );
+                // Killed by the daemon with its job, held before it
+                // started: ended as its supervisor would have said.
+                let exit = self.backstop.ended(seq, run).unwrap_or_else(|| {
+                    Exit::Failed(
+                        "its supervisor died without recording how the job ended \
+                         (a reboot or a SIGKILL); submit it again to re-run it"
+                            .into(),
+                    )
+                });
                 (exit, None, None)
             }
         };

@@ -130,6 +130,7 @@ pub fn run(options: Options) -> Result<()> {
         unflushed: Vec::new(),
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
+        backstop: Default::default(),
         gpu_errors: BTreeMap::new(),
         mps,
         intake_retry: Backoff::default(),

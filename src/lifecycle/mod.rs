@@ -30,6 +30,7 @@ mod closing;
 mod ended;
 mod endings;
 mod kept;
+mod overdue;
 mod requests;
 mod tasks;
 #[cfg(test)]
@@ -44,6 +45,9 @@ pub use crate::refusal::{Refusal, Refused};
 pub use backoff::{Backoff, Backoffs};
 pub use ended::{Ended, seq_of};
 pub use endings::{Ending, Endings, KEPT as ENDINGS_KEPT, public_reason};
+pub use overdue::{
+    Graces, MARGIN_S as OVERDUE_MARGIN_S, Overdue, TIME_LIMIT as OVERDUE_TIME_LIMIT,
+};
 pub use requests::{Answer, Junk, Verdicts};
 pub use tasks::{Holding, Tasks};
 
@@ -89,6 +93,10 @@ pub struct Task {
     pub since: f64,
     /// The current run's wall-time limit, seconds, as launched.
     pub time_limit_s: Option<f64>,
+    /// When the current run's supervisor was first asked to stop its job
+    /// (Unix seconds): the daemon's backstop ([`Lifecycle::overdue`])
+    /// counts from it.
+    pub stop_asked: Option<f64>,
     /// Most memory seen on one GPU during the current run, MiB.
     pub peak_mib: u64,
     /// How long the last run that ended ran, seconds, when it succeeded.
@@ -538,6 +546,7 @@ impl Lifecycle {
                 task.gpus = gpus.to_vec();
                 task.since = started.launched_at;
                 task.time_limit_s = limits.time_limit.map(|t| t.as_secs_f64());
+                task.stop_asked = None;
                 task.peak_mib = 0;
                 task.supervisor = started.supervisor;
                 task.adopted = !started.reported;

@@ -90,10 +90,10 @@ impl Lifecycle {
             ));
         }
         match verb {
-            Verb::Cancel => self.cancel(&name, world),
-            Verb::CancelArray => self.cancel_array(&name, requester, world),
+            Verb::Cancel => self.cancel(&name, now, world),
+            Verb::CancelArray => self.cancel_array(&name, requester, now, world),
             Verb::Hold | Verb::Release => self.set_hold(&name, verb == Verb::Hold, world),
-            Verb::Requeue => self.requeue_running(&name, world),
+            Verb::Requeue => self.requeue_running(&name, now, world),
             Verb::Priority(priority) => {
                 let refused = (!self.privileged(requester))
                     .then(|| priority_refusal(priority))
@@ -109,7 +109,7 @@ impl Lifecycle {
     /// A waiting task is failed as cancelled, a running one's supervisor
     /// is asked to stop its job (it waits while that supervisor cannot be
     /// signalled yet).
-    fn cancel(&mut self, name: &TaskName, world: &mut impl World) -> Answer {
+    fn cancel(&mut self, name: &TaskName, now: Moment, world: &mut impl World) -> Answer {
         let Some(task) = self.tasks.get(&name.seq()) else {
             return Answer::Refused(format!("{name} is no longer known"));
         };
@@ -118,7 +118,12 @@ impl Lifecycle {
             return Answer::Done(format!("{name}: cancelled while waiting"));
         }
         match world.stop(name, task.run) {
-            Stop::Asked => Answer::Done(format!("{name}: cancelling: its job was asked to stop")),
+            Stop::Asked => {
+                if let Some(task) = self.tasks.get_mut(&name.seq()) {
+                    task.stop_asked.get_or_insert(now.unix);
+                }
+                Answer::Done(format!("{name}: cancelling: its job was asked to stop"))
+            }
             Stop::NotYet => Answer::Wait,
             Stop::Over => Answer::Done(format!("{name}: its run already ended")),
             Stop::Failed(e) => Answer::Refused(format!("cannot signal {name}'s supervisor: {e}")),
@@ -128,7 +133,13 @@ impl Lifecycle {
     /// Cancels every task of the array `name` belongs to (the requester's
     /// own, unless privileged); it waits while some are still being made
     /// or taken in.
-    fn cancel_array(&mut self, name: &TaskName, requester: u32, world: &mut impl World) -> Answer {
+    fn cancel_array(
+        &mut self,
+        name: &TaskName,
+        requester: u32,
+        now: Moment,
+        world: &mut impl World,
+    ) -> Answer {
         let Some(member) = self.tasks.get(&name.seq()).and_then(|t| t.record.array) else {
             return Answer::Refused(format!("{name} is not an element of an array"));
         };
@@ -151,7 +162,7 @@ impl Lifecycle {
                 .get(&element.seq())
                 .is_some_and(|t| self.privileged(requester) || t.owner == Some(requester));
             if owned {
-                match self.cancel(&element, world) {
+                match self.cancel(&element, now, world) {
                     Answer::Wait => waits = true,
                     Answer::Done(_) => cancelled += 1,
                     Answer::Refused(why) => log::warn!("{element}: cancel array: {why}"),
@@ -212,7 +223,7 @@ impl Lifecycle {
     /// wish is recorded first, so the run's end requeues it even if the
     /// daemon dies in between (`finish` reads it). A waiting task already
     /// is in the queue.
-    fn requeue_running(&mut self, name: &TaskName, world: &mut impl World) -> Answer {
+    fn requeue_running(&mut self, name: &TaskName, now: Moment, world: &mut impl World) -> Answer {
         let Some(task) = self.tasks.get(&name.seq()) else {
             return Answer::Refused(format!("{name} is no longer known"));
         };
@@ -224,7 +235,7 @@ impl Lifecycle {
                 return Answer::Refused(why);
             }
         }
-        match self.cancel(name, world) {
+        match self.cancel(name, now, world) {
             Answer::Done(_) => Answer::Done(format!(
                 "{name}: its job is being stopped; then it waits again"
             )),

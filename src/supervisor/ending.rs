@@ -59,12 +59,15 @@ pub struct Watch {
 
 /// What stops the job of a run and when: its process group (whose
 /// number is the job's first process, its leader), its cgroup, the grace
-/// after a cancellation, and its time limit with that limit's own grace.
+/// after a cancellation, and its time limit with that limit's own grace,
+/// counted from `since`: before the job was started, so that a start held
+/// up (a working directory that does not answer) counts against it.
 pub struct Stops<'a> {
     pub group: Pid,
     pub cgroup: Option<&'a Path>,
     pub grace: Duration,
     pub time_limit: Option<(Duration, Duration)>,
+    pub since: Instant,
 }
 
 impl Watch {
@@ -115,10 +118,9 @@ impl Watch {
         // A limit or a grace too long to be an `Instant` (launch.json's
         // seconds saturate) never comes: `checked_add`, never `+`, which
         // panics.
-        let started = Instant::now();
         let mut limit_at = stops
             .time_limit
-            .and_then(|(limit, _)| started.checked_add(limit));
+            .and_then(|(limit, _)| stops.since.checked_add(limit));
         let mut kill_at: Option<Instant> = None;
         let mut stopping = false;
         let mut timed_out = false;
@@ -127,6 +129,17 @@ impl Watch {
         loop {
             if self.drain()? {
                 child = true;
+            }
+            // The limit before the end: a job that ends once its limit
+            // has passed (killed by the daemon's backstop while its start
+            // was held, say) ended by its limit.
+            let now = Instant::now();
+            if let Some((_, grace)) = stops.time_limit {
+                if limit_at.is_some_and(|at| at <= now) {
+                    limit_at = None;
+                    timed_out = true;
+                    terminate(stops, now.checked_add(grace), &mut kill_at);
+                }
             }
             if child {
                 child = false;
@@ -138,17 +151,9 @@ impl Watch {
                     });
                 }
             }
-            let now = Instant::now();
             if self.stopped && !stopping {
                 stopping = true;
                 terminate(stops, now.checked_add(stops.grace), &mut kill_at);
-            }
-            if let Some((_, grace)) = stops.time_limit {
-                if limit_at.is_some_and(|at| at <= now) {
-                    limit_at = None;
-                    timed_out = true;
-                    terminate(stops, now.checked_add(grace), &mut kill_at);
-                }
             }
             if kill_at.is_some_and(|at| at <= now) {
                 kill_at = None;

@@ -36,7 +36,7 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -109,13 +109,18 @@ pub fn lock_run(run_dir: &Path) -> io::Result<(File, File)> {
 }
 
 /// The last `bytes` of a job's output file, as text: where a job says why
-/// it ended (an OOM message, a failed activation).
+/// it ended (an OOM message, a failed activation). The file is its
+/// user's: opened without waiting ([`crate::safe::read_tail_beneath`]),
+/// so a lease the user took on it fails the read instead of holding the
+/// daemon for the lease's break time (45 s by default).
 pub fn tail(path: &Path, bytes: u64) -> io::Result<String> {
-    let mut file = File::open(path)?;
-    let len = file.metadata()?.len();
-    file.seek(SeekFrom::Start(len.saturating_sub(bytes)))?;
-    let mut tail = Vec::new();
-    file.take(bytes).read_to_end(&mut tail)?;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(OsStr::to_str)) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a file in a directory", path.display()),
+        ));
+    };
+    let tail = crate::safe::read_tail_beneath(dir, name, bytes)?;
     Ok(String::from_utf8_lossy(&tail).into_owned())
 }
 
@@ -243,6 +248,7 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
     let grace = launch
         .as_ref()
         .map_or(Duration::ZERO, |l| seconds(l.grace_s));
+    let since = std::time::Instant::now();
     let outcome = match launch {
         Err(e) => Err((false, e.to_string())),
         Ok(_) if watch.stopped() => Err((false, "cancelled before it started".into())),
@@ -265,6 +271,7 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
                 cgroup: cgroup.as_ref().map(RunCgroup::dir),
                 grace,
                 time_limit,
+                since,
             };
             match watch.wait(&stops) {
                 Ok(ended) => {

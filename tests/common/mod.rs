@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod silent_fuse;
+
 pub const CARMA: &str = env!("CARGO_BIN_EXE_carma");
 
 /// Settings that make the daemon react quickly in tests.

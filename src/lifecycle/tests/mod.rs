@@ -243,6 +243,7 @@ fn task(seq: u64, stem: &str, owner: u32, gib: u64) -> Task {
         adopted: false,
         since: 0.0,
         time_limit_s: None,
+        stop_asked: None,
         peak_mib: 0,
         run_s: None,
         fingerprint: EstimateInput::default().fingerprint(),

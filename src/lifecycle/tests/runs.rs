@@ -265,3 +265,57 @@ fn a_task_asking_for_more_gpus_than_the_server_has_fails_as_unplaceable() {
     assert_eq!(story.state(&a), Some(State::Failed));
     assert!(story.world.started().is_empty());
 }
+
+/// The names of the runs `story`'s daemon would kill now, with why.
+fn overdue(story: &Story) -> Vec<(String, u32, &'static str)> {
+    let graces = Graces {
+        cancel_s: 10.0,
+        time_limit_s: 5.0,
+    };
+    let mut overdue: Vec<_> = story
+        .life
+        .overdue(story.now, graces)
+        .into_iter()
+        .map(|o| (o.name.to_string(), o.run, o.why))
+        .collect();
+    overdue.sort();
+    overdue
+}
+
+#[test]
+fn a_run_is_overdue_only_well_past_its_time_limit_or_its_cancellation_and_their_graces() {
+    let mut story = Story::new();
+    let mut t = task(1, "a", ALICE, 4);
+    t.demand.as_mut().unwrap().time_limit = Some(Duration::from_secs(60));
+    let a = story.submit(t);
+    let b = story.submit(task(2, "b", BOB, 4));
+    // Both launched at 1000 s; a's limit and its grace end at 1065 s.
+    story.later(65.0 + OVERDUE_MARGIN_S - 1.0);
+    assert!(overdue(&story).is_empty());
+    story.later(1.0);
+    assert_eq!(overdue(&story), [(a.to_string(), 1, "its time limit")]);
+    // b has no limit: only a cancellation makes it due, after its grace.
+    assert!(matches!(story.asks(BOB, "000002-b"), Answer::Done(_)));
+    story.later(10.0 + OVERDUE_MARGIN_S - 1.0);
+    assert_eq!(overdue(&story).len(), 1);
+    // A second cancel does not put the deadline off.
+    assert!(matches!(story.asks(BOB, "000002-b"), Answer::Done(_)));
+    story.later(1.0);
+    assert_eq!(overdue(&story)[1], (b.to_string(), 1, "a cancellation"));
+    // An ended run is nobody's to kill.
+    story.exits(&a, Exit::TimeLimit, 1);
+    story.exits(&b, Exit::Cancelled, 1);
+    assert!(overdue(&story).is_empty());
+}
+
+#[test]
+fn a_run_after_a_crash_keeps_no_deadline_of_the_run_before() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    // Asked to stop, it crashed of OOM first: it runs again.
+    assert!(matches!(story.asks(ALICE, "000001-a"), Answer::Done(_)));
+    story.later(1.0).exits(&a, Exit::Oom, 4);
+    assert_eq!(story.world.started().last().unwrap().1, 2, "run 2 started");
+    story.later(1000.0);
+    assert!(overdue(&story).is_empty());
+}
