@@ -106,9 +106,27 @@ pub fn read_tail_beneath(dir: &Path, relative: &str, bytes: u64) -> io::Result<V
     Ok(tail)
 }
 
+/// Whether `relative` below `dir` is a regular file, looked at as
+/// [`read_beneath`] opens it (no link followed at any component) and
+/// without opening it: a user's name for a file they may not have put
+/// there yet, whose links must not send a root daemon's lookups through
+/// their mounts.
+pub fn is_file_beneath(dir: &Path, relative: &str) -> bool {
+    parent_beneath(dir, relative)
+        .and_then(|(parent, file)| stat_at(parent.as_fd(), file))
+        .is_ok_and(is_regular)
+}
+
 /// Opens `relative` below `dir` without following a link at any
 /// component, refusing `..` and absolute paths.
 fn open_beneath(dir: &Path, relative: &str) -> io::Result<OwnedFd> {
+    let (parent, file) = parent_beneath(dir, relative)?;
+    openat(&parent, file, read_flags(), Mode::empty()).map_err(io::Error::from)
+}
+
+/// The directory holding `relative` below `dir`, opened as a path without
+/// following a link at any component, and the last component's name.
+fn parent_beneath<'a>(dir: &Path, relative: &'a str) -> io::Result<(OwnedFd, &'a OsStr)> {
     let invalid =
         |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{relative}: {why}"));
     let mut components = Vec::new();
@@ -130,7 +148,7 @@ fn open_beneath(dir: &Path, relative: &str) -> io::Result<OwnedFd> {
     for name in dirs {
         fd = openat(&fd, *name, directory, Mode::empty()).map_err(io::Error::from)?;
     }
-    openat(&fd, *file, read_flags(), Mode::empty()).map_err(io::Error::from)
+    Ok((fd, file))
 }
 
 /// Opens the directory `name` in `at` without following a link and
@@ -301,6 +319,24 @@ mod tests {
             let e = private_dir(&dir).unwrap_err();
             assert!(e.contains("is owned by uid 65534"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_file_beneath_is_seen_only_where_no_link_leads_to_it() {
+        let top = tempfile::tempdir().unwrap();
+        let (dir, elsewhere) = (top.path().join("pending"), top.path().join("elsewhere"));
+        fs::create_dir_all(dir.join("m")).unwrap();
+        fs::create_dir(&elsewhere).unwrap();
+        fs::write(dir.join("m/s.txt"), "x").unwrap();
+        fs::write(elsewhere.join("s.txt"), "x").unwrap();
+        symlink(&elsewhere, dir.join("via")).unwrap();
+        symlink(elsewhere.join("s.txt"), dir.join("last.txt")).unwrap();
+        assert!(is_file_beneath(&dir, "m/s.txt"));
+        assert!(!is_file_beneath(&dir, "via/s.txt"), "a link on the way");
+        assert!(!is_file_beneath(&dir, "last.txt"), "a link at the end");
+        assert!(!is_file_beneath(&dir, "m"), "a directory");
+        assert!(!is_file_beneath(&dir, "../elsewhere/s.txt"));
+        assert!(!is_file_beneath(&dir, "m/missing"));
     }
 
     #[test]

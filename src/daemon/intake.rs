@@ -507,9 +507,10 @@ impl Daemon {
     }
 
     /// A task directory left `pending/` without the daemon moving it: a
-    /// user took it back. The core forgets it.
+    /// user took it back. The core forgets it. (Whatever a user put under
+    /// its name since is looked at, not followed.)
     fn vanished(&mut self, name: &TaskName) {
-        if !self.spool.task_dir(State::Pending, name).exists() {
+        if !self.spool.is_task_dir(State::Pending, name) {
             self.life.forget(name);
         }
     }

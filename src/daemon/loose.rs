@@ -57,7 +57,7 @@ impl Loose {
             self.awaiting.remove(rad);
             return true;
         };
-        let here = match pending.join(&model).is_file() {
+        let here = match safe::is_file_beneath(pending, &model) {
             true => Some(model.clone()),
             false => crate::rad::case_match(pending, &model),
         }
@@ -90,7 +90,7 @@ impl Loose {
             .iter()
             .filter(|(_, (model, since))| {
                 since.elapsed() >= SUMMARY_WAIT
-                    || (pending.join(model).is_file() && !unfinished.contains_key(model))
+                    || (safe::is_file_beneath(pending, model) && !unfinished.contains_key(model))
             })
             .map(|(rad, _)| rad.clone())
             .collect()
