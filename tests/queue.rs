@@ -477,7 +477,8 @@ fn a_job_notifies_its_owner_when_it_ends_or_the_configured_hook_does() {
     let dir = tempfile::tempdir().unwrap();
     let hook_note = dir.path().join("hook");
     let hook = format!(
-        "[daemon]\nnotify = \"echo hook $CARMA_JOB_NAME $CARMA_STATE > {}\"\n",
+        "[daemon]\nnotify = \"cat /proc/self/cgroup > {0}.cgroup; \
+         echo hook $CARMA_JOB_NAME $CARMA_STATE > {0}\"\n",
         hook_note.display()
     );
     let mut spool = Spool::with_config("1x40GiB", &hook);
@@ -503,6 +504,11 @@ fn a_job_notifies_its_owner_when_it_ends_or_the_configured_hook_does() {
         format!("{name} failed job failed: exit status 3\n")
     );
     assert_eq!(fs::read_to_string(&hook_note).unwrap(), "hook plain done\n");
+    // Where jobs run in cgroups, so do notifications, each in its own.
+    if spool.daemon_log().contains("jobs run in cgroups under") {
+        let cgroup = fs::read_to_string(dir.path().join("hook.cgroup")).unwrap();
+        assert!(cgroup.trim_end().ends_with("-plain-run-0"), "{cgroup}");
+    }
 }
 
 #[test]

@@ -46,6 +46,8 @@ pub(super) struct Hands<'a> {
     /// Jobs run under MPS (where not on a MIG instance).
     pub mps: bool,
     pub job_cgroup: Option<&'a Path>,
+    /// Notifications running, for the daemon to reap.
+    pub notifications: &'a mut super::notify::Notifications,
     /// How supervisors are started: the carma binary, and its nursery.
     pub supervisors: &'a mut Supervisors,
     pub tx: &'a Sender<Msg>,
@@ -235,7 +237,14 @@ impl World for Hands<'_> {
     }
 
     fn notify(&mut self, closing: &Closing) {
-        super::notify::send(self.spool, self.config, self.supervisors.program(), closing);
+        super::notify::send(
+            self.spool,
+            self.config,
+            self.supervisors.program(),
+            self.job_cgroup,
+            closing,
+            self.notifications,
+        );
     }
 
     fn take_in(&mut self, name: &TaskName, state: State) {

@@ -176,6 +176,8 @@ struct Daemon {
     /// Runs whose job the daemon killed as overdue, and cgroups left to
     /// remove.
     backstop: backstop::Backstop,
+    /// Notifications running.
+    notifications: notify::Notifications,
     /// The per-GPU errors last reported, so each is logged once.
     gpu_errors: BTreeMap<usize, String>,
     /// The MPS control daemon, when jobs run under MPS.
@@ -249,6 +251,7 @@ impl Daemon {
             backend_env: &self.backend_env,
             mps: self.mps.is_some(),
             job_cgroup: self.job_cgroup.as_deref(),
+            notifications: &mut self.notifications,
             supervisors: &mut self.supervisors,
             tx: &self.tx,
             chain: &self.chain,

@@ -3,27 +3,105 @@
 //!
 //! The command runs under a supervisor of its own, exactly as a job's run
 //! does (as its owner, with a login environment and nothing of the
-//! daemon's, its output in the task's `notify/` directory), with the job's
-//! number, name, state and reason in the environment and a time limit: a
-//! hook that hangs cannot pile up. It runs once the task has reached
-//! `done/` or `failed/`; a daemon that dies in between does not run it
-//! later (at most once, never twice).
+//! daemon's, its output in the task's `notify/` directory, in a cgroup of
+//! its own held to `queue.max_processes`), with the job's number, name,
+//! state and reason in the environment and a time limit: a hook that
+//! hangs cannot pile up. The daemon keeps each notification's supervisor
+//! as its child, reaps it once a second, and kills one that outlives its
+//! limit as it kills an overdue run ([`crate::lifecycle::Overdue`]). It
+//! runs once the task has reached `done/` or `failed/`; a daemon that
+//! dies in between does not run it later (at most once, never twice).
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
 
 use super::environment::current_user;
+use crate::cgroup::RunCgroup;
 use crate::config::Config;
 use crate::lifecycle::Closing;
 use crate::spool::record::{Launch, WORK, unix_now, write_json};
-use crate::spool::{Spool, TASK_DIR_MODE, make_dir};
+use crate::spool::{Spool, TASK_DIR_MODE, TaskName, make_dir};
 use crate::supervisor;
 use crate::supervisor::program::Program;
 
 /// Longest a notification may run before it is stopped, seconds.
 const NOTIFY_TIME_LIMIT_S: f64 = 60.0;
 
+/// Seconds between SIGTERM and SIGKILL for a notification.
+const NOTIFY_GRACE_S: f64 = 1.0;
+
+/// Notifications whose supervisor has not been reaped yet.
+#[derive(Debug, Default)]
+pub(super) struct Notifications(Vec<Notification>);
+
+/// One notification's supervisor, the daemon's child.
+#[derive(Debug)]
+struct Notification {
+    name: TaskName,
+    supervisor: Child,
+    started: Instant,
+    /// Its cgroup, where jobs have them.
+    cgroup: Option<PathBuf>,
+    /// When the daemon killed what it runs, past its limit.
+    killed: Option<Instant>,
+}
+
+/// How long past its time limit and grace a notification may run before
+/// the daemon kills what it runs, and then, as long again, its supervisor.
+const OVERDUE: Duration = Duration::from_secs(5);
+
+impl Notifications {
+    /// Reaps the supervisors that ended, and ends those that outlive
+    /// their limit by [`OVERDUE`]: first what they run (their cgroup and
+    /// their children: a command held before its exec holds its
+    /// supervisor too, see [`crate::lifecycle::Overdue`]), then, if that
+    /// was not enough, the supervisor itself.
+    pub(super) fn tend(&mut self, now: Instant) {
+        let limit = Duration::from_secs_f64(NOTIFY_TIME_LIMIT_S + NOTIFY_GRACE_S) + OVERDUE;
+        self.0.retain_mut(|n| {
+            if !matches!(n.supervisor.try_wait(), Ok(None)) {
+                return false;
+            }
+            match n.killed {
+                None if now.saturating_duration_since(n.started) >= limit => {
+                    if let Some(dir) = &n.cgroup {
+                        RunCgroup::kill(dir);
+                    }
+                    if let Some(id) = crate::procfs::ProcessId::of(n.supervisor.id()) {
+                        crate::procfs::signal_children(&id, Signal::SIGKILL);
+                    }
+                    log::warn!(
+                        "{}: its notification outlived its time limit; what it runs was killed",
+                        n.name
+                    );
+                    n.killed = Some(now);
+                }
+                Some(at) if now.saturating_duration_since(at) >= OVERDUE => {
+                    // Not reaped yet, so its pid is still its own.
+                    let _ = n.supervisor.kill();
+                }
+                _ => {}
+            }
+            true
+        });
+    }
+}
+
 /// Runs the notification of a task that landed in `closing.to` (`done`
 /// or `failed`): the job file's `notify:`, else the configured hook, if
-/// either. Failures are logged, never fatal.
-pub(super) fn send(spool: &Spool, config: &Config, program: &Program, closing: &Closing) {
+/// either, in a cgroup under `job_cgroup` where jobs have them. Its
+/// supervisor is kept in `running`. Failures are logged, never fatal.
+pub(super) fn send(
+    spool: &Spool,
+    config: &Config,
+    program: &Program,
+    job_cgroup: Option<&Path>,
+    closing: &Closing,
+    running: &mut Notifications,
+) {
     let Some(command) = closing
         .notify
         .clone()
@@ -75,13 +153,13 @@ pub(super) fn send(spool: &Spool, config: &Config, program: &Program, closing: &
             .as_deref()
             .and_then(super::environment::groups),
         env,
-        grace_s: 1.0,
+        grace_s: NOTIFY_GRACE_S,
         time_limit_s: Some(NOTIFY_TIME_LIMIT_S),
-        time_limit_grace_s: 1.0,
-        cgroup: None,
+        time_limit_grace_s: NOTIFY_GRACE_S,
+        cgroup: job_cgroup.map(Path::to_path_buf),
         cpus: None,
         host_memory_mib: None,
-        max_processes: None,
+        max_processes: Some(config.queue.max_processes).filter(|&n| n > 0),
         crashes: None,
         boot: None,
     };
@@ -91,17 +169,18 @@ pub(super) fn send(spool: &Spool, config: &Config, program: &Program, closing: &
         })
         .and_then(|notify_dir| supervisor::start(program, &notify_dir));
     match started {
-        Ok(mut child) => {
+        Ok(supervisor) => {
             log::info!("{name}: notifying: {command}");
-            // Reaped, so it leaves no zombie; its end is in notify/.
-            let reaper = std::thread::Builder::new()
-                .name(format!("notify-{}", name.seq()))
-                .spawn(move || {
-                    let _ = child.wait();
-                });
-            if let Err(e) = reaper {
-                log::warn!("{name}: no thread to reap the notification: {e}");
-            }
+            // Reaped by `tend`, so it leaves no zombie; its end is in
+            // notify/.
+            running.0.push(Notification {
+                name: name.clone(),
+                supervisor,
+                started: Instant::now(),
+                cgroup: job_cgroup
+                    .map(|parent| parent.join(crate::cgroup::run_name(name.as_str(), 0))),
+                killed: None,
+            });
         }
         Err(e) => log::warn!("{name}: cannot run its notification: {e}"),
     }
@@ -110,7 +189,7 @@ pub(super) fn send(spool: &Spool, config: &Config, program: &Program, closing: &
 /// A fresh directory for one notification in the task directory `dir`:
 /// `notify/`, then `notify-2/`, ... (a requeued task ends, and notifies,
 /// again).
-fn notify_dir(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+fn notify_dir(dir: &Path) -> std::io::Result<PathBuf> {
     for n in 1..=NOTIFICATIONS_KEPT {
         let path = match n {
             1 => dir.join("notify"),
@@ -128,3 +207,49 @@ fn notify_dir(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
 
 /// Notifications of one task, at most (each a requeue's end).
 const NOTIFICATIONS_KEPT: u32 = 100;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notification_past_its_limit_loses_its_processes_then_its_supervisor() {
+        // A stand-in supervisor: its first child is killed, and it goes
+        // on with a second, as one held in the kernel would stay.
+        let supervisor = std::process::Command::new("sh")
+            .args(["-c", "sleep 100; sleep 100"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let mut running = Notifications(vec![Notification {
+            name: TaskName::new(7, "n"),
+            supervisor,
+            started: start,
+            cgroup: None,
+            killed: None,
+        }]);
+        let sleeps = |running: &Notifications| {
+            let id = crate::procfs::ProcessId::of(running.0[0].supervisor.id()).unwrap();
+            crate::procfs::signal_children(&id, Signal::SIGCONT)
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(sleeps(&running), 1);
+        running.tend(start + Duration::from_secs(60));
+        assert_eq!(running.0.len(), 1, "within its limit and grace: left alone");
+        let late = start + Duration::from_secs(67);
+        running.tend(late);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(running.0.len(), 1);
+        assert!(running.0[0].killed.is_some());
+        running.tend(late + Duration::from_secs(1));
+        assert_eq!(running.0.len(), 1, "its supervisor gets its time");
+        running.tend(late + OVERDUE);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !running.0.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            running.tend(late + OVERDUE);
+        }
+        assert!(running.0.is_empty(), "killed and reaped");
+    }
+}

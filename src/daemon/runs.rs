@@ -44,7 +44,8 @@ impl Daemon {
     }
 
     /// Runs started by an earlier daemon: looked at once a second, as
-    /// every run is for whether it is overdue ([`Daemon::end_overdue`]).
+    /// every run is for whether it is overdue ([`Daemon::end_overdue`]),
+    /// and notifications for their end.
     pub(super) fn poll_adopted(&mut self) {
         let now = self.now();
         if now.saturating_sub(self.polled) < Duration::from_secs(1) {
@@ -76,6 +77,7 @@ impl Daemon {
             self.collect(seq);
         }
         self.end_overdue();
+        self.notifications.tend(std::time::Instant::now());
     }
 
     /// Task `seq`'s run is looked at once a second from now on, as a run

@@ -131,6 +131,7 @@ pub fn run(options: Options) -> Result<()> {
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
         backstop: Default::default(),
+        notifications: Default::default(),
         gpu_errors: BTreeMap::new(),
         mps,
         intake_retry: Backoff::default(),
