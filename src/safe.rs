@@ -106,15 +106,16 @@ pub fn read_tail_beneath(dir: &Path, relative: &str, bytes: u64) -> io::Result<V
     Ok(tail)
 }
 
-/// Whether `relative` below `dir` is a regular file, looked at as
-/// [`read_beneath`] opens it (no link followed at any component) and
-/// without opening it: a user's name for a file they may not have put
-/// there yet, whose links must not send a root daemon's lookups through
-/// their mounts.
-pub fn is_file_beneath(dir: &Path, relative: &str) -> bool {
+/// The status of the regular file at `relative` below `dir`, if it is
+/// one, looked at as [`read_beneath`] opens it (no link followed at any
+/// component) and without opening it: a user's name for a file they may
+/// not have put there yet, whose links must not send a root daemon's
+/// lookups through their mounts.
+pub fn regular_beneath(dir: &Path, relative: &str) -> Option<FileStat> {
     parent_beneath(dir, relative)
         .and_then(|(parent, file)| stat_at(parent.as_fd(), file))
-        .is_ok_and(is_regular)
+        .ok()
+        .filter(|stat| is_regular(*stat))
 }
 
 /// Opens `relative` below `dir` without following a link at any
@@ -331,12 +332,18 @@ mod tests {
         fs::write(elsewhere.join("s.txt"), "x").unwrap();
         symlink(&elsewhere, dir.join("via")).unwrap();
         symlink(elsewhere.join("s.txt"), dir.join("last.txt")).unwrap();
-        assert!(is_file_beneath(&dir, "m/s.txt"));
-        assert!(!is_file_beneath(&dir, "via/s.txt"), "a link on the way");
-        assert!(!is_file_beneath(&dir, "last.txt"), "a link at the end");
-        assert!(!is_file_beneath(&dir, "m"), "a directory");
-        assert!(!is_file_beneath(&dir, "../elsewhere/s.txt"));
-        assert!(!is_file_beneath(&dir, "m/missing"));
+        assert!(regular_beneath(&dir, "m/s.txt").is_some());
+        assert!(
+            regular_beneath(&dir, "via/s.txt").is_none(),
+            "a link on the way"
+        );
+        assert!(
+            regular_beneath(&dir, "last.txt").is_none(),
+            "a link at the end"
+        );
+        assert!(regular_beneath(&dir, "m").is_none(), "a directory");
+        assert!(regular_beneath(&dir, "../elsewhere/s.txt").is_none());
+        assert!(regular_beneath(&dir, "m/missing").is_none());
     }
 
     #[test]

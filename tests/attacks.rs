@@ -1182,3 +1182,46 @@ fn a_lease_on_a_jobs_output_holds_up_nobody() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn naming_another_users_summary_neither_copies_nor_removes_it() {
+    // A summary carma copied into the tasks that named it is removed from
+    // pending/ after a grace. alice's job named bob's summary, which bob
+    // had dropped for a job of his still to come: carma marked it copied
+    // (though it copies only the owner's) and removed it.
+    let (alice, bob, spool) = shared_daemon("");
+    let pending = spool.root.join("pending");
+    let out = bob.run(&format!(
+        "umask 077; printf 'conv 3x3 64\\n' > {}/bob-model.txt",
+        pending.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = alice.run(&format!(
+        "printf 'name: nosy\\nmodel: bob-model.txt\\nmemory: 1G\\ntrue\\n' > {}/nosy.rad",
+        pending.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("alice's job to end", 15.0, || {
+        ["done", "failed"].iter().any(|state| {
+            spool
+                .tasks(state)
+                .iter()
+                .any(|task| task.ends_with("-nosy"))
+        })
+    });
+    let (state, task) = spool.find("-nosy").unwrap();
+    let copies: Vec<_> = fs::read_dir(task.join("job"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(copies, [OsStr::new("nosy.rad")], "in {state}/");
+    // Unclaimed by any job of bob's, it is kept for him with its reason.
+    spool.wait_for("bob's summary to be set aside", 20.0, || {
+        set_aside(&spool, OsStr::new("bob-model.txt")).is_some()
+    });
+    let (kept, reason) = set_aside(&spool, OsStr::new("bob-model.txt")).unwrap();
+    assert_eq!(fs::read(&kept).unwrap(), b"conv 3x3 64\n");
+    assert!(reason.contains("no job in pending/ named it"), "{reason}");
+}

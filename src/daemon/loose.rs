@@ -53,18 +53,23 @@ impl Loose {
         rad: &str,
         unfinished: &HashMap<String, Instant>,
     ) -> bool {
-        let Some(model) = named_summary(pending, rad) else {
+        let Some((model, owner)) = named_summary(pending, rad) else {
             self.awaiting.remove(rad);
             return true;
         };
-        let here = match safe::is_file_beneath(pending, &model) {
-            true => Some(model.clone()),
-            false => crate::rad::case_match(pending, &model),
+        let here = match safe::regular_beneath(pending, &model) {
+            Some(_) => Some(model.clone()),
+            None => crate::rad::case_match(pending, &model),
         }
         .filter(|found| !unfinished.contains_key(found));
         if let Some(found) = here {
             self.awaiting.remove(rad);
-            self.copied.insert(found);
+            // Only the owner's own summary is copied, and so may go once
+            // copied: naming another user's does not make it carma's to
+            // remove.
+            if safe::regular_beneath(pending, &found).is_some_and(|s| s.st_uid == owner) {
+                self.copied.insert(found);
+            }
             return true;
         }
         let (_, since) = self
@@ -90,7 +95,8 @@ impl Loose {
             .iter()
             .filter(|(_, (model, since))| {
                 since.elapsed() >= SUMMARY_WAIT
-                    || (safe::is_file_beneath(pending, model) && !unfinished.contains_key(model))
+                    || (safe::regular_beneath(pending, model).is_some()
+                        && !unfinished.contains_key(model))
             })
             .map(|(rad, _)| rad.clone())
             .collect()
@@ -98,10 +104,15 @@ impl Loose {
 }
 
 /// The model summary the `.rad` at `pending/rad` names, if it can be read
-/// and names one (one that cannot be read is the claim's to refuse).
-fn named_summary(pending: &Path, rad: &str) -> Option<String> {
-    let (bytes, _) = safe::read_regular(&pending.join(rad), crate::rad::MAX_FILE_BYTES).ok()?;
-    crate::rad::parse_bytes(&bytes).ok()?.spec.model
+/// and names one (one that cannot be read is the claim's to refuse), and
+/// the `.rad`'s owner.
+fn named_summary(pending: &Path, rad: &str) -> Option<(String, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let (bytes, meta) = safe::read_regular(&pending.join(rad), crate::rad::MAX_FILE_BYTES).ok()?;
+    Some((
+        crate::rad::parse_bytes(&bytes).ok()?.spec.model?,
+        meta.uid(),
+    ))
 }
 
 impl Daemon {
