@@ -1225,3 +1225,34 @@ fn naming_another_users_summary_neither_copies_nor_removes_it() {
     assert_eq!(fs::read(&kept).unwrap(), b"conv 3x3 64\n");
     assert!(reason.contains("no job in pending/ named it"), "{reason}");
 }
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn the_hook_for_a_refused_job_runs_as_its_owner_not_as_root() {
+    // A task refused before it had an account to run as was notified as
+    // the daemon's user: the configured hook ran as root, in the owner's
+    // working directory.
+    let notes = tempfile::tempdir().unwrap();
+    let open = std::os::unix::fs::PermissionsExt::from_mode(0o1777);
+    fs::set_permissions(notes.path(), open).unwrap();
+    let (alice, _bob, spool) = shared_daemon(&format!(
+        "[daemon]\nnotify = \"id -u > {}/$CARMA_JOB_NAME\"\n",
+        notes.path().display()
+    ));
+    // Run in its owner's home (the task never ran: it has no work/).
+    fs::create_dir_all(&alice.home).unwrap();
+    std::os::unix::fs::chown(&alice.home, Some(alice.uid), Some(alice.gid)).unwrap();
+    let out = alice.run(&format!(
+        "printf 'memory: 1G\\nafterok: nosuchjob\\ntrue\\n' > {}/typo.rad",
+        spool.root.join("pending").display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let note = notes.path().join("typo");
+    spool.wait_for("the refused job's notification", 15.0, || {
+        fs::read_to_string(&note).is_ok_and(|n| n.ends_with('\n'))
+    });
+    assert_eq!(
+        fs::read_to_string(&note).unwrap().trim(),
+        alice.uid.to_string()
+    );
+}

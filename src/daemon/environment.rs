@@ -77,6 +77,20 @@ pub(super) fn groups(user: &RunAs) -> Option<Vec<u32>> {
     Some(groups.into_iter().map(nix::unistd::Gid::as_raw).collect())
 }
 
+/// The account of `uid`, as a job of theirs runs; `None` without one.
+pub(super) fn account(uid: u32) -> Option<RunAs> {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()?;
+    Some(RunAs {
+        uid,
+        gid: user.gid.as_raw(),
+        name: user.name,
+        home: user.dir,
+        shell: Some(user.shell),
+    })
+}
+
 /// The user this process runs as, for jobs of a daemon that is not root.
 pub(super) fn current_user() -> RunAs {
     let uid = nix::unistd::getuid();

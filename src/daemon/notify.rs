@@ -22,7 +22,7 @@ use super::environment::current_user;
 use crate::cgroup::RunCgroup;
 use crate::config::Config;
 use crate::lifecycle::Closing;
-use crate::spool::record::{Launch, WORK, unix_now, write_json};
+use crate::spool::record::{Launch, RunAs, WORK, unix_now, write_json};
 use crate::spool::{Spool, TASK_DIR_MODE, TaskName, make_dir};
 use crate::supervisor;
 use crate::supervisor::program::Program;
@@ -33,6 +33,11 @@ const NOTIFY_TIME_LIMIT_S: f64 = 60.0;
 /// Seconds between SIGTERM and SIGKILL for a notification.
 const NOTIFY_GRACE_S: f64 = 1.0;
 
+/// Notifications of one user that may run at once: past them, a task's
+/// end is not notified (and the log says so), so that ending a thousand
+/// tasks at once (an array's cancel) does not start a thousand commands.
+const NOTIFY_PER_USER: usize = 16;
+
 /// Notifications whose supervisor has not been reaped yet.
 #[derive(Debug, Default)]
 pub(super) struct Notifications(Vec<Notification>);
@@ -41,6 +46,8 @@ pub(super) struct Notifications(Vec<Notification>);
 #[derive(Debug)]
 struct Notification {
     name: TaskName,
+    /// Whom it runs as.
+    uid: u32,
     supervisor: Child,
     started: Instant,
     /// Its cgroup, where jobs have them.
@@ -116,11 +123,18 @@ pub(super) fn send(
         .as_ref()
         .and_then(|o| o.reason.as_deref());
     let dir = spool.task_dir(state, name);
-    let user = closing
-        .run_as
-        .as_deref()
-        .cloned()
-        .unwrap_or_else(current_user);
+    let Some(user) = notified_as(config, closing) else {
+        log::info!("{name}: no notification: its owner has no account carma may run it as");
+        return;
+    };
+    let owned = running.0.iter().filter(|n| n.uid == user.uid).count();
+    if owned >= NOTIFY_PER_USER {
+        log::info!(
+            "{name}: no notification: {owned} of {}'s notifications run already",
+            user.name
+        );
+        return;
+    }
     let mut env = super::environment::login_env(&user, &config.daemon.job_path);
     env.extend([
         ("CARMA_TASK_ID".to_string(), name.to_string()),
@@ -147,11 +161,8 @@ pub(super) fn send(
                 false => user.home.clone(),
             }
         }),
-        run_as: closing.run_as.as_deref().cloned(),
-        groups: closing
-            .run_as
-            .as_deref()
-            .and_then(super::environment::groups),
+        run_as: nix::unistd::geteuid().is_root().then(|| user.clone()),
+        groups: super::environment::groups(&user),
         env,
         grace_s: NOTIFY_GRACE_S,
         time_limit_s: Some(NOTIFY_TIME_LIMIT_S),
@@ -175,6 +186,7 @@ pub(super) fn send(
             // notify/.
             running.0.push(Notification {
                 name: name.clone(),
+                uid: user.uid,
                 supervisor,
                 started: Instant::now(),
                 cgroup: job_cgroup
@@ -184,6 +196,24 @@ pub(super) fn send(
         }
         Err(e) => log::warn!("{name}: cannot run its notification: {e}"),
     }
+}
+
+/// Whom the notification of `closing` runs as: its job's user. A task
+/// refused before it had one is its owner's, and when the daemon is root
+/// never root's on another's behalf (the configured hook would run as
+/// root in the owner's directory); `None` when no such account is there.
+fn notified_as(config: &Config, closing: &Closing) -> Option<RunAs> {
+    if let Some(user) = closing.run_as.as_deref() {
+        return Some(user.clone());
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return Some(current_user());
+    }
+    closing
+        .record
+        .owner
+        .filter(|&uid| uid != 0 || config.daemon.allow_root_jobs)
+        .and_then(super::environment::account)
 }
 
 /// A fresh directory for one notification in the task directory `dir`:
@@ -224,6 +254,7 @@ mod tests {
         let start = Instant::now();
         let mut running = Notifications(vec![Notification {
             name: TaskName::new(7, "n"),
+            uid: 0,
             supervisor,
             started: start,
             cgroup: None,
