@@ -1256,3 +1256,53 @@ fn the_hook_for_a_refused_job_runs_as_its_owner_not_as_root() {
         alice.uid.to_string()
     );
 }
+
+/// Seconds of CPU the process `pid` has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn submissions_that_cannot_be_moved_or_copied_are_refused_and_nothing_spins() {
+    // `pending/submit-<247 bytes>` could not be renamed to
+    // `staging/incoming-<name>` (too long a name), nor could a submission
+    // whose `.rad` names itself as its model be copied: each was put back
+    // and tried again for ever, and once the first was removed its retry
+    // stayed due, a rescan of `pending/` at every turn of the loop.
+    let (_alice, bob, spool) = shared_daemon("");
+    let pending = spool.root.join("pending");
+    let long = format!("submit-{}", "a".repeat(240));
+    let out = bob.run(&format!(
+        "cd {} && mkdir {long} && printf 'memory: 1G\\ntrue\\n' > {long}/job.rad && \
+         mkdir submit-self && printf 'memory: 1G\\nmodel: job.rad\\ntrue\\n' > submit-self/job.rad",
+        pending.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("both to leave pending/", 10.0, || {
+        !pending.join(&long).exists() && !pending.join("submit-self").exists()
+    });
+    spool.wait_for("the long one to be set aside", 10.0, || {
+        spool.tasks("failed").iter().any(|t| {
+            fs::read_to_string(spool.root.join("failed").join(t).join("reason"))
+                .is_ok_and(|r| r.contains("did not make"))
+        })
+    });
+    let daemon = spool.daemon_pid().unwrap();
+    let before = cpu_seconds(daemon);
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_seconds(daemon) - before;
+    assert!(
+        used < 1.0,
+        "the daemon used {used:.2} s of CPU in 3 s, idle"
+    );
+    still_serves_at_once(&spool, &bob, "spin");
+}

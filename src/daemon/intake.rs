@@ -117,7 +117,10 @@ impl Daemon {
                         self.take(name, State::Pending);
                     }
                 }
-                _ if entry.starts_with(SUBMISSION_PREFIX) && meta.uid() != euid => {
+                _ if entry.starts_with(SUBMISSION_PREFIX)
+                    && meta.uid() != euid
+                    && crate::spool::adoptable(&entry) =>
+                {
                     self.adopt(&entry)
                 }
                 _ => odd.push(entry.into()),
@@ -528,6 +531,16 @@ impl Daemon {
                 return;
             }
         };
+        // A retry of an entry that is gone is never due again: due, it
+        // would ask for a rescan at every turn.
+        let listed: std::collections::HashSet<OsString> = listing
+            .tasks
+            .iter()
+            .map(|name| OsString::from(name.as_str()))
+            .chain(listing.drops.iter().map(OsString::from))
+            .chain(listing.odd.iter().cloned())
+            .collect();
+        self.entry_retry.retain(|entry| listed.contains(entry));
         let present: std::collections::HashSet<&TaskName> = listing.tasks.iter().collect();
         let gone: Vec<TaskName> = self
             .life

@@ -105,6 +105,12 @@ impl<K: std::hash::Hash + Eq> Backoffs<K> {
         self.each.values().filter_map(Backoff::next).min()
     }
 
+    /// Keeps only the keys `keep` says: those whose thing is gone are
+    /// never due again.
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        self.each.retain(|key, _| keep(key));
+    }
+
     /// How many things wait for a retry.
     pub fn len(&self) -> usize {
         self.each.len()
@@ -150,5 +156,15 @@ mod tests {
         assert_eq!(b.failed("a", T0 + FIRST), (FIRST * 2, false));
         b.succeeded("a");
         assert!(!b.waiting("a", T0) && b.next().is_none());
+    }
+
+    #[test]
+    fn a_key_that_is_gone_is_never_due_again() {
+        let mut b = Backoffs::default();
+        b.failed("gone", T0);
+        b.failed("here", T0);
+        b.retain(|key| *key == "here");
+        assert_eq!(b.len(), 1);
+        assert!(b.waiting("here", T0) && !b.waiting("gone", T0));
     }
 }

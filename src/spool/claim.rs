@@ -408,7 +408,7 @@ impl Spool {
                 self.undo_claim(&path);
                 continue;
             }
-            if let Some(original) = entry.strip_prefix("incoming-") {
+            if let Some(original) = entry.strip_prefix(super::submission::INCOMING) {
                 self.return_submission(&path, original, adopted.contains(original));
                 continue;
             }
@@ -572,7 +572,7 @@ const CLAIM_THREADS: usize = 4;
 const CLAIMS_PER_THREAD: usize = 64;
 
 /// Longest file name Linux takes.
-const NAME_MAX: usize = 255;
+pub(super) const NAME_MAX: usize = 255;
 
 /// Removes a claimed drop's original: a file at once (it may be a second
 /// name of the job's own file, which must be left with one), anything else

@@ -142,7 +142,19 @@ pub(super) fn fill_job(
     let summary = summary_beneath(file, bytes, base, owner);
     let copied = bytes.len() + summary.as_ref().map_or(0, |(_, s)| s.len());
     if let Some((model, summary)) = summary {
-        write_summary(&job, &model, &summary)?;
+        match write_summary(&job, &model, &summary) {
+            // Its path runs into the job file's own (`model: job.rad`,
+            // `job.rad/m`): no copy, and the job's check says what is
+            // wrong. An error, it would put the claim back to be tried
+            // again for ever.
+            Err(e)
+                if e.kind() == io::ErrorKind::AlreadyExists
+                    || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
+            {
+                log::warn!("{file}: its model summary {model} runs into the job file; not copied");
+            }
+            written => written?,
+        }
     }
     Ok(copied as u64)
 }

@@ -77,7 +77,7 @@ pub use counter::this_boot;
 pub use handed::{Handed, Staged};
 pub use name::TaskName;
 use record::{RECORD, TaskRecord};
-pub use submission::{Batch, Submitted};
+pub use submission::{Batch, Submitted, adoptable};
 
 /// The state directories, in the order a task moves through them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -56,6 +56,16 @@ pub struct Submitted {
     pub entry: String,
 }
 
+/// The prefix of a submission's name in `staging/` while it is adopted.
+pub(super) const INCOMING: &str = "incoming-";
+
+/// Whether a directory named `entry` in `pending/` can be adopted: its name
+/// in `staging/` must be a name the file system takes. A longer one is
+/// claimed instead, and set aside with the reason.
+pub fn adoptable(entry: &str) -> bool {
+    INCOMING.len() + entry.len() <= super::claim::NAME_MAX
+}
+
 impl Spool {
     /// Takes in a directory that someone other than carma made in
     /// `pending/` (see the module documentation). A submission that cannot
@@ -63,7 +73,7 @@ impl Spool {
     /// (returned as [`SpoolError::Refused`]). On an I/O error (a full disk)
     /// the submission is put back where it was, to be taken again later.
     pub fn adopt_submission(&self, entry: &str) -> Result<Claimed, SpoolError> {
-        let incoming = self.staging().join(format!("incoming-{entry}"));
+        let incoming = self.staging().join(format!("{INCOMING}{entry}"));
         let pending = self.dir(State::Pending).join(entry);
         rename_new(&pending, &incoming).map_err(at(&pending))?;
         let owner = fs::symlink_metadata(&incoming)
