@@ -66,9 +66,15 @@ impl Loose {
             self.awaiting.remove(rad);
             // Only the owner's own summary is copied, and so may go once
             // copied: naming another user's does not make it carma's to
-            // remove.
-            if safe::regular_beneath(pending, &found).is_some_and(|s| s.st_uid == owner) {
-                self.copied.insert(found);
+            // remove. Only a file of `pending/` itself is ever removed
+            // (below, once `seen` lets it go): one named deeper, or by a
+            // hidden name, is not remembered, so that no spelling of a
+            // path (`./m`, `././m`, `.d/m`) grows what is.
+            let top = top_level(&found);
+            let owned =
+                || safe::regular_beneath(pending, &found).is_some_and(|s| s.st_uid == owner);
+            if let Some(top) = top.filter(|_| owned()) {
+                self.copied.insert(top);
             }
             return true;
         }
@@ -100,6 +106,22 @@ impl Loose {
             })
             .map(|(rad, _)| rad.clone())
             .collect()
+    }
+}
+
+/// `path`'s one name, when it names a visible entry of its directory
+/// itself (`m`, `./m`), not one deeper or hidden.
+fn top_level(path: &str) -> Option<String> {
+    use std::path::Component;
+    let mut names = Path::new(path)
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir));
+    match (names.next(), names.next()) {
+        (Some(Component::Normal(name)), None) => name
+            .to_str()
+            .filter(|name| !name.starts_with('.'))
+            .map(str::to_owned),
+        _ => None,
     }
 }
 
@@ -140,11 +162,12 @@ impl Daemon {
         let mut strays = Vec::new();
         for file in expired {
             self.loose.seen.remove(&file);
+            let copied = self.loose.copied.remove(&file);
             let path = pending.join(&file);
             if !fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
                 continue;
             }
-            if self.loose.copied.remove(&file) {
+            if copied {
                 match fs::remove_file(&path) {
                     Ok(()) => log::info!(
                         "pending/{file}: removed; the tasks that named it keep their own copy"
@@ -158,5 +181,20 @@ impl Daemon {
         if !strays.is_empty() {
             self.claim_drops(strays);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_visible_name_of_pending_itself_is_remembered_as_copied() {
+        assert_eq!(top_level("m.txt").as_deref(), Some("m.txt"));
+        assert_eq!(top_level("./m.txt").as_deref(), Some("m.txt"));
+        assert_eq!(top_level("././m.txt").as_deref(), Some("m.txt"));
+        assert_eq!(top_level("d/m.txt"), None);
+        assert_eq!(top_level(".d/m.txt"), None);
+        assert_eq!(top_level(".m.txt"), None);
     }
 }

@@ -42,7 +42,7 @@ pub use spec::{
     TaskSpec,
 };
 pub use text::{MAX_LINE_BYTES, MAX_LINES};
-pub use value::MAX_DEPENDENCIES;
+pub use value::{MAX_DEPENDENCIES, MAX_MODEL_DEPTH, MAX_MODEL_PATH};
 
 /// A parsed job and where its file-relative fields sit, so that checks made
 /// later against the file system can still point into the file.

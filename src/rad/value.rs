@@ -214,6 +214,14 @@ pub(super) fn policy(value: &Value<'_>) -> Result<PolicyHint, RadError> {
 /// The model summary's path. It must stay inside the job's directory:
 /// jobs run as their owner, and a path that is absolute or climbs out with
 /// `..` would let a `.rad` point carma at other users' files.
+/// The longest model summary path a job may give, bytes: each look for
+/// it walks its directories one by one (and Linux's own limit on a whole
+/// path is 4,096 bytes; carma's copy sits a few names deeper).
+pub const MAX_MODEL_PATH: usize = 1024;
+
+/// The most components a model summary path may have.
+pub const MAX_MODEL_DEPTH: usize = 32;
+
 pub(super) fn model_path(value: &Value<'_>) -> Result<String, RadError> {
     const WHAT: &str = "the model summary file, relative to the .rad's directory";
     let path = value.non_empty(WHAT)?;
@@ -221,6 +229,13 @@ pub(super) fn model_path(value: &Value<'_>) -> Result<String, RadError> {
     if path.starts_with(['/', '\\', '~']) || drive {
         return Err(value.error(format!(
             "expected {WHAT}, {}: a job may only use files in its own directory",
+            found(&path)
+        )));
+    }
+    if path.len() > MAX_MODEL_PATH || path.split(['/', '\\']).count() > MAX_MODEL_DEPTH {
+        return Err(value.error(format!(
+            "expected {WHAT} of at most {MAX_MODEL_PATH} bytes and {MAX_MODEL_DEPTH} \
+             directories deep, {}",
             found(&path)
         )));
     }

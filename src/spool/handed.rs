@@ -85,7 +85,7 @@ impl Request {
                 ));
             }
             if let Some((found, _)) = &job.summary {
-                match summary_named(&job.rad, &job.rad_bytes) {
+                match summary_named(&job.rad_bytes) {
                     Some(named) => check_summary_path(found, &named)
                         .map_err(|why| format!("{}: {why}", job.rad))?,
                     // A job file that names no summary (or does not

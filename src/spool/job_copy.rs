@@ -14,10 +14,6 @@ use super::record::JOB;
 use super::{MAX_SUMMARY_BYTES, make_dir};
 use crate::safe;
 
-/// Longest model summary path a job may name (Linux's own limit on a
-/// whole path is 4,096 bytes; carma's copy sits a few names deeper).
-pub(super) const MAX_MODEL_PATH: usize = 1024;
-
 /// The name a job file gives its job (`name:`), which its task is named
 /// after; `None` when it gives none or does not parse (then the file's
 /// name is used, and the job's check says what is wrong).
@@ -167,7 +163,7 @@ pub(super) fn summary_beneath(
     base: &Path,
     owner: Option<u32>,
 ) -> Option<(String, Vec<u8>)> {
-    let mut model = summary_named(file, bytes)?;
+    let mut model = summary_named(bytes)?;
     let mut read = safe::read_beneath(base, &model, MAX_SUMMARY_BYTES);
     if read
         .as_ref()
@@ -195,20 +191,10 @@ pub(super) fn summary_beneath(
 }
 
 /// The model summary path the job file `bytes` names, if it names one
-/// carma can copy.
-pub(super) fn summary_named(file: &str, bytes: &[u8]) -> Option<String> {
-    let model = crate::rad::parse_bytes(bytes).ok()?.spec.model?;
-    if model.len() > MAX_MODEL_PATH {
-        // Its copy could not be made by path; the job's check says the
-        // summary is missing.
-        log::warn!(
-            "{file}: the model summary's path is {} bytes long; carma takes at most \
-             {MAX_MODEL_PATH}",
-            model.len()
-        );
-        return None;
-    }
-    Some(model)
+/// (no longer than [`crate::rad::MAX_MODEL_PATH`]: the parser refuses
+/// more).
+pub(super) fn summary_named(bytes: &[u8]) -> Option<String> {
+    crate::rad::parse_bytes(bytes).ok()?.spec.model
 }
 
 /// Writes a job's model summary at `model` (a plain relative path) below

@@ -300,11 +300,7 @@ pub fn check_summary_path(found: &str, named: &str) -> Result<(), String> {
     let (named_dir, named_file) = named.rsplit_once('/').unwrap_or(("", named));
     let same = found == named
         || (found_dir == named_dir && found_file.to_lowercase() == named_file.to_lowercase());
-    match plain
-        && same
-        && !found_file.is_empty()
-        && found.len() <= crate::spool::job_copy::MAX_MODEL_PATH
-    {
+    match plain && same && !found_file.is_empty() && found.len() <= crate::rad::MAX_MODEL_PATH {
         true => Ok(()),
         false => Err(format!(
             "the summary `{}` is not the `model: {}` its job names",
