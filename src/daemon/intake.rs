@@ -32,6 +32,16 @@ const SUBMISSION_PREFIX: &str = "submit-";
 /// How long a file may stay open for writing in `pending/` before the
 /// daemon takes it anyway (a writer that crashed never closes it).
 const UNFINISHED_GRACE: Duration = Duration::from_secs(5);
+/// How long an entry is waited for however recently it changed: a job
+/// file is at most 1 MiB and a summary 8, and one kept busy on purpose
+/// (touched every few seconds) must not be looked at for ever.
+const UNFINISHED_LIMIT: Duration = Duration::from_secs(60);
+/// Entries waited for at most at once; past them, a new one is taken at
+/// once (a file still being written is then refused, kept with its
+/// reason). Files are written one or a few at a time, and each waiting
+/// entry is looked at on every turn: links made by the thousand would
+/// make each turn a thousand looks.
+const UNFINISHED_MAX: usize = 4096;
 /// Drops claimed in one go: enough to keep the claim threads busy and to
 /// share one flush, few enough that the claims' records (about 600 bytes
 /// each) stay small beside the tasks.
@@ -47,9 +57,7 @@ impl Daemon {
                     // a directory made in place (rather than moved in whole,
                     // as `carma submit` does) once it has been left alone
                     // for a while.
-                    Ok(m) if m.is_file() || m.is_dir() => {
-                        self.unfinished.insert(name, Instant::now());
-                    }
+                    Ok(m) if m.is_file() || m.is_dir() => self.await_close(name),
                     Ok(_) => self.arrived(name),
                     Err(_) => {}
                 }
@@ -67,6 +75,16 @@ impl Daemon {
             // name a task submitted in the same instant.
             Change::CancelRequested => self.cancel_due = true,
             Change::Rescan => self.rescan_due = true,
+        }
+    }
+
+    /// An entry of `pending/` that is being written is taken once it is
+    /// complete ([`Daemon::claim_stale_unfinished`]), unless too many wait.
+    fn await_close(&mut self, name: String) {
+        if self.unfinished.len() < UNFINISHED_MAX || self.unfinished.contains_key(&name) {
+            self.unfinished.entry(name).or_insert_with(Instant::now);
+        } else {
+            self.arrived(name);
         }
     }
 
@@ -199,7 +217,10 @@ impl Daemon {
         let stale: Vec<String> = self
             .unfinished
             .iter()
-            .filter(|&(name, since)| since.elapsed() >= UNFINISHED_GRACE && quiet(name))
+            .filter(|&(name, since)| {
+                let waited = since.elapsed();
+                waited >= UNFINISHED_LIMIT || (waited >= UNFINISHED_GRACE && quiet(name))
+            })
             .map(|(name, _)| name.clone())
             .collect();
         for name in &stale {
@@ -567,7 +588,7 @@ impl Daemon {
                         .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(1))
             });
             if writing {
-                self.unfinished.entry(entry).or_insert_with(Instant::now);
+                self.await_close(entry);
             } else {
                 entries.push(entry);
             }

@@ -26,6 +26,10 @@ pub(super) const SUMMARY_WAIT: Duration = Duration::from_secs(5);
 /// How long a file that is not a job may stay in `pending/`.
 pub(super) const LOOSE_GRACE: Duration = Duration::from_secs(10);
 
+/// How long at most it stays while a job file is being written, which
+/// may name it.
+const LOOSE_GRACE_WRITING: Duration = Duration::from_secs(60);
+
 /// What the daemon remembers about files in `pending/` that are not jobs.
 #[derive(Debug, Default)]
 pub(super) struct Loose {
@@ -148,14 +152,19 @@ impl Daemon {
             self.take_drops(due, Vec::new());
         }
         let wanted: HashSet<&String> = self.loose.awaiting.values().map(|(m, _)| m).collect();
-        // A job still being written may name any of them.
+        // A job still being written may name any of them: they wait for
+        // it, but not for ever (one kept being written, or one after
+        // another, would hold every user's files).
         let writing = self.unfinished.keys().any(|name| name.ends_with(".rad"));
         let expired: Vec<String> = self
             .loose
             .seen
             .iter()
             .filter(|&(file, since)| {
-                since.elapsed() >= LOOSE_GRACE && !wanted.contains(file) && !writing
+                let waited = since.elapsed();
+                waited >= LOOSE_GRACE
+                    && !wanted.contains(file)
+                    && (!writing || waited >= LOOSE_GRACE_WRITING)
             })
             .map(|(file, _)| file.clone())
             .collect();
