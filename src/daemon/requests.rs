@@ -26,19 +26,15 @@ impl Daemon {
         let Ok(entries) = fs::read_dir(&dir) else {
             return;
         };
-        let mut handled = 0;
-        for entry in entries.flatten() {
+        for (handled, entry) in entries.flatten().enumerate() {
             if handled >= REQUESTS_PER_TURN {
                 self.cancel_due = true;
                 return;
             }
-            let Some(file_name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if file_name.starts_with('.') {
-                continue;
-            }
-            handled += 1;
+            // A hidden name or one that is not UTF-8 is no request, and
+            // is removed as any other: passed over, each stayed for good,
+            // and every look at `cancel/` read them all.
+            let file_name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
             let meta = fs::symlink_metadata(&path).ok();
             if meta.as_ref().is_some_and(|m| !m.is_file()) {
@@ -65,7 +61,11 @@ impl Daemon {
                 let _ = fs::remove_file(&path);
                 continue;
             }
-            let answer = match Request::parse(&file_name) {
+            let request = Some(&file_name)
+                .filter(|name| !name.starts_with('.'))
+                .filter(|_| entry.file_name().to_str().is_some())
+                .and_then(|name| Request::parse(name));
+            let answer = match request {
                 Some(request) => {
                     let queue = self.config.queue.clone();
                     let refusal = move |p: i32| queue.priority_refusal(p);
