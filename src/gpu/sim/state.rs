@@ -35,6 +35,9 @@ use super::SimError;
 use crate::gpu::GpuInfo;
 use crate::procfs::ProcessId;
 
+/// The largest state file read: a few hundred bytes a claim.
+const MAX_STATE_BYTES: u64 = 16 << 20;
+
 /// Every GPU of the simulation and what is claimed on it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct State {
@@ -356,9 +359,19 @@ impl Locked<'_> {
         let mut corrupt = None;
         for name in STATE_FILES {
             let path = self.dir.dir.join(name);
-            let bytes = match fs::read(&path) {
-                Ok(bytes) => bytes,
+            // Any user may write here (the simulated GPUs are shared):
+            // a link is not followed, a FIFO not waited on, a sparse file
+            // not read past the cap.
+            let bytes = match crate::safe::read_regular(&path, MAX_STATE_BYTES) {
+                Ok((bytes, _)) => bytes,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                    corrupt = Some(SimError::Corrupt {
+                        path,
+                        message: e.to_string(),
+                    });
+                    continue;
+                }
                 Err(source) => return Err(SimError::Io { path, source }),
             };
             let parsed = serde_json::from_slice::<Stamped>(&bytes)
@@ -496,6 +509,21 @@ mod tests {
         assert!(state.prune());
         assert_eq!(state.gpus[0].used_mib(), 1024);
         assert!(!state.prune());
+    }
+
+    #[test]
+    fn a_state_file_that_is_a_link_or_a_fifo_is_refused_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::create(&tmp.path().join("simgpu")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join(STATE_FILES[0])).unwrap();
+        nix::unistd::mkfifo(
+            &dir.path().join(STATE_FILES[1]),
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+        )
+        .unwrap();
+        let locked = dir.lock().unwrap();
+        // Refused at once: neither /dev/zero read nor the FIFO waited on.
+        assert!(locked.read().is_err());
     }
 
     #[test]
