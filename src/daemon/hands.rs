@@ -359,7 +359,7 @@ impl Hands<'_> {
             why: why.to_string(),
             launched_at: unix_now(),
             script: crate::job_script::build(
-                &task.job.script,
+                &task.job.script(),
                 &crate::job_script::conda::Search::new(&daemon.conda, &user.home),
             ),
             workdir: task

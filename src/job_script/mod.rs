@@ -43,12 +43,13 @@ const MAX_REASON_CHARS: usize = 400;
 
 /// The script bash runs for the `.rad`'s `lines`, with `conda` telling
 /// where a job that calls conda finds it.
-pub fn build(lines: &[String], conda: &Search) -> Vec<String> {
+pub fn build(lines: &[impl AsRef<str>], conda: &Search) -> Vec<String> {
     let mut script = Vec::with_capacity(lines.len() + 2);
     let mut plain = true;
     let mut hooked = false;
     let mut guarded = false;
     for line in lines {
+        let line = line.as_ref();
         if plain && !hooked && uses_conda(line) {
             script.push(conda.hook());
             hooked = true;
@@ -58,11 +59,11 @@ pub fn build(lines: &[String], conda: &Search) -> Vec<String> {
                 script.push(line);
                 guarded = true;
             }
-            None => script.push(line.clone()),
+            None => script.push(line.to_owned()),
         }
         plain = plain && ends_plain(line);
     }
-    if !hooked && lines.iter().any(|line| uses_conda(line)) {
+    if !hooked && lines.iter().any(|line| uses_conda(line.as_ref())) {
         script.insert(0, conda.hook());
         hooked = true;
     }
