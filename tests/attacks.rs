@@ -1312,3 +1312,57 @@ fn submissions_that_cannot_be_moved_or_copied_are_refused_and_nothing_spins() {
     );
     still_serves_at_once(&spool, &bob, "spin");
 }
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_dependency_by_name_is_the_owners_task_whatever_others_name_theirs() {
+    // A name names the newest of its owner's tasks of that name, never
+    // another user's; each dependency read the record of every ended task
+    // of that name, whoever's, and copied and sorted every task the
+    // daemon knew.
+    let (alice, bob, spool) = shared_daemon("");
+    let bobs = spool.submit_as(&bob, "bob-prep", &[("prep.rad", "memory: 1G\ntrue\n")]);
+    spool.wait_for("bob's prep to end", 15.0, || {
+        spool.root.join("done").join(&bobs).exists()
+    });
+    let mut alices = Vec::new();
+    for i in 0..3 {
+        alices.push(spool.submit_as(
+            &alice,
+            &format!("alice-prep-{i}"),
+            &[("prep.rad", "memory: 1G\ntrue\n")],
+        ));
+    }
+    spool.wait_count("done", 4, 20.0);
+    let train = spool.submit_as(
+        &bob,
+        "bob-train",
+        &[("train.rad", "memory: 1G\nafterok: prep\ntrue\n")],
+    );
+    spool.wait_for("bob's train to end", 15.0, || {
+        spool.root.join("done").join(&train).exists()
+    });
+    let record: serde_json::Value = serde_json::from_slice(
+        &fs::read(spool.root.join("done").join(&train).join("task.json")).unwrap(),
+    )
+    .unwrap();
+    let waited = record["after"][0]["task"].as_u64().unwrap();
+    assert_eq!(
+        waited.to_string(),
+        bobs.split('-').next().unwrap().trim_start_matches('0')
+    );
+    // alice has no train: a name of bob's is not hers.
+    let (name, _) = spool.submit_refused_as(
+        &alice,
+        "alice-train",
+        &[("train.rad", "memory: 1G\nafterok: train\ntrue\n")],
+    );
+    spool.wait_for("alice's train to be refused", 10.0, || {
+        spool.root.join("failed").join(&name).exists()
+    });
+    let reason = fs::read_to_string(spool.root.join("failed").join(&name).join("reason")).unwrap();
+    assert!(
+        reason.contains("no task of yours has this job name"),
+        "{reason}"
+    );
+}

@@ -58,62 +58,57 @@ impl Daemon {
     /// The number of the task `task` names for a job of `owner`'s: by
     /// number any task, by job name the newest of the owner's tasks of
     /// that name that waits or runs, else the newest that ended (so a job
-    /// resubmitted under the same name is the one meant).
+    /// resubmitted under the same name is the one meant). Nothing is
+    /// listed or copied: a number is looked up, a name compared with the
+    /// names the daemon holds, and an ended task's owner read from its
+    /// record once for the daemon's life ([`Daemon::ended_owner`]), so
+    /// that another user's thousands of tasks of the same name cost a
+    /// dependency no reads.
     fn resolve(&self, me: &TaskName, owner: u32, task: &TaskRef) -> Result<u64, String> {
-        let known = self.known_tasks();
         match task {
             TaskRef::Id(id) if *id == me.seq() => Err("a task cannot wait for itself".into()),
-            TaskRef::Id(id) => known
-                .iter()
-                .any(|(_, n)| n.seq() == *id)
-                .then_some(*id)
-                .ok_or_else(|| "no such task".into()),
+            TaskRef::Id(id) => {
+                let known = self.life.tasks.contains_key(id)
+                    || self.life.closing.contains_key(id)
+                    || self.life.ended.get(*id).is_some();
+                known.then_some(*id).ok_or_else(|| "no such task".into())
+            }
             TaskRef::Name(job) => {
-                let mine = known
-                    .iter()
-                    .filter(|(_, n)| n.stem() == job && n.seq() != me.seq())
-                    .filter(|(state, n)| self.owner_of(*state, n) == Some(owner));
-                let (live, ended): (Vec<_>, Vec<_>) = mine
-                    .map(|(state, n)| (*state, n.seq()))
-                    .partition(|(state, _)| !matches!(state, State::Done | State::Failed));
-                let newest = |tasks: &[(State, u64)]| tasks.iter().map(|&(_, seq)| seq).max();
-                newest(&live)
-                    .or_else(|| newest(&ended))
-                    .ok_or_else(|| "no task of yours has this job name".into())
+                let named = |n: &TaskName| n.stem() == job && n.seq() != me.seq();
+                let live = self
+                    .life
+                    .tasks
+                    .values()
+                    .filter(|t| named(&t.name) && t.owner == Some(owner))
+                    .map(|t| t.name.seq())
+                    .chain(
+                        self.life
+                            .closing
+                            .values()
+                            .filter(|c| named(&c.name) && c.record.owner == Some(owner))
+                            .map(|c| c.name.seq()),
+                    )
+                    .max();
+                live.or_else(|| {
+                    self.life
+                        .ended
+                        .iter()
+                        .rev()
+                        .filter(|(_, n)| named(n))
+                        .find(|(state, n)| self.ended_owner(*state, n) == Some(owner))
+                        .map(|(_, n)| n.seq())
+                })
+                .ok_or_else(|| "no task of yours has this job name".into())
             }
         }
     }
 
-    /// Every task the daemon knows with where it is: its own, those
-    /// ending, and those in `done/` and `failed/` (from its index: nothing
-    /// is listed, however long the spool's history).
-    fn known_tasks(&self) -> Vec<(State, TaskName)> {
-        let mut tasks: Vec<(State, TaskName)> = self
-            .life
-            .tasks
-            .values()
-            .map(|t| (t.state, t.name.clone()))
-            .chain(self.life.closing.values().map(|c| (c.from, c.name.clone())))
-            .chain(
-                self.life
-                    .ended
-                    .iter()
-                    .map(|(state, name)| (state, name.clone())),
-            )
-            .collect();
-        tasks.sort_by_key(|(_, n)| n.seq());
-        tasks.dedup_by_key(|(_, n)| n.seq());
-        tasks
-    }
-
-    fn owner_of(&self, state: State, name: &TaskName) -> Option<u32> {
-        if let Some(t) = self.life.tasks.get(&name.seq()) {
-            return t.owner;
-        }
-        if let Some(c) = self.life.closing.get(&name.seq()) {
-            return c.record.owner;
-        }
-        self.spool.load_record(state, name).ok()?.owner
+    /// The owner of an ended task, from its record, read once.
+    fn ended_owner(&self, state: State, name: &TaskName) -> Option<u32> {
+        let mut owners = self.ended_owners.borrow_mut();
+        *owners
+            .entry(name.seq())
+            .or_insert_with(|| self.spool.load_record(state, name).ok()?.owner)
     }
 
     /// Whether task `seq` has started, and how it ended if it has.

@@ -173,6 +173,9 @@ struct Daemon {
     metrics_written: Instant,
     /// Last look at adopted runs.
     polled: Time,
+    /// Owners of ended tasks, read from their records as dependencies
+    /// name them ([`depends`]).
+    ended_owners: std::cell::RefCell<HashMap<u64, Option<u32>>>,
     /// Runs whose job the daemon killed as overdue, and cgroups left to
     /// remove.
     backstop: backstop::Backstop,

@@ -130,6 +130,7 @@ pub fn run(options: Options) -> Result<()> {
         unflushed: Vec::new(),
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
+        ended_owners: Default::default(),
         backstop: Default::default(),
         notifications: Default::default(),
         gpu_errors: BTreeMap::new(),
