@@ -116,10 +116,13 @@ impl World for Hands<'_> {
         }
     }
 
-    fn array_elements(&self, job: u64) -> Vec<TaskName> {
-        super::array::elements(self.spool, job)
+    fn pending_from(&self, seq: u64) -> Vec<TaskName> {
+        self.spool
+            .list(State::Pending)
+            .map(|listing| listing.tasks)
+            .unwrap_or_default()
             .into_iter()
-            .map(|(name, _)| name)
+            .filter(|name| name.seq() >= seq)
             .collect()
     }
 

@@ -255,8 +255,9 @@ pub trait World {
     fn load_record(&self, state: State, name: &TaskName) -> Result<TaskRecord, String>;
     /// Removes an ended task's reason file (it is being requeued).
     fn remove_reason(&mut self, state: State, name: &TaskName) -> io::Result<()>;
-    /// The tasks of array job `job` that exist anywhere in the spool.
-    fn array_elements(&self, job: u64) -> Vec<TaskName>;
+    /// The task directories in `pending/` numbered `seq` or above: a
+    /// listing, nothing read.
+    fn pending_from(&self, seq: u64) -> Vec<TaskName>;
     /// Starts the next run of `task` on `gpus`; the task's directory is
     /// in `running/` when it did.
     fn start(

@@ -148,13 +148,31 @@ impl Lifecycle {
             .get(&member.job)
             .and_then(|t| t.record.array)
             .is_some_and(|a| !a.expanded);
-        let elements = world.array_elements(member.job);
-        let untaken = elements
-            .iter()
-            .any(|n| !self.tasks.contains_key(&n.seq()) && world.holds(State::Pending, n));
+        // Its elements are the daemon's, but for those made and not yet
+        // taken in: only `pending/` is listed for them, and only their
+        // records are read, so that a request costs nothing of the
+        // spool's history (it listed every state and read every newer
+        // task's record).
+        let in_array = |record: &TaskRecord| record.array.is_some_and(|a| a.job == member.job);
+        let untaken = world
+            .pending_from(member.job)
+            .into_iter()
+            .filter(|n| !self.tasks.contains_key(&n.seq()))
+            .any(|n| {
+                world
+                    .load_record(State::Pending, &n)
+                    .is_ok_and(|r| in_array(&r))
+            });
         if expanding || untaken {
             return Answer::Wait;
         }
+        let mut elements: Vec<TaskName> = self
+            .tasks
+            .values()
+            .filter(|t| in_array(&t.record))
+            .map(|t| t.name.clone())
+            .collect();
+        elements.sort_by_key(TaskName::seq);
         let (mut waits, mut cancelled) = (false, 0);
         for element in elements {
             let owned = self

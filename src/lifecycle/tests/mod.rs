@@ -12,7 +12,7 @@ mod requests;
 mod restart;
 mod runs;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io;
 
 use super::*;
@@ -60,8 +60,6 @@ struct Memory {
     no_start: Option<String>,
     /// What asking a supervisor to stop comes to.
     stop: Option<Stop>,
-    /// Tasks of each array job.
-    arrays: BTreeMap<u64, Vec<TaskName>>,
 }
 
 impl Memory {
@@ -143,8 +141,13 @@ impl World for Memory {
         Ok(())
     }
 
-    fn array_elements(&self, job: u64) -> Vec<TaskName> {
-        self.arrays.get(&job).cloned().unwrap_or_default()
+    fn pending_from(&self, seq: u64) -> Vec<TaskName> {
+        self.dirs
+            .iter()
+            .filter(|(_, state)| **state == State::Pending)
+            .filter_map(|(name, _)| TaskName::parse(name))
+            .filter(|name| name.seq() >= seq)
+            .collect()
     }
 
     fn start(

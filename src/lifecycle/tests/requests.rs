@@ -254,17 +254,17 @@ fn cancelling_an_array_cancels_the_requesters_elements_and_waits_while_it_is_mad
         t.record.held = true;
         names.push(story.submit(t));
     }
-    story.world.arrays.insert(1, names.clone());
-    // An element still being made: not yet.
+    // An element made and not yet taken in: not yet. (Another task
+    // waiting there, of no array, is no reason to wait.)
+    let mut untaken = TaskRecord::new(TaskName::new(4, "arr"), "arr.rad", 0.0);
+    untaken.array = Some(member(4));
     story.world.dirs.insert("000004-arr".into(), State::Pending);
-    story
-        .world
-        .arrays
-        .get_mut(&1)
-        .unwrap()
-        .push(TaskName::new(4, "arr"));
+    story.world.records.insert("000004-arr".into(), untaken);
+    let other = TaskRecord::new(TaskName::new(5, "x"), "x.rad", 0.0);
+    story.world.dirs.insert("000005-x".into(), State::Pending);
+    story.world.records.insert("000005-x".into(), other);
     assert_eq!(story.asks(ALICE, "cancel-array.000002-arr"), Answer::Wait);
-    story.world.arrays.get_mut(&1).unwrap().pop();
+    story.world.dirs.remove("000004-arr");
     assert!(refused(
         &story.asks(BOB, "cancel-array.000002-arr"),
         "belongs to uid 1001"
