@@ -158,7 +158,11 @@ struct Daemon {
     /// `cancel/` holds requests to act on (new, or waiting for their task).
     cancel_due: bool,
     sample_interval_ms: Arc<AtomicU64>,
+    /// When the status file is counted as written: a second after it,
+    /// the next write is due (set back to make one due sooner).
     status_written: Instant,
+    /// When it was last written.
+    status_wrote: Instant,
     /// Another user's submission was taken in this turn: the status file
     /// must name its task before its submitter hears of it (by the file,
     /// or by the socket's answer).

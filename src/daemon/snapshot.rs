@@ -36,6 +36,10 @@ impl Serialize for Waiting<'_> {
     }
 }
 
+/// The least time between two writes of the status file asked for by
+/// what someone waits for.
+const STATUS_SPACING: Duration = Duration::from_millis(50);
+
 impl Daemon {
     /// The status, every waiting task in it.
     pub(super) fn status(&self) -> Status {
@@ -192,15 +196,19 @@ impl Daemon {
 
     /// Has the status file written at the next turn of the loop, not up
     /// to a second later: someone waits for what it will say (a receipt,
-    /// a verdict).
+    /// a verdict). Not sooner than [`STATUS_SPACING`] after the last
+    /// write, though: each write lists every waiting task, and a user can
+    /// ask for a verdict at every turn.
     pub(super) fn status_due(&mut self) {
-        if let Some(past) = Instant::now().checked_sub(Duration::from_secs(1)) {
-            self.status_written = past;
+        let at = Instant::now().max(self.status_wrote + STATUS_SPACING);
+        if let Some(due) = at.checked_sub(Duration::from_secs(1)) {
+            self.status_written = self.status_written.min(due);
         }
     }
 
     pub(super) fn write_status(&mut self) {
         self.status_written = Instant::now();
+        self.status_wrote = self.status_written;
         // The status page keeps a whole status; without one, the waiting
         // tasks are made as the file is written.
         let (written, status) = match self.feed.is_some() {

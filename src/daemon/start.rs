@@ -124,6 +124,7 @@ pub fn run(options: Options) -> Result<()> {
         cancel_due: false,
         sample_interval_ms: Arc::clone(&interval_ms),
         status_written: Instant::now(),
+        status_wrote: Instant::now(),
         receipt_due: false,
         handed: Vec::new(),
         status_failing: false,

@@ -221,9 +221,15 @@ impl Lifecycle {
     }
 
     fn set_priority(&mut self, name: &TaskName, priority: i32, world: &mut impl World) -> Answer {
-        let Some(before) = self.tasks.get(&name.seq()).map(|t| t.priority) else {
+        let Some(task) = self.tasks.get(&name.seq()) else {
             return Answer::Refused(format!("{name} is no longer known"));
         };
+        let before = task.priority;
+        if task.record.priority == Some(priority) {
+            // Nothing to write (and to flush: a request a turn would be
+            // two fsyncs a turn).
+            return Answer::Done(format!("{name}: priority {priority} already"));
+        }
         if let Err(why) = self.save_record(name, |r| r.priority = Some(priority), world) {
             return Answer::Refused(why);
         }

@@ -134,6 +134,12 @@ fn users_lower_their_priority_root_raises_it_and_the_record_keeps_it() {
         Answer::Done("000001-a: priority -3 -> 5".into())
     );
     assert_eq!(story.life.tasks.get(&1).unwrap().priority, 5);
+    // The same again writes nothing: a full disk does not refuse it.
+    story.world.disk_full = true;
+    assert_eq!(
+        story.asks(0, "priority.5.000001-a"),
+        Answer::Done("000001-a: priority 5 already".into())
+    );
 }
 
 #[test]
