@@ -1284,18 +1284,31 @@ fn submissions_that_cannot_be_moved_or_copied_are_refused_and_nothing_spins() {
     // whose `.rad` names itself as its model be copied: each was put back
     // and tried again for ever, and once the first was removed its retry
     // stayed due, a rescan of `pending/` at every turn of the loop.
-    let (_alice, bob, spool) = shared_daemon("");
+    let (alice, bob, spool) = shared_daemon("");
     let pending = spool.root.join("pending");
-    let long = format!("submit-{}", "a".repeat(240));
+    let prefix = format!("submit-{}-", bob.uid);
+    let long = format!("{prefix}{}", "a".repeat(247 - prefix.len()));
+    let own = format!("{prefix}self");
+    // Named after alice: no submission of hers, and not adopted as one.
+    let forged = format!("submit-{}-1-1", alice.uid);
     let out = bob.run(&format!(
         "cd {} && mkdir {long} && printf 'memory: 1G\\ntrue\\n' > {long}/job.rad && \
-         mkdir submit-self && printf 'memory: 1G\\nmodel: job.rad\\ntrue\\n' > submit-self/job.rad",
+         mkdir {own} && printf 'memory: 1G\\nmodel: job.rad\\ntrue\\n' > {own}/job.rad && \
+         mkdir {forged} && printf 'memory: 1G\\ntrue\\n' > {forged}/job.rad",
         pending.display()
     ));
     assert!(out.status.success(), "{}", stderr(&out));
-    spool.wait_for("both to leave pending/", 10.0, || {
-        !pending.join(&long).exists() && !pending.join("submit-self").exists()
+    spool.wait_for("all three to leave pending/", 10.0, || {
+        [&long, &own, &forged]
+            .iter()
+            .all(|e| !pending.join(e).exists())
     });
+    spool.assert_logged(&format!("adopted pending/{own}"));
+    assert!(
+        set_aside(&spool, OsStr::new(&forged)).is_some(),
+        "{}",
+        spool.daemon_log()
+    );
     spool.wait_for("the long one to be set aside", 10.0, || {
         spool.tasks("failed").iter().any(|t| {
             fs::read_to_string(spool.root.join("failed").join(t).join("reason"))

@@ -41,7 +41,7 @@ impl Serialize for Adoptions {
 /// Whose entry `entry` is: `carma submit` names its submissions
 /// `submit-UID-...` (and the daemon takes no token over its socket that
 /// does not start with the sender's uid); anything else is nobody's.
-fn submitter(entry: &str) -> Option<u32> {
+pub(super) fn submitter(entry: &str) -> Option<u32> {
     entry
         .strip_prefix("submit-")?
         .split('-')

@@ -135,8 +135,12 @@ impl Daemon {
                         self.take(name, State::Pending);
                     }
                 }
+                // `carma submit` names its directory after its user: one
+                // named after another user is no submission of theirs
+                // (it would count against their receipts in the status).
                 _ if entry.starts_with(SUBMISSION_PREFIX)
                     && meta.uid() != euid
+                    && super::adoptions::submitter(&entry) == Some(meta.uid())
                     && crate::spool::adoptable(&entry) =>
                 {
                     self.adopt(&entry)
