@@ -12,8 +12,10 @@
 //! control characters in it are escaped, so no user can end a line early
 //! and forge a line of the daemon's, or color a terminal.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
 
 use log::Level;
 
@@ -104,9 +106,79 @@ fn misleads(c: char) -> bool {
         )
 }
 
+/// Lines that users' actions make, held to a rate: journald keeps at
+/// most 10,000 lines a unit in 30 s and then drops every line, other
+/// users' and the daemon's own among them. Of each kind of line and each
+/// user, [`Hush::PER_MINUTE`] pass in a minute; the rest are counted, and
+/// the next line that passes says how many were left out.
+#[derive(Debug, Default)]
+pub struct Hush {
+    kinds: HashMap<(&'static str, Option<u32>), Window>,
+}
+
+#[derive(Debug)]
+struct Window {
+    since: Instant,
+    passed: u32,
+    held: u64,
+}
+
+impl Hush {
+    pub const PER_MINUTE: u32 = 100;
+
+    /// Whether a line of `kind` about user `uid` (if known) may be logged
+    /// now: `Some` with how many were left out since the last, else
+    /// `None` (counted).
+    pub fn allow(&mut self, kind: &'static str, uid: Option<u32>, now: Instant) -> Option<u64> {
+        let window = self.kinds.entry((kind, uid)).or_insert(Window {
+            since: now,
+            passed: 0,
+            held: 0,
+        });
+        if now.saturating_duration_since(window.since) >= Duration::from_secs(60) {
+            window.since = now;
+            window.passed = 0;
+        }
+        if window.passed >= Self::PER_MINUTE {
+            window.held += 1;
+            return None;
+        }
+        window.passed += 1;
+        Some(std::mem::take(&mut window.held))
+    }
+}
+
+/// ` (and N more like it, left out)`, or nothing: what a line that passed
+/// [`Hush::allow`] adds.
+pub fn left_out(held: u64) -> String {
+    match held {
+        0 => String::new(),
+        n => format!(" (and {n} more like it, left out of the log)"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_users_flood_of_lines_is_held_to_a_rate_and_counted() {
+        let mut hush = Hush::default();
+        let t0 = Instant::now();
+        for _ in 0..Hush::PER_MINUTE {
+            assert_eq!(hush.allow("gone", Some(7), t0), Some(0));
+        }
+        assert_eq!(hush.allow("gone", Some(7), t0), None);
+        assert_eq!(hush.allow("gone", Some(7), t0), None);
+        // Another user, another kind: their own rate.
+        assert_eq!(hush.allow("gone", Some(8), t0), Some(0));
+        assert_eq!(hush.allow("refused", Some(7), t0), Some(0));
+        // A minute on, the next line says what was left out.
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(hush.allow("gone", Some(7), later), Some(2));
+        assert_eq!(left_out(2), " (and 2 more like it, left out of the log)");
+        assert_eq!(left_out(0), "");
+    }
 
     #[test]
     fn a_user_name_cannot_forge_a_log_line() {

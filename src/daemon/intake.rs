@@ -277,11 +277,16 @@ impl Daemon {
 
     fn claim_slice(&mut self, drops: &[OsString]) {
         let batch = self.spool.claim(drops);
+        let now = Instant::now();
         for file in batch.vanished {
-            log::warn!(
-                "pending/{file}: removed before carma could claim it \
-                 (deleted or moved away by its owner); nothing to run"
-            );
+            // Anyone can make and remove names by the thousand.
+            if let Some(held) = self.hush.allow("vanished", None, now) {
+                log::warn!(
+                    "pending/{file}: removed before carma could claim it \
+                     (deleted or moved away by its owner); nothing to run{}",
+                    crate::journal::left_out(held)
+                );
+            }
         }
         let why = batch.error.as_ref().map(ToString::to_string);
         for drop in batch.failed {
@@ -296,7 +301,16 @@ impl Daemon {
             self.entry_retry.succeeded(&c.drop);
             match c.refused.take() {
                 Some(reason) => {
-                    log::error!("{}: refused pending/{}: {reason}", c.name, c.file);
+                    // Kept with its reason in failed/ whether or not it is
+                    // logged.
+                    if let Some(held) = self.hush.allow("refused drop", c.record.owner, now) {
+                        log::error!(
+                            "{}: refused pending/{}: {reason}{}",
+                            c.name,
+                            c.file,
+                            crate::journal::left_out(held)
+                        );
+                    }
                     self.life.refused_drop(c.name, unix_now());
                 }
                 None => {

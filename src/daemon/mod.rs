@@ -177,6 +177,8 @@ struct Daemon {
     metrics_written: Instant,
     /// Last look at adopted runs.
     polled: Time,
+    /// Log lines users' actions make, held to a rate.
+    hush: crate::journal::Hush,
     /// Owners of ended tasks, read from their records as dependencies
     /// name them ([`depends`]).
     ended_owners: std::cell::RefCell<HashMap<u64, Option<u32>>>,

@@ -37,12 +37,19 @@ impl Daemon {
             let file_name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
             let meta = fs::symlink_metadata(&path).ok();
+            let owner = meta.as_ref().map(MetadataExt::uid);
+            let now = std::time::Instant::now();
             if meta.as_ref().is_some_and(|m| !m.is_file()) {
                 // A request is an empty regular file; anything else (a
                 // directory squatting a task's request name, a link) only
                 // stands in the way of the real one. Put out of the way
                 // unopened, however deep a tree it is.
-                log::warn!("cancel/{file_name}: not a regular file; removed");
+                if let Some(held) = self.hush.allow("odd request", owner, now) {
+                    log::warn!(
+                        "cancel/{file_name}: not a regular file; removed{}",
+                        crate::journal::left_out(held)
+                    );
+                }
                 let _ = self.spool.discard(&path);
                 continue;
             }
@@ -50,7 +57,12 @@ impl Daemon {
                 // Its owner is whoever owns the file linked to, not who
                 // left the request: a hard link to another user's file
                 // would act in that user's name.
-                log::warn!("cancel/{file_name}: has other hard links; refused and removed");
+                if let Some(held) = self.hush.allow("odd request", owner, now) {
+                    log::warn!(
+                        "cancel/{file_name}: has other hard links; refused and removed{}",
+                        crate::journal::left_out(held)
+                    );
+                }
                 let _ = fs::remove_file(&path);
                 continue;
             }

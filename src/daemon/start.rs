@@ -131,6 +131,7 @@ pub fn run(options: Options) -> Result<()> {
         unflushed: Vec::new(),
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
+        hush: Default::default(),
         ended_owners: Default::default(),
         backstop: Default::default(),
         notifications: Default::default(),
