@@ -1379,3 +1379,36 @@ fn a_dependency_by_name_is_the_owners_task_whatever_others_name_theirs() {
         "{reason}"
     );
 }
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_flood_of_junk_drops_waits_on_its_owners_quota_not_roots_disk() {
+    // Each drop carma refuses becomes a task in failed/ (its record, its
+    // reason: inodes on root's disk), and a user can drop junk by the
+    // thousand a second. Past 100 refusals a minute, a user's drops wait
+    // in pending/, where they are theirs.
+    let (alice, bob, spool) = shared_daemon("");
+    let out = alice.run(&format!(
+        "cd {} && i=0; while [ $i -lt 1500 ]; do echo 'batch_sise: 3' > bad-$i.rad; i=$((i + 1)); done",
+        spool.root.join("pending").display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("the limit to be said", 15.0, || {
+        spool
+            .daemon_log()
+            .contains("100 drops refused within a minute")
+    });
+    still_serves_at_once(&spool, &bob, "junk");
+    std::thread::sleep(Duration::from_secs(2));
+    let refused = spool.tasks("failed").len();
+    assert!(
+        (100..=100 + 512 + 1).contains(&refused),
+        "{refused} refused in the first minute"
+    );
+    let waiting = fs::read_dir(spool.root.join("pending"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("bad-"))
+        .count();
+    assert_eq!(refused + waiting, 1500, "none lost");
+}

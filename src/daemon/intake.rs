@@ -259,6 +259,22 @@ impl Daemon {
         self.claim_drops(drops);
     }
 
+    /// Whether the drop `entry` waits, unclaimed, for the end of a minute
+    /// in which its owner's drops were refused 100 times
+    /// ([`crate::lifecycle::Junk`]): each refusal is a task in `failed/`,
+    /// on root's disk, and a user may drop junk by the thousand a second.
+    /// It is tried again on its own backoff, and stays meanwhile where its
+    /// owner put it, on their quota.
+    fn drop_waits(&mut self, entry: &OsStr) -> bool {
+        let now = self.now();
+        let path = self.spool.dir(State::Pending).join(entry);
+        let waits = fs::symlink_metadata(path).is_ok_and(|m| self.junk_drops.refuses(m.uid(), now));
+        if waits {
+            self.entry_retry.failed(entry.to_owned(), now);
+        }
+        waits
+    }
+
     /// Claims `drops` and takes the tasks made of them, a slice of
     /// [`CLAIMS_AT_ONCE`] at a time: a burst of 10,000 drops never holds
     /// all its claims in memory beside the tasks made of them, nor all
@@ -266,10 +282,20 @@ impl Daemon {
     /// may start) while the rest are claimed. Not at a start: nothing is
     /// placed before the requests left while no daemon ran have acted.
     pub(super) fn claim_drops(&mut self, drops: Vec<OsString>) {
-        let mut slices = drops.chunks(CLAIMS_AT_ONCE).peekable();
-        while let Some(slice) = slices.next() {
-            self.claim_slice(slice);
-            if self.restored && slices.peek().is_some() {
+        // Whose drops wait is asked before each slice: a user's refusals
+        // in one slice count for the next.
+        let mut drops = drops.into_iter().peekable();
+        while drops.peek().is_some() {
+            let slice: Vec<OsString> = drops
+                .by_ref()
+                .filter(|entry| !self.drop_waits(entry))
+                .take(CLAIMS_AT_ONCE)
+                .collect();
+            if slice.is_empty() {
+                continue;
+            }
+            self.claim_slice(&slice);
+            if self.restored && drops.peek().is_some() {
                 self.step();
             }
         }
@@ -301,6 +327,9 @@ impl Daemon {
             self.entry_retry.succeeded(&c.drop);
             match c.refused.take() {
                 Some(reason) => {
+                    if let Some(owner) = c.record.owner {
+                        self.junk_drops.count(owner, self.now());
+                    }
                     // Kept with its reason in failed/ whether or not it is
                     // logged.
                     if let Some(held) = self.hush.allow("refused drop", c.record.owner, now) {
@@ -315,7 +344,12 @@ impl Daemon {
                 }
                 None => {
                     log::info!("{}: claimed pending/{}", c.name, c.file);
-                    let _ = self.take_fresh(c);
+                    let owner = c.record.owner;
+                    // Refused at intake (a job file that does not parse,
+                    // say): junk as much as a drop that is no file.
+                    if let (Some(_), Some(owner)) = (self.take_fresh(c), owner) {
+                        self.junk_drops.count(owner, self.now());
+                    }
                 }
             }
         }

@@ -179,6 +179,8 @@ struct Daemon {
     polled: Time,
     /// Log lines users' actions make, held to a rate.
     hush: crate::journal::Hush,
+    /// Drops refused in the current minute, per user.
+    junk_drops: crate::lifecycle::Junk,
     /// Owners of ended tasks, read from their records as dependencies
     /// name them ([`depends`]).
     ended_owners: std::cell::RefCell<HashMap<u64, Option<u32>>>,

@@ -132,6 +132,7 @@ pub fn run(options: Options) -> Result<()> {
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
         hush: Default::default(),
+        junk_drops: crate::lifecycle::Junk::of("drops refused", "their drops wait in pending/"),
         ended_owners: Default::default(),
         backstop: Default::default(),
         notifications: Default::default(),

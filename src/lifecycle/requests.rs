@@ -376,23 +376,41 @@ const JUNK_WINDOW: Duration = Duration::from_secs(60);
 
 /// Requests that named no task (or were no request), per user, in the
 /// current minute: a user who floods `cancel/` with them is refused, said
-/// once, and everyone else's requests go on.
-#[derive(Debug, Default)]
+/// once, and everyone else's requests go on. The daemon keeps another for
+/// drops it refused ([`Junk::of`]).
+#[derive(Debug)]
 pub struct Junk {
     since: Time,
     counts: HashMap<u32, u32>,
+    /// What is counted, and what befalls a user past the limit, in words.
+    what: (&'static str, &'static str),
+}
+
+impl Default for Junk {
+    fn default() -> Junk {
+        Junk::of("requests naming no task", "their requests are refused")
+    }
 }
 
 impl Junk {
+    /// A count of `what`, whose users past the limit meet `then`.
+    pub fn of(what: &'static str, then: &'static str) -> Junk {
+        Junk {
+            since: Time::ZERO,
+            counts: HashMap::new(),
+            what: (what, then),
+        }
+    }
+
     /// One more junk request by `uid` at `now`.
     pub fn count(&mut self, uid: u32, now: Time) {
         self.roll(now);
         let count = self.counts.entry(uid).or_default();
         *count += 1;
         if *count == JUNK_PER_MINUTE {
+            let (what, then) = self.what;
             log::warn!(
-                "uid {uid}: {JUNK_PER_MINUTE} requests naming no task within a minute; \
-                 their requests are refused until it is over"
+                "uid {uid}: {JUNK_PER_MINUTE} {what} within a minute; {then} until it is over"
             );
         }
     }
