@@ -237,11 +237,14 @@ fn a_claim_that_cannot_be_made_never_spins_and_a_crash_leaves_a_clean_start() {
         "{spent} task numbers spent on 2 drops and bob's job"
     );
     assert!(set_aside(&spool, OsStr::from_bytes(b"deep\xff")).is_some());
-    // Its summary is waited for a while (a user may copy it in after the
-    // job), then the job runs without it, on its declared memory.
-    spool.wait_for("far.rad to run", 15.0, || {
-        spool.find("far").is_some_and(|(state, _)| state == "done")
+    // A summary path that long is refused with the job, saying why (each
+    // look for it walked every name).
+    spool.wait_for("far.rad to be refused", 15.0, || {
+        spool.find("far").is_some_and(|(state, _)| state == "failed")
     });
+    let (_, far_dir) = spool.find("far").unwrap();
+    let reason = fs::read_to_string(far_dir.join("reason")).unwrap();
+    assert!(reason.contains("at most 1024 bytes"), "{reason}");
     assert!(next_id(&spool) - before <= 3);
 
     // Killed; crashed submitters and claims leave things behind.

@@ -234,8 +234,8 @@ pub(super) fn model_path(value: &Value<'_>) -> Result<String, RadError> {
     }
     if path.len() > MAX_MODEL_PATH || path.split(['/', '\\']).count() > MAX_MODEL_DEPTH {
         return Err(value.error(format!(
-            "expected {WHAT} of at most {MAX_MODEL_PATH} bytes and {MAX_MODEL_DEPTH} \
-             directories deep, {}",
+            "expected {WHAT}, at most {MAX_MODEL_PATH} bytes and {MAX_MODEL_DEPTH} names \
+             deep, {}",
             found(&path)
         )));
     }
