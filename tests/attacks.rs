@@ -68,6 +68,16 @@ fn running_as(spool: &Spool, user: &TestUser, dir: &str, rad: &str) -> String {
     name
 }
 
+/// A job of `user`'s (`rad`, in their directory `dir`), submitted and
+/// waited for until it is done; its task's name.
+fn done_as(spool: &Spool, user: &TestUser, dir: &str, rad: &str) -> String {
+    let name = spool.submit_as(user, dir, &[("job.rad", rad)]);
+    spool.wait_for("the job to end in done/", 15.0, || {
+        spool.root.join("done").join(&name).exists()
+    });
+    name
+}
+
 /// The next task number the spool would give.
 fn next_id(spool: &Spool) -> u64 {
     fs::read_to_string(spool.root.join("next-id")).map_or(1, |text| {
@@ -240,7 +250,9 @@ fn a_claim_that_cannot_be_made_never_spins_and_a_crash_leaves_a_clean_start() {
     // A summary path that long is refused with the job, saying why (each
     // look for it walked every name).
     spool.wait_for("far.rad to be refused", 15.0, || {
-        spool.find("far").is_some_and(|(state, _)| state == "failed")
+        spool
+            .find("far")
+            .is_some_and(|(state, _)| state == "failed")
     });
     let (_, far_dir) = spool.find("far").unwrap();
     let reason = fs::read_to_string(far_dir.join("reason")).unwrap();
@@ -1031,10 +1043,7 @@ fn requeuing_ended_tasks_is_held_to_a_users_limits() {
     // unchecked: a user could wait out their ended tasks and requeue
     // them all past the limit.
     let (alice, bob, spool) = shared_daemon("[queue]\nuser_max_tasks = 1\n");
-    let ended = spool.submit_as(&alice, "alice-1", &[("a.rad", "memory: 1G\ntrue\n")]);
-    spool.wait_for("alice's first job to end", 15.0, || {
-        spool.root.join("done").join(&ended).exists()
-    });
+    let ended = done_as(&spool, &alice, "alice-1", "memory: 1G\ntrue\n");
     spool.submit_as(
         &alice,
         "alice-hog",
@@ -1337,10 +1346,7 @@ fn a_dependency_by_name_is_the_owners_task_whatever_others_name_theirs() {
     // of that name, whoever's, and copied and sorted every task the
     // daemon knew.
     let (alice, bob, spool) = shared_daemon("");
-    let bobs = spool.submit_as(&bob, "bob-prep", &[("prep.rad", "memory: 1G\ntrue\n")]);
-    spool.wait_for("bob's prep to end", 15.0, || {
-        spool.root.join("done").join(&bobs).exists()
-    });
+    let bobs = done_as(&spool, &bob, "bob-prep", "name: prep\nmemory: 1G\ntrue\n");
     let mut alices = Vec::new();
     for i in 0..3 {
         alices.push(spool.submit_as(
