@@ -225,9 +225,19 @@ fn model_paths_are_short_and_shallow() {
     // Each look for a summary walks its path: a root daemon's walk is
     // kept short whatever a job names.
     let long = format!("model: {}.txt\nrun\n", "m".repeat(1100));
-    refused(&long, 1, 8, &["directory, at most 1024 bytes and 32 names deep, found"]);
+    refused(
+        &long,
+        1,
+        8,
+        &["directory, at most 1024 bytes and 32 names deep, found"],
+    );
     let deep = format!("model: {}m.txt\nrun\n", "./".repeat(40));
-    refused(&deep, 1, 8, &["directory, at most 1024 bytes and 32 names deep, found"]);
+    refused(
+        &deep,
+        1,
+        8,
+        &["directory, at most 1024 bytes and 32 names deep, found"],
+    );
 }
 
 // Refusals: legacy syntax.
