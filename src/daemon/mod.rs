@@ -335,7 +335,7 @@ impl Daemon {
             // those who look for the new tasks among the waiting ones.
             if std::mem::take(&mut self.receipt_due) {
                 self.write_status();
-                self.status_due();
+                self.status_due_now();
             }
             for (answer, reply) in answers {
                 answer.send(&reply);

@@ -200,7 +200,17 @@ impl Daemon {
     /// write, though: each write lists every waiting task, and a user can
     /// ask for a verdict at every turn.
     pub(super) fn status_due(&mut self) {
-        let at = Instant::now().max(self.status_wrote + STATUS_SPACING);
+        self.status_due_at(Instant::now().max(self.status_wrote + STATUS_SPACING));
+    }
+
+    /// Has the status file written at the next turn of the loop, however
+    /// soon after the last: the rest of a receipt's turn (its launches)
+    /// is for the same submitter.
+    pub(super) fn status_due_now(&mut self) {
+        self.status_due_at(Instant::now());
+    }
+
+    fn status_due_at(&mut self, at: Instant) {
         if let Some(due) = at.checked_sub(Duration::from_secs(1)) {
             self.status_written = self.status_written.min(due);
         }
