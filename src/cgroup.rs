@@ -152,7 +152,7 @@ pub fn run_name(task: &str, run: u32) -> String {
 /// after `cgroup.kill`: a killed process goes in milliseconds, and the
 /// daemon's loop waits meanwhile. One held in the kernel (a request to a
 /// FUSE server that does not answer) outlives any wait.
-const ORPHAN_PATIENCE: Duration = Duration::from_millis(100);
+const ORPHAN_PATIENCE: Duration = Duration::from_millis(500);
 
 /// Ends what the run cgroup `name` under `parent` still holds once its
 /// supervisor died without ending it, and removes the cgroup: every

@@ -112,6 +112,21 @@ pub fn signal_children(parent: &ProcessId, signal: nix::sys::signal::Signal) -> 
         .count()
 }
 
+/// Whether a child of `parent` has not yet called `exec`: it still runs
+/// its parent's program (a child started `vfork`-style shares its
+/// parent's memory, and with it the program, until then). Such a child
+/// held by its user holds its parent with it ([`crate::lifecycle::Overdue`]).
+pub fn has_child_before_exec(parent: &ProcessId) -> bool {
+    let exe = |pid: u32| fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let Some(program) = exe(parent.pid) else {
+        return false;
+    };
+    parent.is_alive()
+        && listed_children(parent.pid)
+            .into_iter()
+            .any(|child| exe(child).as_ref() == Some(&program))
+}
+
 /// Sends `signal` to `process`, if it still runs (not to a later holder
 /// of its pid).
 pub fn signal(process: &ProcessId, signal: nix::sys::signal::Signal) -> bool {
@@ -133,7 +148,11 @@ fn signal_checked(
         return false;
     };
     if fd < 0 {
-        return false;
+        // A kernel before 5.3 has no pidfd: the check, then kill(2), a
+        // moment apart.
+        let no_pidfd = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS);
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
+        return no_pidfd && is_it() && nix::sys::signal::kill(pid, signal).is_ok();
     }
     // SAFETY: a new descriptor, ours alone.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use super::Daemon;
 use super::runs::run_dir;
 use crate::cgroup::RunCgroup;
-use crate::lifecycle::{Graces, OVERDUE_TIME_LIMIT as TIME_LIMIT, Overdue};
+use crate::lifecycle::{OVERDUE_TIME_LIMIT as TIME_LIMIT, Overdue};
 use crate::procfs::ProcessId;
 use crate::sched::Exit;
 use crate::sched::Time;
@@ -67,18 +67,15 @@ impl Daemon {
     /// signal dies, and the supervisor, woken, records the end as a
     /// cancellation or a time limit. A process waiting for a FUSE server
     /// that has its request dies only once it is answered: its supervisor
-    /// waits on, and is killed [`AGAIN`] later, so that the run ends and
-    /// its GPU is free; the job's process dies as soon as it returns.
+    /// waits on, and is killed [`AGAIN`] later if that process has still
+    /// not called `exec`, so that the run ends and its GPU is free; the
+    /// job's process dies as soon as it returns.
     pub(super) fn end_overdue(&mut self) {
-        let graces = Graces {
-            cancel_s: self.config.daemon.cancel_grace_s.get(),
-            time_limit_s: self.config.daemon.time_limit_grace_s.get(),
-        };
         let now = self.moment();
         self.backstop
             .left
             .retain(|dir| !crate::cgroup::remove_emptied(dir));
-        let overdue = self.life.overdue(now, graces);
+        let overdue = self.life.overdue(now);
         let forced = &mut self.backstop.forced;
         forced.retain(|run, _| overdue.iter().any(|o| (o.name.seq(), o.run) == *run));
         for run in overdue {
@@ -92,8 +89,15 @@ impl Daemon {
                 .supervisor
                 .or_else(|| supervisor::identity(&run_dir(&self.spool, &run.name, run.run)));
             let killed = kill(self.job_cgroup.as_deref(), &run, supervisor.as_ref());
-            let supervisor_killed =
-                escalate && supervisor.is_some_and(|s| crate::procfs::signal(&s, Signal::SIGKILL));
+            // Only a supervisor that still waits for its job's first
+            // process to start: one that is ending the run (retrying
+            // exit.json on a full disk, waiting for leftovers) records it
+            // as it should, in time.
+            let supervisor_killed = escalate
+                && supervisor.is_some_and(|s| {
+                    crate::procfs::has_child_before_exec(&s)
+                        && crate::procfs::signal(&s, Signal::SIGKILL)
+                });
             if !forced.contains_key(&key) {
                 log::warn!(
                     "{}: run {} outlived {} and its grace by {} s without its supervisor \
@@ -101,7 +105,7 @@ impl Daemon {
                     run.name,
                     run.run,
                     run.why,
-                    crate::lifecycle::OVERDUE_MARGIN_S
+                    crate::lifecycle::OVERDUE_MARGIN.as_secs()
                 );
             }
             if supervisor_killed {

@@ -103,12 +103,15 @@ impl Daemon {
         }
     }
 
-    /// The owner of an ended task, from its record, read once.
+    /// The owner of an ended task, from its record, read once it could be
+    /// read (a read that failed, out of descriptors say, is tried again).
     fn ended_owner(&self, state: State, name: &TaskName) -> Option<u32> {
-        let mut owners = self.ended_owners.borrow_mut();
-        *owners
-            .entry(name.seq())
-            .or_insert_with(|| self.spool.load_record(state, name).ok()?.owner)
+        if let Some(owner) = self.ended_owners.borrow().get(&name.seq()) {
+            return *owner;
+        }
+        let owner = self.spool.load_record(state, name).ok()?.owner;
+        self.ended_owners.borrow_mut().insert(name.seq(), owner);
+        owner
     }
 
     /// Whether task `seq` has started, and how it ended if it has.

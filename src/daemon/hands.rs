@@ -22,7 +22,7 @@ use super::environment::current_user;
 use crate::config::Config;
 use crate::estimate::Chain;
 use crate::gpu::GpuInfo;
-use crate::lifecycle::{Closing, Limits, NotStarted, Started, Stop, Task, World};
+use crate::lifecycle::{Closing, Graces, Limits, NotStarted, Started, Stop, Task, World};
 use crate::nursery::{Born, Supervisors};
 use crate::procfs::ProcessId;
 use crate::spool::record::{
@@ -122,7 +122,9 @@ impl World for Hands<'_> {
             .map(|listing| listing.tasks)
             .unwrap_or_default()
             .into_iter()
-            .filter(|name| name.seq() >= seq)
+            // Anyone may put a task's name in pending/: only carma's own
+            // directories are task directories, whose records may be read.
+            .filter(|name| name.seq() >= seq && self.spool.is_task_dir(State::Pending, name))
             .collect()
     }
 
@@ -203,6 +205,10 @@ impl World for Hands<'_> {
             run,
             supervisor,
             launched_at: launch.launched_at,
+            graces: Graces {
+                cancel_s: launch.grace_s,
+                time_limit_s: launch.time_limit_grace_s,
+            },
             reported,
         })
     }

@@ -244,6 +244,11 @@ impl Daemon {
         let pending = self.spool.dir(State::Pending);
         let mut drops: Vec<OsString> = Vec::new();
         for entry in entries {
+            // Before its summary is looked for (and marked copied) and its
+            // file read: a drop that waits is not looked at.
+            if self.drop_waits(OsStr::new(&entry)) {
+                continue;
+            }
             let regular = fs::symlink_metadata(pending.join(&entry)).is_ok_and(|m| m.is_file());
             if !regular {
                 drops.push(entry.into());
@@ -574,7 +579,7 @@ impl Daemon {
             adopted: false,
             since: 0.0,
             time_limit_s: None,
-            stop_asked: None,
+            deadlines: Default::default(),
             peak_mib: 0,
             run_s: None,
             fingerprint: input.fingerprint(),

@@ -475,6 +475,10 @@ impl Daemon {
         let now = self.now();
         if self.entry_retry.due(now) && !self.intake_retry.due(now) {
             self.rescan();
+            // What the rescan took failed again (a later retry) or went;
+            // what it set aside waits by another clock. Still due, it
+            // would ask for a rescan at every turn.
+            self.entry_retry.forget_due(now);
         }
         if self.intake_retry.due(now) {
             self.rescan();

@@ -177,6 +177,25 @@ impl Daemon {
             .as_ref()
             .map_or(task.record.submitted_at, |l| l.launched_at);
         task.time_limit_s = launch.as_ref().and_then(|l| l.time_limit_s);
+        // An earlier daemon's run: its deadlines count from its launch as
+        // far back as the wall clock says, once, on this daemon's clock.
+        let ago = crate::spool::record::unix_now() - task.since;
+        task.deadlines = crate::lifecycle::Deadlines {
+            since: self
+                .now()
+                .saturating_sub(Duration::try_from_secs_f64(ago.max(0.0)).unwrap_or(Duration::MAX)),
+            graces: launch.as_ref().map_or_else(
+                || crate::lifecycle::Graces {
+                    cancel_s: self.config.daemon.cancel_grace_s.get(),
+                    time_limit_s: self.config.daemon.time_limit_grace_s.get(),
+                },
+                |l| crate::lifecycle::Graces {
+                    cancel_s: l.grace_s,
+                    time_limit_s: l.time_limit_grace_s,
+                },
+            ),
+            stop_asked: None,
+        };
         task.supervisor = supervisor::identity(&run_dir);
         task.adopted = true;
         let missing: Vec<String> = gpus
@@ -294,7 +313,7 @@ impl Daemon {
             adopted: true,
             since: launch.map_or(0.0, |l| l.launched_at),
             time_limit_s: None,
-            stop_asked: None,
+            deadlines: Default::default(),
             peak_mib: 0,
             run_s: None,
             fingerprint,

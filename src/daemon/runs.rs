@@ -17,10 +17,15 @@ impl Daemon {
     /// The nursery forked the supervisor of a run: its pid, for the GPU
     /// readings to tell the run's processes by their session.
     pub(super) fn on_forked(&mut self, seq: u64, run: u32, pid: u32) {
+        let now = self.now();
         if self.life.is_current(seq, run)
             && let Some(task) = self.life.tasks.get_mut(&seq)
         {
             task.supervisor = ProcessId::of(pid);
+            // The supervisor counts its limit from about now, however
+            // long the launch's flushes and the nursery took: so does the
+            // backstop.
+            task.deadlines.since = task.deadlines.since.max(now);
         }
     }
 

@@ -111,6 +111,13 @@ impl<K: std::hash::Hash + Eq> Backoffs<K> {
         self.each.retain(|key, _| keep(key));
     }
 
+    /// Forgets the keys whose retry is due at `now`: looked at again, they
+    /// were left to wait by another clock (a file still being written, a
+    /// job waiting for its summary).
+    pub fn forget_due(&mut self, now: Time) {
+        self.each.retain(|_, b| !b.due(now));
+    }
+
     /// How many things wait for a retry.
     pub fn len(&self) -> usize {
         self.each.len()
@@ -166,5 +173,9 @@ mod tests {
         b.retain(|key| *key == "here");
         assert_eq!(b.len(), 1);
         assert!(b.waiting("here", T0) && !b.waiting("gone", T0));
+        b.failed("later", T0 + FIRST);
+        b.forget_due(T0 + FIRST);
+        assert_eq!(b.len(), 1, "only the one not due yet stays");
+        assert!(b.waiting("later", T0 + FIRST));
     }
 }

@@ -46,7 +46,7 @@ pub use backoff::{Backoff, Backoffs};
 pub use ended::{Ended, seq_of};
 pub use endings::{Ending, Endings, KEPT as ENDINGS_KEPT, public_reason};
 pub use overdue::{
-    Graces, MARGIN_S as OVERDUE_MARGIN_S, Overdue, TIME_LIMIT as OVERDUE_TIME_LIMIT,
+    Deadlines, Graces, MARGIN as OVERDUE_MARGIN, Overdue, TIME_LIMIT as OVERDUE_TIME_LIMIT,
 };
 pub use requests::{Answer, Junk, Verdicts};
 pub use tasks::{Holding, Tasks};
@@ -93,10 +93,9 @@ pub struct Task {
     pub since: f64,
     /// The current run's wall-time limit, seconds, as launched.
     pub time_limit_s: Option<f64>,
-    /// When the current run's supervisor was first asked to stop its job
-    /// (Unix seconds): the daemon's backstop ([`Lifecycle::overdue`])
-    /// counts from it.
-    pub stop_asked: Option<f64>,
+    /// When the current run should be over, for the daemon's backstop
+    /// ([`Lifecycle::overdue`]).
+    pub deadlines: Deadlines,
     /// Most memory seen on one GPU during the current run, MiB.
     pub peak_mib: u64,
     /// How long the last run that ended ran, seconds, when it succeeded.
@@ -198,6 +197,8 @@ pub struct Started {
     pub supervisor: Option<ProcessId>,
     /// Unix seconds, as written in its `launch.json`.
     pub launched_at: f64,
+    /// The graces its supervisor gives the job, as its launch says.
+    pub graces: Graces,
     /// Its end is reported ([`Lifecycle::run_ended`]) without being
     /// looked for; false when it must be polled.
     pub reported: bool,
@@ -557,7 +558,11 @@ impl Lifecycle {
                 task.gpus = gpus.to_vec();
                 task.since = started.launched_at;
                 task.time_limit_s = limits.time_limit.map(|t| t.as_secs_f64());
-                task.stop_asked = None;
+                task.deadlines = Deadlines {
+                    since: now.at,
+                    graces: started.graces,
+                    stop_asked: None,
+                };
                 task.peak_mib = 0;
                 task.supervisor = started.supervisor;
                 task.adopted = !started.reported;

@@ -14,30 +14,49 @@
 //! supervisor should have ended long before ([`crate::daemon`]); the
 //! supervisor, woken, records the end as its own.
 
+use std::time::Duration;
+
 use super::{Lifecycle, Moment};
 use crate::procfs::ProcessId;
+use crate::sched::Time;
 use crate::spool::{State, TaskName};
 
-/// Seconds past the moment its supervisor should have killed a run's job
+/// How long past the moment its supervisor should have killed a run's job
 /// (its time limit and that limit's grace, or a cancellation and its
-/// grace) before the daemon kills it itself: they cover how much later
-/// than the launch a supervisor starts to count, and a moment for its
-/// kill. A kill that meets a supervisor still ending the run (it waits
-/// up to twenty seconds for what the job left) finds only what it is
-/// killing too. Short enough that `carma cancel`, which waits for the
-/// grace and ten seconds, sees a held job stop.
-pub const MARGIN_S: f64 = 5.0;
+/// grace) the daemon waits before it kills it itself: it covers how much
+/// later than the daemon's count a supervisor starts its own (the
+/// daemon counts from the moment the supervisor was forked), and a
+/// moment for its kill. A kill that meets a supervisor still ending the
+/// run (it waits up to twenty seconds for what the job left) finds only
+/// what it is killing too. Short enough that `carma cancel`, which waits
+/// for the grace and twenty seconds, sees a held job stop.
+pub const MARGIN: Duration = Duration::from_secs(5);
 
 /// What made a run overdue: [`Overdue::why`].
 pub const TIME_LIMIT: &str = "its time limit";
 pub const CANCELLATION: &str = "a cancellation";
 
-/// The graces a supervisor gives a job between SIGTERM and SIGKILL, as
-/// the daemon's configuration sets them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The graces a supervisor gives a job between SIGTERM and SIGKILL, in
+/// seconds, as its launch set them (a reload of the configuration does
+/// not change a running job's).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Graces {
     pub cancel_s: f64,
     pub time_limit_s: f64,
+}
+
+/// When the current run's supervisor should have ended its job, on the
+/// core's monotonic clock: a wall clock set forward (NTP stepping at
+/// boot, a VM paused) must not make a healthy job overdue.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Deadlines {
+    /// When its supervisor began: when the daemon saw it forked (or
+    /// launched it, or, for a run of an earlier daemon, its launch as far
+    /// back as the wall clock says).
+    pub since: Time,
+    pub graces: Graces,
+    /// When its supervisor was first asked to stop the job.
+    pub stop_asked: Option<Time>,
 }
 
 /// A run that should have ended.
@@ -53,24 +72,24 @@ pub struct Overdue {
 
 impl Lifecycle {
     /// The running tasks whose run should have ended more than
-    /// [`MARGIN_S`] before `now`: past their time limit and its grace,
-    /// counted from the launch, or past a cancellation and its grace.
-    /// The wall clock counts, as it does for `since`, which an adopted
-    /// run has from its `launch.json`.
-    pub fn overdue(&self, now: Moment, graces: Graces) -> Vec<Overdue> {
+    /// [`MARGIN`] before `now`: past their time limit and its grace, or
+    /// past a cancellation and its grace.
+    pub fn overdue(&self, now: Moment) -> Vec<Overdue> {
+        let secs = |s: f64| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX);
         self.tasks
             .values()
             .filter(|t| t.state == State::Running && t.run > 0)
             .filter_map(|t| {
-                let limit = t
-                    .time_limit_s
-                    .map(|limit| (t.since + limit + graces.time_limit_s, TIME_LIMIT));
-                let cancel = t.stop_asked.map(|at| (at + graces.cancel_s, CANCELLATION));
-                let (due, why) = [limit, cancel]
-                    .into_iter()
-                    .flatten()
-                    .min_by(|a, b| a.0.total_cmp(&b.0))?;
-                (now.unix >= due + MARGIN_S).then(|| Overdue {
+                let d = &t.deadlines;
+                let limit = t.time_limit_s.map(|limit| {
+                    let due = d.since.saturating_add(secs(limit + d.graces.time_limit_s));
+                    (due, TIME_LIMIT)
+                });
+                let cancel = d
+                    .stop_asked
+                    .map(|at| (at.saturating_add(secs(d.graces.cancel_s)), CANCELLATION));
+                let (due, why) = [limit, cancel].into_iter().flatten().min()?;
+                (now.at >= due.saturating_add(MARGIN)).then(|| Overdue {
                     name: t.name.clone(),
                     run: t.run,
                     supervisor: t.supervisor,

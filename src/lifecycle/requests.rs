@@ -120,7 +120,7 @@ impl Lifecycle {
         match world.stop(name, task.run) {
             Stop::Asked => {
                 if let Some(task) = self.tasks.get_mut(&name.seq()) {
-                    task.stop_asked.get_or_insert(now.unix);
+                    task.deadlines.stop_asked.get_or_insert(now.at);
                 }
                 Answer::Done(format!("{name}: cancelling: its job was asked to stop"))
             }

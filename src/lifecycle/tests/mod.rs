@@ -179,6 +179,10 @@ impl World for Memory {
             run,
             supervisor: None,
             launched_at: 1000.0,
+            graces: Graces {
+                cancel_s: 10.0,
+                time_limit_s: 5.0,
+            },
             reported: true,
         })
     }
@@ -246,7 +250,7 @@ fn task(seq: u64, stem: &str, owner: u32, gib: u64) -> Task {
         adopted: false,
         since: 0.0,
         time_limit_s: None,
-        stop_asked: None,
+        deadlines: Default::default(),
         peak_mib: 0,
         run_s: None,
         fingerprint: EstimateInput::default().fingerprint(),

@@ -268,13 +268,10 @@ fn a_task_asking_for_more_gpus_than_the_server_has_fails_as_unplaceable() {
 
 /// The names of the runs `story`'s daemon would kill now, with why.
 fn overdue(story: &Story) -> Vec<(String, u32, &'static str)> {
-    let graces = Graces {
-        cancel_s: 10.0,
-        time_limit_s: 5.0,
-    };
+    // The memory world launches with graces of 10 s (cancel) and 5 s.
     let mut overdue: Vec<_> = story
         .life
-        .overdue(story.now, graces)
+        .overdue(story.now)
         .into_iter()
         .map(|o| (o.name.to_string(), o.run, o.why))
         .collect();
@@ -289,14 +286,19 @@ fn a_run_is_overdue_only_well_past_its_time_limit_or_its_cancellation_and_their_
     t.demand.as_mut().unwrap().time_limit = Some(Duration::from_secs(60));
     let a = story.submit(t);
     let b = story.submit(task(2, "b", BOB, 4));
-    // Both launched at 1000 s; a's limit and its grace end at 1065 s.
-    story.later(65.0 + OVERDUE_MARGIN_S - 1.0);
+    // Both launched now; a's limit and its grace end 65 s later, counted
+    // on the core's clock (a wall clock set forward moves nothing).
+    let margin = OVERDUE_MARGIN.as_secs_f64();
+    story.later(65.0 + margin - 1.0);
+    assert!(overdue(&story).is_empty());
+    // The wall clock set a day forward (NTP at boot, a VM paused).
+    story.now.unix += 86_400.0;
     assert!(overdue(&story).is_empty());
     story.later(1.0);
     assert_eq!(overdue(&story), [(a.to_string(), 1, "its time limit")]);
     // b has no limit: only a cancellation makes it due, after its grace.
     assert!(matches!(story.asks(BOB, "000002-b"), Answer::Done(_)));
-    story.later(10.0 + OVERDUE_MARGIN_S - 1.0);
+    story.later(10.0 + margin - 1.0);
     assert_eq!(overdue(&story).len(), 1);
     // A second cancel does not put the deadline off.
     assert!(matches!(story.asks(BOB, "000002-b"), Answer::Done(_)));
