@@ -13,8 +13,7 @@ use super::runs::run_dir;
 use crate::cgroup::RunCgroup;
 use crate::lifecycle::{OVERDUE_TIME_LIMIT as TIME_LIMIT, Overdue};
 use crate::procfs::ProcessId;
-use crate::sched::Exit;
-use crate::sched::Time;
+use crate::sched::{Exit, Time};
 use crate::supervisor;
 
 /// How long after the kill of an overdue run's job the run may take to
