@@ -29,19 +29,6 @@ use crate::supervisor::{is_transient, last_run, started_unended};
 /// How every directory a user's `carma submit` hands in is named.
 const SUBMISSION_PREFIX: &str = "submit-";
 
-/// How long a file may stay open for writing in `pending/` before the
-/// daemon takes it anyway (a writer that crashed never closes it).
-const UNFINISHED_GRACE: Duration = Duration::from_secs(5);
-/// How long an entry is waited for however recently it changed: a job
-/// file is at most 1 MiB and a summary 8, and one kept busy on purpose
-/// (touched every few seconds) must not be looked at for ever.
-const UNFINISHED_LIMIT: Duration = Duration::from_secs(60);
-/// Entries waited for at most at once; past them, a new one is taken at
-/// once (a file still being written is then refused, kept with its
-/// reason). Files are written one or a few at a time, and each waiting
-/// entry is looked at on every turn: links made by the thousand would
-/// make each turn a thousand looks.
-const UNFINISHED_MAX: usize = 4096;
 /// Drops claimed in one go: enough to keep the claim threads busy and to
 /// share one flush, few enough that the claims' records (about 600 bytes
 /// each) stay small beside the tasks.
@@ -57,7 +44,7 @@ impl Daemon {
                     // a directory made in place (rather than moved in whole,
                     // as `carma submit` does) once it has been left alone
                     // for a while.
-                    Ok(m) if m.is_file() || m.is_dir() => self.await_close(name),
+                    Ok(m) if m.is_file() || m.is_dir() => self.await_close(name, m.uid()),
                     Ok(_) => self.arrived(name),
                     Err(_) => {}
                 }
@@ -78,12 +65,11 @@ impl Daemon {
         }
     }
 
-    /// An entry of `pending/` that is being written is taken once it is
-    /// complete ([`Daemon::claim_stale_unfinished`]), unless too many wait.
-    fn await_close(&mut self, name: String) {
-        if self.unfinished.len() < UNFINISHED_MAX || self.unfinished.contains_key(&name) {
-            self.unfinished.entry(name).or_insert_with(Instant::now);
-        } else {
+    /// An entry of `pending/` (`owner`'s) that is being written is taken
+    /// once it is complete ([`Daemon::claim_stale_unfinished`]), unless
+    /// too many wait ([`super::unfinished`]).
+    fn await_close(&mut self, name: String, owner: u32) {
+        if !self.unfinished.wait(name.clone(), owner) {
             self.arrived(name);
         }
     }
@@ -206,30 +192,19 @@ impl Daemon {
         }
     }
 
-    /// Entries created in `pending/` that were left alone for
-    /// [`UNFINISHED_GRACE`] without a close (a writer that crashed, a
-    /// directory made in place).
+    /// Entries created in `pending/` that were left alone for a while
+    /// without a close (a writer that crashed, a directory made in place),
+    /// or waited for long enough.
     pub(super) fn claim_stale_unfinished(&mut self) {
         let pending = self.spool.dir(State::Pending);
-        let quiet = |name: &String| {
+        let quiet = |name: &str| {
             fs::symlink_metadata(pending.join(name))
                 .and_then(|m| m.modified())
                 .map_or(true, |t| {
-                    t.elapsed().unwrap_or_default() >= UNFINISHED_GRACE
+                    t.elapsed().unwrap_or_default() >= super::unfinished::GRACE
                 })
         };
-        let stale: Vec<String> = self
-            .unfinished
-            .iter()
-            .filter(|&(name, since)| {
-                let waited = since.elapsed();
-                waited >= UNFINISHED_LIMIT || (waited >= UNFINISHED_GRACE && quiet(name))
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in &stale {
-            self.unfinished.remove(name);
-        }
+        let stale = self.unfinished.take_stale(quiet);
         if !stale.is_empty() {
             self.take_entries(stale, Vec::new());
         }
@@ -639,13 +614,16 @@ impl Daemon {
             .map(ToString::to_string)
             .collect();
         for entry in listing.drops {
-            let writing = fs::symlink_metadata(pending.join(&entry)).is_ok_and(|m| {
-                m.is_file()
-                    && m.modified()
-                        .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(1))
-            });
-            if writing {
-                self.await_close(entry);
+            let writer = fs::symlink_metadata(pending.join(&entry))
+                .ok()
+                .filter(|m| {
+                    m.is_file()
+                        && m.modified()
+                            .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(1))
+                })
+                .map(|m| m.uid());
+            if let Some(owner) = writer {
+                self.await_close(entry, owner);
             } else {
                 entries.push(entry);
             }

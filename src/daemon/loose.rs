@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::Daemon;
+use super::unfinished::Unfinished;
 use crate::safe;
 use crate::spool::State;
 
@@ -51,12 +52,7 @@ impl Loose {
     /// names a summary that is not in `pending/` yet, or still being
     /// written (in `unfinished`), and has not waited [`SUMMARY_WAIT`] for
     /// it.
-    pub fn ready(
-        &mut self,
-        pending: &Path,
-        rad: &str,
-        unfinished: &HashMap<String, Instant>,
-    ) -> bool {
+    pub fn ready(&mut self, pending: &Path, rad: &str, unfinished: &Unfinished) -> bool {
         let Some((model, owner)) = named_summary(pending, rad) else {
             self.awaiting.remove(rad);
             return true;
@@ -65,7 +61,7 @@ impl Loose {
             Some(_) => Some(model.clone()),
             None => crate::rad::case_match(pending, &model),
         }
-        .filter(|found| !unfinished.contains_key(found));
+        .filter(|found| !unfinished.contains(found));
         if let Some(found) = here {
             self.awaiting.remove(rad);
             // Only the owner's own summary is copied, and so may go once
@@ -100,13 +96,13 @@ impl Loose {
 
     /// Jobs whose wait should end now: their summary arrived, or they
     /// waited long enough.
-    fn due(&self, pending: &Path, unfinished: &HashMap<String, Instant>) -> Vec<String> {
+    fn due(&self, pending: &Path, unfinished: &Unfinished) -> Vec<String> {
         self.awaiting
             .iter()
             .filter(|(_, (model, since))| {
                 since.elapsed() >= SUMMARY_WAIT
                     || (safe::regular_beneath(pending, model).is_some()
-                        && !unfinished.contains_key(model))
+                        && !unfinished.contains(model))
             })
             .map(|(rad, _)| rad.clone())
             .collect()
@@ -155,7 +151,7 @@ impl Daemon {
         // A job still being written may name any of them: they wait for
         // it, but not for ever (one kept being written, or one after
         // another, would hold every user's files).
-        let writing = self.unfinished.keys().any(|name| name.ends_with(".rad"));
+        let writing = self.unfinished.writing_job();
         let expired: Vec<String> = self
             .loose
             .seen

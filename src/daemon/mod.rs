@@ -48,6 +48,7 @@ mod runs;
 mod snapshot;
 mod start;
 mod submissions;
+mod unfinished;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -149,7 +150,7 @@ struct Daemon {
     supervisors: Supervisors,
     tx: Sender<Msg>,
     /// Files created in `pending/` whose writer has not closed them yet.
-    unfinished: HashMap<String, Instant>,
+    unfinished: unfinished::Unfinished,
     /// Files in `pending/` that are not jobs (yet), and jobs waiting for
     /// their model summary.
     loose: loose::Loose,

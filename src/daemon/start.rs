@@ -118,7 +118,7 @@ pub fn run(options: Options) -> Result<()> {
             }
         }),
         tx: tx.clone(),
-        unfinished: HashMap::new(),
+        unfinished: Default::default(),
         loose: loose::Loose::default(),
         arrivals: Vec::new(),
         cancel_due: false,
