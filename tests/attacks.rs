@@ -1421,3 +1421,57 @@ fn a_flood_of_junk_drops_waits_on_its_owners_quota_not_roots_disk() {
         .count();
     assert_eq!(refused + waiting, 1500, "none lost");
 }
+
+#[test]
+#[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
+fn a_cancel_asked_before_the_daemon_died_still_ends_a_held_job() {
+    // The backstop's deadline for a cancel lived in the daemon alone: a
+    // daemon started after it held a job held before its exec to no
+    // deadline at all.
+    let (_alice, bob) = two_users();
+    let mut spool = Spool::shared("2x40GiB", "");
+    spool.start_daemon();
+    let fuse = common::silent_fuse::SilentFuse::mount(&spool.dir.path().join("fuse"));
+    let first = spool.submit_as(&bob, "bob-first", &[("first.rad", "memory: 1G\nsleep 2\n")]);
+    let dir = spool.user_dir(&bob, "bob-held", &[("w/held.rad", "memory: 1G\ntrue\n")]);
+    let rad = dir.join("w/held.rad");
+    let out = bob.carma(
+        &spool,
+        &format!("submit --afterok {first} {}", rad.display()),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let held = stdout(&out).trim().to_owned();
+    let out = bob.run(&format!(
+        "cd {} && mv w w.real && ln -s {} w",
+        dir.display(),
+        spool.dir.path().join("fuse/x").display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("the held job to be launched", 15.0, || {
+        spool
+            .root
+            .join("running")
+            .join(&held)
+            .join("run-1/supervisor.json")
+            .exists()
+    });
+    let out = bob.carma(&spool, &format!("cancel --wait 0 {held}"));
+    assert!(
+        spool
+            .root
+            .join("running")
+            .join(&held)
+            .join("run-1/stop_asked")
+            .exists(),
+        "{}",
+        stderr(&out)
+    );
+    spool.stop_daemon("KILL");
+    spool.start_daemon();
+    spool.wait_for("the held job to fail as cancelled", 30.0, || {
+        spool.root.join("failed").join(&held).exists()
+    });
+    let reason = fs::read_to_string(spool.root.join("failed").join(&held).join("reason")).unwrap();
+    assert!(reason.contains("cancel"), "{reason}");
+    drop(fuse);
+}

@@ -219,7 +219,13 @@ impl World for Hands<'_> {
             .task_dir(State::Running, name)
             .join(format!("run-{run}"));
         match supervisor::cancel(&run_dir) {
-            Ok(true) => Stop::Asked,
+            Ok(true) => {
+                // Not flushed: a boot since ends the run anyway.
+                if let Err(e) = write_whole(&run_dir.join(supervisor::STOP_ASKED), b"") {
+                    log::warn!("{name}: cannot note its cancel in run-{run}: {e}");
+                }
+                Stop::Asked
+            }
             Ok(false) if supervisor::is_running(&run_dir) => Stop::NotYet,
             Ok(false) => Stop::Over,
             Err(e) => Stop::Failed(e.to_string()),

@@ -194,7 +194,11 @@ impl Daemon {
                     time_limit_s: l.time_limit_grace_s,
                 },
             ),
-            stop_asked: None,
+            // Asked of an earlier daemon: its grace counts from now.
+            stop_asked: run_dir
+                .join(supervisor::STOP_ASKED)
+                .exists()
+                .then(|| self.now()),
         };
         task.supervisor = supervisor::identity(&run_dir);
         task.adopted = true;

@@ -61,6 +61,10 @@ use program::Program;
 pub const IDENTITY: &str = "supervisor.json";
 pub const LOCK: &str = "supervisor.lock";
 pub const PEAK: &str = "peak_mib";
+/// Left by the daemon once it asked the run's supervisor to stop its job,
+/// so that a daemon started later holds the run to its cancel's deadline
+/// too ([`crate::lifecycle::Deadlines`]).
+pub const STOP_ASKED: &str = "stop_asked";
 pub const STDOUT: &str = "stdout";
 pub const STDERR: &str = "stderr";
 const SCRIPT: &str = "job.sh";
