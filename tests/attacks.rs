@@ -1075,6 +1075,36 @@ fn requeuing_ended_tasks_is_held_to_a_users_limits() {
     still_serves(&spool, &bob, "1");
 }
 
+/// `user`'s jobs `rads` (file name and text), submitted to wait for a
+/// first job of theirs; while they wait, the working directory they were
+/// submitted from becomes `mount`/x, a mount that never answers, so that
+/// each will be held before its exec. Their task names, in order.
+fn held_jobs(spool: &Spool, user: &TestUser, mount: &Path, rads: &[(&str, &str)]) -> Vec<String> {
+    let first = spool.submit_as(user, "first", &[("first.rad", "memory: 1G\nsleep 3\n")]);
+    let files: Vec<(String, &str)> = rads.iter().map(|(f, t)| (format!("w/{f}"), *t)).collect();
+    let files: Vec<(&str, &str)> = files.iter().map(|(f, t)| (f.as_str(), *t)).collect();
+    let dir = spool.user_dir(user, "held", &files);
+    let names = rads
+        .iter()
+        .map(|(file, _)| {
+            let rad = dir.join("w").join(file);
+            let out = user.carma(
+                spool,
+                &format!("submit --afterok {first} {}", rad.display()),
+            );
+            assert!(out.status.success(), "{}", stderr(&out));
+            stdout(&out).trim().to_owned()
+        })
+        .collect();
+    let out = user.run(&format!(
+        "cd {} && mv w w.real && ln -s {} w",
+        dir.display(),
+        mount.join("x").display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    names
+}
+
 #[test]
 #[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
 fn a_job_held_before_its_exec_is_killed_at_its_time_limit_and_at_its_cancellation() {
@@ -1098,32 +1128,16 @@ fn a_job_held_before_its_exec_is_killed_at_its_time_limit_and_at_its_cancellatio
     let fuse = common::silent_fuse::SilentFuse::mount(&spools[0].dir.path().join("fuse"));
     let mut held = Vec::new();
     for spool in &spools {
-        let first = spool.submit_as(&bob, "bob-first", &[("first.rad", "memory: 1G\nsleep 3\n")]);
-        let dir = spool.user_dir(
+        let names = held_jobs(
+            spool,
             &bob,
-            "bob-held",
+            &spools[0].dir.path().join("fuse"),
             &[
-                ("w/limited.rad", "memory: 1G\ntime: 2s\ntrue\n"),
-                ("w/cancelled.rad", "memory: 1G\ntrue\n"),
+                ("limited.rad", "memory: 1G\ntime: 2s\ntrue\n"),
+                ("cancelled.rad", "memory: 1G\ntrue\n"),
             ],
         );
-        let submit = |file: &str| {
-            let rad = dir.join("w").join(file);
-            let out = bob.carma(
-                spool,
-                &format!("submit --afterok {first} {}", rad.display()),
-            );
-            assert!(out.status.success(), "{}", stderr(&out));
-            stdout(&out).trim().to_owned()
-        };
-        let (limited, cancelled) = (submit("limited.rad"), submit("cancelled.rad"));
-        // While they wait, their working directory becomes the mount.
-        let out = bob.run(&format!(
-            "cd {} && mv w w.real && ln -s {} w",
-            dir.display(),
-            spools[0].dir.path().join("fuse/x").display()
-        ));
-        assert!(out.status.success(), "{}", stderr(&out));
+        let [limited, cancelled] = <[String; 2]>::try_from(names).unwrap();
         held.push((spool, limited, cancelled));
     }
     for (spool, _, cancelled) in &held {
@@ -1428,25 +1442,16 @@ fn a_cancel_asked_before_the_daemon_died_still_ends_a_held_job() {
     // The backstop's deadline for a cancel lived in the daemon alone: a
     // daemon started after it held a job held before its exec to no
     // deadline at all.
-    let (_alice, bob) = two_users();
-    let mut spool = Spool::shared("2x40GiB", "");
-    spool.start_daemon();
+    let (_alice, bob, mut spool) = shared_daemon("");
     let fuse = common::silent_fuse::SilentFuse::mount(&spool.dir.path().join("fuse"));
-    let first = spool.submit_as(&bob, "bob-first", &[("first.rad", "memory: 1G\nsleep 2\n")]);
-    let dir = spool.user_dir(&bob, "bob-held", &[("w/held.rad", "memory: 1G\ntrue\n")]);
-    let rad = dir.join("w/held.rad");
-    let out = bob.carma(
+    let fuse_dir = spool.dir.path().join("fuse");
+    let held = held_jobs(
         &spool,
-        &format!("submit --afterok {first} {}", rad.display()),
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let held = stdout(&out).trim().to_owned();
-    let out = bob.run(&format!(
-        "cd {} && mv w w.real && ln -s {} w",
-        dir.display(),
-        spool.dir.path().join("fuse/x").display()
-    ));
-    assert!(out.status.success(), "{}", stderr(&out));
+        &bob,
+        &fuse_dir,
+        &[("held.rad", "memory: 1G\ntrue\n")],
+    )
+    .remove(0);
     spool.wait_for("the held job to be launched", 15.0, || {
         spool
             .root
