@@ -1330,11 +1330,10 @@ fn submissions_that_cannot_be_moved_or_copied_are_refused_and_nothing_spins() {
             .all(|e| !pending.join(e).exists())
     });
     spool.assert_logged(&format!("adopted pending/{own}"));
-    assert!(
-        set_aside(&spool, OsStr::new(&forged)).is_some(),
-        "{}",
-        spool.daemon_log()
-    );
+    // Leaving pending/ is the claim; being set aside in failed/ follows it.
+    spool.wait_for("the forged one to be set aside", 10.0, || {
+        set_aside(&spool, OsStr::new(&forged)).is_some()
+    });
     spool.wait_for("the long one to be set aside", 10.0, || {
         spool.tasks("failed").iter().any(|t| {
             fs::read_to_string(spool.root.join("failed").join(t).join("reason"))
