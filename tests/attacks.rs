@@ -641,6 +641,54 @@ fn a_flood_of_requests_naming_no_task_holds_nobody_up() {
 
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_flood_of_requests_on_ones_own_task_is_cut_off_and_holds_nobody_up() {
+    // Each answered request may write a record and the status file and
+    // logged a line: a user changing their own task in a loop kept root's
+    // disk busy and could fill the journal past journald's rate limit,
+    // which then drops everyone's lines.
+    let (alice, bob) = two_users();
+    let mut spool = Spool::shared("2x40GiB", "");
+    spool.start_daemon();
+    running_as(
+        &spool,
+        &alice,
+        "alice-pre",
+        "name: pre\nmemory: 1G\nsleep 60\n",
+    );
+    let next = spool.submit_as(
+        &alice,
+        "alice-next",
+        &[("next.rad", "memory: 1G\nafterok: pre\ntrue\n")],
+    );
+    let out = alice.run(&format!(
+        "cd {}/cancel && i=0; while [ $i -lt 1000 ]; do : > \"priority.-$i.{next}\"; i=$((i + 1)); done",
+        spool.root.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("cancel/ to be emptied", 20.0, || {
+        fs::read_dir(spool.root.join("cancel"))
+            .unwrap()
+            .next()
+            .is_none()
+    });
+    still_serves_at_once(&spool, &bob, "1");
+    let log = spool.daemon_log();
+    assert!(
+        log.contains("600 requests answered within a minute"),
+        "{log}"
+    );
+    let about = format!("(uid {}):", alice.uid);
+    let lines = log.lines().filter(|l| l.contains(&about)).count();
+    assert!(lines <= 100, "{lines} lines about alice's requests");
+    let status = fs::read_to_string(spool.root.join("status.json")).unwrap();
+    assert!(
+        status.contains("more than 600 requests within a minute"),
+        "{status}"
+    );
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn a_user_cannot_fill_roots_disk_with_copies() {
     // Hole 7: `array: 1-200` with an 8 MiB summary left 1.68 GB owned by
     // root in the spool.

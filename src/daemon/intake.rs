@@ -241,7 +241,7 @@ impl Daemon {
 
     /// Whether the drop `entry` waits, unclaimed, for the end of a minute
     /// in which its owner's drops were refused 100 times
-    /// ([`crate::lifecycle::Junk`]): each refusal is a task in `failed/`,
+    /// ([`crate::lifecycle::PerMinute`]): each refusal is a task in `failed/`,
     /// on root's disk, and a user may drop junk by the thousand a second.
     /// It is tried again on its own backoff, and stays meanwhile where its
     /// owner put it, on their quota.
@@ -575,9 +575,11 @@ impl Daemon {
     /// are taken, tasks that disappeared are forgotten.
     pub(super) fn rescan(&mut self) {
         self.rescan_due = false;
-        self.last_rescan = Some(Instant::now());
         self.backlog.rescanning();
-        let listing = match self.spool.list(State::Pending) {
+        let started = Instant::now();
+        let listed = self.spool.list(State::Pending);
+        self.last_rescan = Some((started, started.elapsed()));
+        let listing = match listed {
             Ok(listing) => listing,
             Err(e) => {
                 self.intake_failed(&format!("cannot rescan pending/: {e}"));

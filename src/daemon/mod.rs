@@ -181,7 +181,7 @@ struct Daemon {
     /// Log lines users' actions make, held to a rate.
     hush: crate::journal::Hush,
     /// Drops refused in the current minute, per user.
-    junk_drops: crate::lifecycle::Junk,
+    junk_drops: crate::lifecycle::PerMinute,
     /// Owners of ended tasks, read from their records as dependencies
     /// name them ([`depends`]).
     ended_owners: std::cell::RefCell<HashMap<u64, Option<u32>>>,
@@ -216,14 +216,23 @@ struct Daemon {
     /// The watcher's changes not yet handled.
     backlog: Arc<watch::Backlog>,
     /// Events were lost, or named what only a listing shows: `pending/`
-    /// is looked at again, at most once per [`RESCAN_SPACING`].
+    /// is looked at again, at most once per [`rescan_spacing`].
     rescan_due: bool,
-    last_rescan: Option<Instant>,
+    /// When the last rescan listed `pending/`, and how long the listing
+    /// took.
+    last_rescan: Option<(Instant, Duration)>,
 }
 
 /// The least time between two rescans asked for by events: each lists
 /// all of `pending/`, and anyone can make such events by the thousand.
-const RESCAN_SPACING: Duration = Duration::from_secs(1);
+/// Hidden names are listed too and left alone (`carma submit` and
+/// editors write there under them), so a user can grow the listing
+/// without bound within their quota: a listing that took `took` waits
+/// ten times that before the next, and rescans take at most a tenth of
+/// the loop's time however large `pending/` grows.
+fn rescan_spacing(took: Duration) -> Duration {
+    Duration::from_secs(1).max(took.saturating_mul(10))
+}
 
 /// Messages handled in one turn of the loop at most: launches, answers
 /// and the status file come between turns, however fast messages come.
@@ -461,8 +470,8 @@ impl Daemon {
 
     /// How long an asked-for rescan must still wait.
     fn rescan_wait(&self) -> Duration {
-        self.last_rescan.map_or(Duration::ZERO, |at| {
-            RESCAN_SPACING.saturating_sub(at.elapsed())
+        self.last_rescan.map_or(Duration::ZERO, |(at, took)| {
+            rescan_spacing(took).saturating_sub(at.elapsed())
         })
     }
 
@@ -592,6 +601,21 @@ impl Daemon {
                 }
                 Err(e) => log::warn!("{name}: cannot archive it: {e}"),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rescans_take_at_most_a_tenth_of_the_loop_however_long_a_listing_takes() {
+        assert_eq!(rescan_spacing(Duration::ZERO), Duration::from_secs(1));
+        for took in [0.05, 0.3, 2.0, 40.0] {
+            let took = Duration::from_secs_f64(took);
+            let spacing = rescan_spacing(took);
+            assert!(spacing >= Duration::from_secs(1) && took <= spacing / 10);
         }
     }
 }

@@ -20,7 +20,7 @@ impl Daemon {
     /// costs a few lookups, never a listing; at most [`REQUESTS_PER_TURN`]
     /// are handled in one turn (the rest in the next, after the loop's
     /// other work), and a user whose requests keep naming no task is
-    /// refused for a while ([`crate::lifecycle::Junk`]).
+    /// refused for a while ([`crate::lifecycle::PerMinute`]).
     pub(super) fn cancel_requests(&mut self) {
         let dir = self.spool.cancel_dir();
         let Ok(entries) = fs::read_dir(&dir) else {
@@ -101,11 +101,16 @@ impl Daemon {
                 Answer::Done(said) => (false, said),
                 Answer::Refused(why) => (true, format!("refused: {why}")),
             };
-            let line = format!("cancel/{file_name} (uid {requester}): {said}");
-            if refused {
-                log::warn!("{line}");
-            } else {
-                log::info!("{line}");
+            if let Some(held) = self.hush.allow("request", Some(requester), now) {
+                let line = format!(
+                    "cancel/{file_name} (uid {requester}): {said}{}",
+                    crate::journal::left_out(held)
+                );
+                if refused {
+                    log::warn!("{line}");
+                } else {
+                    log::info!("{line}");
+                }
             }
             let _ = fs::remove_file(&path);
             self.life.verdicts.add(Verdict {

@@ -132,7 +132,11 @@ pub fn run(options: Options) -> Result<()> {
         metrics_written: Instant::now(),
         polled: Duration::ZERO,
         hush: Default::default(),
-        junk_drops: crate::lifecycle::Junk::of("drops refused", "their drops wait in pending/"),
+        junk_drops: crate::lifecycle::PerMinute::new(
+            crate::lifecycle::JUNK_PER_MINUTE,
+            "drops refused",
+            "their drops wait in pending/",
+        ),
         ended_owners: Default::default(),
         backstop: Default::default(),
         notifications: Default::default(),

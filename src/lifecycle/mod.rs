@@ -48,7 +48,7 @@ pub use endings::{Ending, Endings, KEPT as ENDINGS_KEPT, public_reason};
 pub use overdue::{
     Deadlines, Graces, MARGIN as OVERDUE_MARGIN, Overdue, TIME_LIMIT as OVERDUE_TIME_LIMIT,
 };
-pub use requests::{Answer, Junk, Verdicts};
+pub use requests::{Answer, JUNK_PER_MINUTE, PerMinute, Verdicts};
 pub use tasks::{Holding, Tasks};
 
 use crate::estimate::Fingerprint;
@@ -304,7 +304,9 @@ pub struct Lifecycle {
     /// What became of users' recent requests, for the status file.
     pub verdicts: Verdicts,
     /// Requests that named no task, per user.
-    pub junk: Junk,
+    pub junk: PerMinute,
+    /// Requests answered, per user.
+    pub asked: PerMinute,
     /// What happened, counted for Prometheus: not an effect on the world
     /// (an atomic add in memory), so counted here, where it is decided.
     pub metrics: Arc<Metrics>,
@@ -329,7 +331,16 @@ impl Lifecycle {
             ended: Ended::default(),
             kept: kept::Kept::default(),
             verdicts: Verdicts::default(),
-            junk: Junk::default(),
+            junk: PerMinute::new(
+                requests::JUNK_PER_MINUTE,
+                "requests naming no task",
+                "their requests are refused",
+            ),
+            asked: PerMinute::new(
+                requests::ASKED_PER_MINUTE,
+                "requests answered",
+                "their requests are refused",
+            ),
             metrics: Arc::default(),
             endings: Endings::default(),
             events: Vec::new(),

@@ -35,7 +35,32 @@ impl Lifecycle {
     /// Decides and carries out one request by user `requester`. The
     /// priorities users may give themselves are `priority_refusal`'s to
     /// judge (the queue's configuration).
+    ///
+    /// A user past [`ASKED_PER_MINUTE`] answered requests in the current
+    /// minute is refused: each answer may write a record and the status
+    /// file, and log a line, so a user toggling a hold in a loop would
+    /// otherwise keep root's disk and the journal busy for everyone.
     pub fn request(
+        &mut self,
+        now: Moment,
+        request: &Request,
+        requester: u32,
+        priority_refusal: impl Fn(i32) -> Option<String>,
+        world: &mut impl World,
+    ) -> Answer {
+        if self.asked.refuses(requester, now.at) {
+            return Answer::Refused(format!(
+                "more than {ASKED_PER_MINUTE} requests within a minute; ask again once it is over"
+            ));
+        }
+        let answer = self.answer(now, request, requester, priority_refusal, world);
+        if answer != Answer::Wait {
+            self.asked.count(requester, now.at);
+        }
+        answer
+    }
+
+    fn answer(
         &mut self,
         now: Moment,
         request: &Request,
@@ -371,58 +396,60 @@ impl Verdicts {
 /// their requests are refused for the rest of it.
 pub const JUNK_PER_MINUTE: u32 = 100;
 
-/// How long a user's count of junk requests lasts.
-const JUNK_WINDOW: Duration = Duration::from_secs(60);
+/// Requests that one user may have answered in a minute (a script
+/// cancelling a few hundred tasks one by one stays under it; `carma
+/// cancel --array` is one request).
+pub const ASKED_PER_MINUTE: u32 = 600;
 
-/// Requests that named no task (or were no request), per user, in the
-/// current minute: a user who floods `cancel/` with them is refused, said
-/// once, and everyone else's requests go on. The daemon keeps another for
-/// drops it refused ([`Junk::of`]).
+/// How long a user's count lasts.
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// Something users do, counted per user in the current minute: a user
+/// past the limit is refused, said once, and everyone else goes on. The
+/// lifecycle keeps one for requests that named no task (or were no
+/// request) and one for all requests answered; the daemon keeps another
+/// for drops it refused.
 #[derive(Debug)]
-pub struct Junk {
+pub struct PerMinute {
     since: Time,
     counts: HashMap<u32, u32>,
+    limit: u32,
     /// What is counted, and what befalls a user past the limit, in words.
     what: (&'static str, &'static str),
 }
 
-impl Default for Junk {
-    fn default() -> Junk {
-        Junk::of("requests naming no task", "their requests are refused")
-    }
-}
-
-impl Junk {
-    /// A count of `what`, whose users past the limit meet `then`.
-    pub fn of(what: &'static str, then: &'static str) -> Junk {
-        Junk {
+impl PerMinute {
+    /// A count of `what` held to `limit` a minute, whose users past it
+    /// meet `then`.
+    pub fn new(limit: u32, what: &'static str, then: &'static str) -> PerMinute {
+        PerMinute {
             since: Time::ZERO,
             counts: HashMap::new(),
+            limit,
             what: (what, then),
         }
     }
 
-    /// One more junk request by `uid` at `now`.
+    /// One more by `uid` at `now`.
     pub fn count(&mut self, uid: u32, now: Time) {
         self.roll(now);
         let count = self.counts.entry(uid).or_default();
         *count += 1;
-        if *count == JUNK_PER_MINUTE {
+        if *count == self.limit {
             let (what, then) = self.what;
-            log::warn!(
-                "uid {uid}: {JUNK_PER_MINUTE} {what} within a minute; {then} until it is over"
-            );
+            let limit = self.limit;
+            log::warn!("uid {uid}: {limit} {what} within a minute; {then} until it is over");
         }
     }
 
-    /// Whether `uid`'s requests are refused unread at `now`.
+    /// Whether `uid` is past the limit at `now`.
     pub fn refuses(&mut self, uid: u32, now: Time) -> bool {
         self.roll(now);
-        self.counts.get(&uid).is_some_and(|&n| n >= JUNK_PER_MINUTE)
+        self.counts.get(&uid).is_some_and(|&n| n >= self.limit)
     }
 
     fn roll(&mut self, now: Time) {
-        if now.saturating_sub(self.since) >= JUNK_WINDOW {
+        if now.saturating_sub(self.since) >= WINDOW {
             self.since = now;
             self.counts.clear();
         }

@@ -238,6 +238,32 @@ fn requests_naming_no_task_are_counted_and_a_flood_is_refused_for_a_minute() {
 }
 
 #[test]
+fn a_user_changing_a_task_in_a_loop_is_refused_for_the_rest_of_the_minute() {
+    // Each answer may write a record and the status file and log a line.
+    let (mut story, a, _) = alice_waits_bob_runs();
+    let limit = crate::lifecycle::requests::ASKED_PER_MINUTE;
+    for i in 0..limit {
+        let answer = story.asks(ALICE, &format!("priority.-{}.{a}", i % 2));
+        assert!(matches!(answer, Answer::Done(_)), "{i}: {answer:?}");
+    }
+    let writes = story.world.did().len();
+    assert!(refused(
+        &story.asks(ALICE, &format!("priority.-5.{a}")),
+        &format!("more than {limit} requests within a minute")
+    ));
+    assert_eq!(story.world.did().len(), writes, "a refusal writes nothing");
+    assert!(!refused(
+        &story.asks(BOB, "hold.000002-b"),
+        "within a minute"
+    ));
+    story.later(61.0);
+    assert!(matches!(
+        story.asks(ALICE, &format!("priority.-5.{a}")),
+        Answer::Done(_)
+    ));
+}
+
+#[test]
 fn a_request_names_a_task_by_number_or_full_name_but_not_by_a_near_miss() {
     let (mut story, _, _) = alice_waits_bob_runs();
     assert!(matches!(story.asks(ALICE, "release.1"), Answer::Done(_)));
