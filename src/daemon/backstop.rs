@@ -53,7 +53,8 @@ impl Backstop {
         })
     }
 
-    /// A run cgroup to remove once its processes are gone.
+    /// A cgroup (a run's, or a killed notification's) to remove once its
+    /// processes are gone.
     pub(super) fn leave(&mut self, dir: PathBuf) {
         self.left.push(dir);
     }

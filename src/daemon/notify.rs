@@ -65,11 +65,16 @@ impl Notifications {
     /// their limit by [`OVERDUE`]: first what they run (their cgroup and
     /// their children: a command held before its exec holds its
     /// supervisor too, see [`crate::lifecycle::Overdue`]), then, if that
-    /// was not enough, the supervisor itself.
-    pub(super) fn tend(&mut self, now: Instant) {
+    /// was not enough, the supervisor itself. Returns the cgroups of the
+    /// reaped whose commands were killed, to be removed once empty: a
+    /// supervisor removes its cgroup as it ends, one that was killed
+    /// cannot, and each such cgroup left behind would stay for good.
+    pub(super) fn tend(&mut self, now: Instant) -> Vec<PathBuf> {
         let limit = Duration::from_secs_f64(NOTIFY_TIME_LIMIT_S + NOTIFY_GRACE_S) + OVERDUE;
+        let mut left = Vec::new();
         self.0.retain_mut(|n| {
             if !matches!(n.supervisor.try_wait(), Ok(None)) {
+                left.extend(n.cgroup.take().filter(|_| n.killed.is_some()));
                 return false;
             }
             match n.killed {
@@ -94,6 +99,7 @@ impl Notifications {
             }
             true
         });
+        left
     }
 }
 
@@ -257,7 +263,7 @@ mod tests {
             uid: 0,
             supervisor,
             started: start,
-            cgroup: None,
+            cgroup: Some(PathBuf::from("/nonexistent/carma-test-notify")),
             killed: None,
         }]);
         let sleeps = |running: &Notifications| {
@@ -275,12 +281,17 @@ mod tests {
         assert!(running.0[0].killed.is_some());
         running.tend(late + Duration::from_secs(1));
         assert_eq!(running.0.len(), 1, "its supervisor gets its time");
-        running.tend(late + OVERDUE);
+        let mut left = running.tend(late + OVERDUE);
         let deadline = Instant::now() + Duration::from_secs(5);
         while !running.0.is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
-            running.tend(late + OVERDUE);
+            left.extend(running.tend(late + OVERDUE));
         }
         assert!(running.0.is_empty(), "killed and reaped");
+        assert_eq!(
+            left,
+            [PathBuf::from("/nonexistent/carma-test-notify")],
+            "its cgroup, which its killed supervisor could not remove, is handed on"
+        );
     }
 }

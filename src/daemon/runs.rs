@@ -82,7 +82,9 @@ impl Daemon {
             self.collect(seq);
         }
         self.end_overdue();
-        self.notifications.tend(std::time::Instant::now());
+        for dir in self.notifications.tend(std::time::Instant::now()) {
+            self.backstop.leave(dir);
+        }
     }
 
     /// Task `seq`'s run is looked at once a second from now on, as a run
