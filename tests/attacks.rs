@@ -1308,6 +1308,40 @@ fn naming_another_users_summary_neither_copies_nor_removes_it() {
 
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_file_put_under_a_copied_summarys_name_is_not_removed_in_its_place() {
+    // A summary carma copied is removed from pending/ after a grace, by
+    // name: alice removed hers once her job had it, bob dropped a file
+    // under the same name, and carma removed bob's, unkept.
+    let (alice, bob, spool) = shared_daemon("");
+    let pending = spool.root.join("pending");
+    let out = alice.run(&format!(
+        "cd {} && printf 'conv 3x3 64\\n' > m.txt && \
+         printf 'name: mine\\nmodel: m.txt\\nmemory: 1G\\ntrue\\n' > mine.rad",
+        pending.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("alice's job to end", 15.0, || {
+        spool.tasks("done").iter().any(|t| t.ends_with("-mine"))
+    });
+    let (_, task) = spool.find("-mine").unwrap();
+    assert!(task.join("job").join("m.txt").exists(), "alice's copy");
+    let out = alice.run(&format!("rm {}/m.txt", pending.display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = bob.run(&format!(
+        "umask 077; printf 'bobs\\n' > {}/m.txt",
+        pending.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.wait_for("bob's file to be kept for him", 20.0, || {
+        set_aside(&spool, OsStr::new("m.txt")).is_some()
+    });
+    let (kept, reason) = set_aside(&spool, OsStr::new("m.txt")).unwrap();
+    assert_eq!(fs::read(&kept).unwrap(), b"bobs\n");
+    assert!(reason.contains("no job in pending/ named it"), "{reason}");
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn the_hook_for_a_refused_job_runs_as_its_owner_not_as_root() {
     // A task refused before it had an account to run as was notified as
     // the daemon's user: the configured hook ran as root, in the owner's

@@ -13,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -38,8 +39,10 @@ pub(super) struct Loose {
     awaiting: HashMap<String, (String, Instant)>,
     /// Other files: name, first seen.
     seen: HashMap<String, Instant>,
-    /// Summaries claims have copied into tasks.
-    copied: HashSet<String>,
+    /// Summaries claims have copied into tasks, with the owner and inode
+    /// they had: only that file goes, never one another user put under
+    /// its name once its owner removed it.
+    copied: HashMap<String, (u32, u64)>,
 }
 
 impl Loose {
@@ -70,11 +73,9 @@ impl Loose {
             // (below, once `seen` lets it go): one named deeper, or by a
             // hidden name, is not remembered, so that no spelling of a
             // path (`./m`, `././m`, `.d/m`) grows what is.
-            let top = top_level(&found);
-            let owned =
-                || safe::regular_beneath(pending, &found).is_some_and(|s| s.st_uid == owner);
-            if let Some(top) = top.filter(|_| owned()) {
-                self.copied.insert(top);
+            let owned = safe::regular_beneath(pending, &found).filter(|s| s.st_uid == owner);
+            if let Some((top, stat)) = top_level(&found).zip(owned) {
+                self.copied.insert(top, (stat.st_uid, stat.st_ino));
             }
             return true;
         }
@@ -169,10 +170,13 @@ impl Daemon {
             self.loose.seen.remove(&file);
             let copied = self.loose.copied.remove(&file);
             let path = pending.join(&file);
-            if !fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if !meta.is_file() {
                 continue;
             }
-            if copied {
+            if copied.is_some_and(|(uid, ino)| (meta.uid(), meta.ino()) == (uid, ino)) {
                 match fs::remove_file(&path) {
                     Ok(()) => log::info!(
                         "pending/{file}: removed; the tasks that named it keep their own copy"
