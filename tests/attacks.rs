@@ -47,6 +47,16 @@ fn still_serves(spool: &Spool, bob: &TestUser, tag: &str) {
     assert!(age < 3.0, "status.json is {age:.1} s old");
 }
 
+/// Waits until the daemon has handled (and removed) every request.
+fn wait_for_cancel_emptied(spool: &Spool) {
+    spool.wait_for("cancel/ to be emptied", 20.0, || {
+        fs::read_dir(spool.root.join("cancel"))
+            .unwrap()
+            .next()
+            .is_none()
+    });
+}
+
 /// [`still_serves`], with bob's job taken in and done within 5 s.
 fn still_serves_at_once(spool: &Spool, bob: &TestUser, tag: &str) {
     let started = Instant::now();
@@ -626,12 +636,7 @@ fn a_flood_of_requests_naming_no_task_holds_nobody_up() {
     ));
     assert!(out.status.success(), "{}", stderr(&out));
     still_serves_at_once(&spool, &bob, "1");
-    spool.wait_for("cancel/ to be emptied", 20.0, || {
-        fs::read_dir(spool.root.join("cancel"))
-            .unwrap()
-            .next()
-            .is_none()
-    });
+    wait_for_cancel_emptied(&spool);
     assert!(
         spool
             .daemon_log()
@@ -665,12 +670,7 @@ fn a_flood_of_requests_on_ones_own_task_is_cut_off_and_holds_nobody_up() {
         spool.root.display()
     ));
     assert!(out.status.success(), "{}", stderr(&out));
-    spool.wait_for("cancel/ to be emptied", 20.0, || {
-        fs::read_dir(spool.root.join("cancel"))
-            .unwrap()
-            .next()
-            .is_none()
-    });
+    wait_for_cancel_emptied(&spool);
     still_serves_at_once(&spool, &bob, "1");
     let log = spool.daemon_log();
     assert!(

@@ -53,21 +53,40 @@ impl Lifecycle {
                 "more than {ASKED_PER_MINUTE} requests within a minute; ask again once it is over"
             ));
         }
-        let answer = self.answer(now, request, requester, priority_refusal, world);
+        let verb = request.verb;
+        let answer = match self.target(now, request, requester, world) {
+            Err(answer) => answer,
+            Ok(name) => match verb {
+                Verb::Cancel => self.cancel(&name, now, world),
+                Verb::CancelArray => self.cancel_array(&name, requester, now, world),
+                Verb::Hold | Verb::Release => self.set_hold(&name, verb == Verb::Hold, world),
+                Verb::Requeue => self.requeue_running(&name, now, world),
+                Verb::Priority(priority) => {
+                    let refused = (!self.privileged(requester))
+                        .then(|| priority_refusal(priority))
+                        .flatten();
+                    match refused {
+                        Some(why) => Answer::Refused(why),
+                        None => self.set_priority(&name, priority, world),
+                    }
+                }
+            },
+        };
         if answer != Answer::Wait {
             self.asked.count(requester, now.at);
         }
         answer
     }
 
-    fn answer(
+    /// The task `request` names, if `requester` may act on it; else the
+    /// final answer (no such task, already ended, not theirs, or wait).
+    fn target(
         &mut self,
         now: Moment,
         request: &Request,
         requester: u32,
-        priority_refusal: impl Fn(i32) -> Option<String>,
         world: &mut impl World,
-    ) -> Answer {
+    ) -> Result<TaskName, Answer> {
         let query = request.task.as_str();
         let named = |name: &TaskName| name.as_str() == query || name.seq().to_string() == query;
         let verb = request.verb;
@@ -78,9 +97,9 @@ impl Lifecycle {
         {
             if verb == Verb::Requeue {
                 // Once it has landed in done/ or failed/.
-                return Answer::Wait;
+                return Err(Answer::Wait);
             }
-            return Answer::Refused(format!("{} already ended", c.name));
+            return Err(Answer::Refused(format!("{} already ended", c.name)));
         }
         let Some(task) = seq
             .and_then(|s| self.tasks.get(&s))
@@ -88,10 +107,10 @@ impl Lifecycle {
         else {
             if let Some((state, name)) = self.ended.find(query) {
                 let name = name.clone();
-                return match verb {
+                return Err(match verb {
                     Verb::Requeue => self.requeue_ended(state, &name, requester, world),
                     _ => Answer::Refused(format!("{name} already ended (it is in {state}/)")),
-                };
+                });
             }
             // A task submitted in the same instant, not taken in yet.
             let arriving = TaskName::parse(query).is_some_and(|name| {
@@ -101,34 +120,20 @@ impl Lifecycle {
             });
             if arriving {
                 log::debug!("{query}: {} waits until the task is taken", verb.describe());
-                return Answer::Wait;
+                return Err(Answer::Wait);
             }
             self.junk.count(requester, now.at);
-            return Answer::Refused(format!("no task {query}"));
+            return Err(Answer::Refused(format!("no task {query}")));
         };
         let name = task.name.clone();
         if !(self.privileged(requester) || Some(requester) == task.owner) {
-            return Answer::Refused(format!(
+            return Err(Answer::Refused(format!(
                 "{name} belongs to {}; only its owner or root may {}",
                 task.user,
                 verb.describe()
-            ));
+            )));
         }
-        match verb {
-            Verb::Cancel => self.cancel(&name, now, world),
-            Verb::CancelArray => self.cancel_array(&name, requester, now, world),
-            Verb::Hold | Verb::Release => self.set_hold(&name, verb == Verb::Hold, world),
-            Verb::Requeue => self.requeue_running(&name, now, world),
-            Verb::Priority(priority) => {
-                let refused = (!self.privileged(requester))
-                    .then(|| priority_refusal(priority))
-                    .flatten();
-                match refused {
-                    Some(why) => Answer::Refused(why),
-                    None => self.set_priority(&name, priority, world),
-                }
-            }
-        }
+        Ok(name)
     }
 
     /// A waiting task is failed as cancelled, a running one's supervisor
