@@ -253,9 +253,37 @@ pub fn private_dir(path: &Path) -> Result<(), String> {
     }
     // Not even a sticky directory: others could make names in it.
     closed_to_others(path, &meta, false)?;
+    // Each name on the way as it is, links not followed: a user's link in
+    // a sticky directory (`/tmp/carma` -> a root directory) would pass as
+    // its target and could be swapped later. A link is taken only as
+    // root's (or this user's), in a directory closed to others (checked
+    // as the next ancestor), and where it leads is checked below.
+    let lstat =
+        |dir: &Path| std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()));
     for dir in path.ancestors().skip(1) {
-        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        closed_to_others(dir, &meta, true)?;
+        let meta = lstat(dir)?;
+        if meta.file_type().is_symlink() {
+            owned_by_root_or_me(dir, &meta)?;
+        } else {
+            closed_to_others(dir, &meta, true)?;
+        }
+    }
+    let real = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    for dir in real.ancestors().skip(1) {
+        closed_to_others(dir, &lstat(dir)?, true)?;
+    }
+    Ok(())
+}
+
+fn owned_by_root_or_me(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "{} is owned by uid {}, not root or uid {me}",
+            path.display(),
+            meta.uid()
+        ));
     }
     Ok(())
 }
@@ -267,15 +295,9 @@ pub fn private_dir(path: &Path) -> Result<(), String> {
 /// file's group may write; a daemon of another user refuses only what
 /// anyone may write, as its own binary's is, under a user's private group.
 pub fn closed_to_others(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<(), String> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
+    owned_by_root_or_me(path, meta)?;
     let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != 0 && meta.uid() != me {
-        return Err(format!(
-            "{} is owned by uid {}, not root or uid {me}",
-            path.display(),
-            meta.uid()
-        ));
-    }
     let mode = meta.permissions().mode();
     let open = if me == 0 { 0o022 } else { 0o002 };
     if mode & open != 0 && !(dir && mode & 0o1000 != 0) {
@@ -319,6 +341,21 @@ mod tests {
             std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
             let e = private_dir(&dir).unwrap_err();
             assert!(e.contains("is owned by uid 65534"), "{e}");
+            std::os::unix::fs::chown(&dir, Some(0), Some(0)).unwrap();
+            // A user's link on the way, in a sticky directory, to a
+            // directory of root's: it could be swapped once checked.
+            let sticky = top.path().join("tmp");
+            fs::create_dir(&sticky).unwrap();
+            fs::set_permissions(&sticky, fs::Permissions::from_mode(0o1777)).unwrap();
+            let theirs = sticky.join("carma");
+            symlink(top.path(), &theirs).unwrap();
+            std::os::unix::fs::lchown(&theirs, Some(65534), Some(65534)).unwrap();
+            assert_eq!(private_dir(&top.path().join("mps")), Ok(()));
+            let e = private_dir(&theirs.join("mps")).unwrap_err();
+            assert!(e.contains("carma is owned by uid 65534"), "{e}");
+            // Root's own link there is followed, and where it leads checked.
+            std::os::unix::fs::lchown(&theirs, Some(0), Some(0)).unwrap();
+            assert_eq!(private_dir(&theirs.join("mps")), Ok(()));
         }
     }
 

@@ -242,7 +242,7 @@ mod tests {
                 .find(|(key, _)| key == k)
                 .map(|(_, v)| v.as_str())
         };
-        assert_eq!(get("CUDA_MPS_PIPE_DIRECTORY"), Some("/tmp/nvidia-mps"));
+        assert_eq!(get("CUDA_MPS_PIPE_DIRECTORY"), Some("/run/carma/mps"));
         assert_eq!(
             get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
             Some("0=8192M,1=8192M")
