@@ -90,6 +90,21 @@ pub fn one_line(message: &str) -> String {
         .collect()
 }
 
+/// Text of several lines as a terminal may show it: each line as
+/// [`one_line`] writes it, the line breaks kept. For what carma prints that
+/// quotes users' text (a job's script in `carma check`, an error naming a
+/// user's file): escapes and bidirectional controls could otherwise
+/// rewrite an administrator's terminal.
+pub fn shown(text: &str) -> String {
+    if !text.chars().any(misleads) {
+        return text.to_string();
+    }
+    text.split('\n')
+        .map(one_line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Whether showing `c` as it is could change how the rest of a line
 /// reads.
 fn misleads(c: char) -> bool {
@@ -160,6 +175,15 @@ pub fn left_out(held: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_text_keeps_its_lines_and_loses_its_escapes() {
+        assert_eq!(shown("plain\ntext"), "plain\ntext");
+        assert_eq!(
+            shown("a\n\u{1b}]0;x\u{7}b\r\u{202e}c"),
+            "a\n\\u{1b}]0;x\\u{7}b\\r\\u{202e}c"
+        );
+    }
 
     #[test]
     fn a_users_flood_of_lines_is_held_to_a_rate_and_counted() {

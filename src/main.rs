@@ -118,7 +118,7 @@ fn main() -> ExitCode {
             } else {
                 ""
             };
-            eprintln!("{priority}carma: {}", describe(&e));
+            eprintln!("{priority}carma: {}", carma::journal::shown(&describe(&e)));
             if e.is::<commands::daemon::NoNvml>() {
                 ExitCode::from(commands::daemon::EXIT_NO_GPUS)
             } else {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde::Serialize;
 
+use carma::journal::shown;
 use carma::rad::{self, JobFile, TaskSpec};
 
 /// One valid file in `carma check --json` output.
@@ -39,12 +40,13 @@ pub fn run(files: &[PathBuf], json: bool) -> Result<ExitCode> {
             }
             Ok(JobFile { spec, warnings }) => {
                 for warning in &warnings {
-                    eprintln!("{warning}");
+                    eprintln!("{}", shown(&warning.to_string()));
                 }
-                writeln!(out, "{}: ok\n{spec}", file.display())?;
+                let checked = format!("{}: ok\n{spec}", file.display());
+                writeln!(out, "{}", shown(&checked))?;
             }
             Err(e) => {
-                eprintln!("{e}");
+                eprintln!("{}", shown(&e.to_string()));
                 all_valid = false;
             }
         }

@@ -131,7 +131,8 @@ pub fn said(name: &TaskName, verb: Verb, answer: &Answer) -> Option<std::process
     match answer {
         Answer::Done(_) => None,
         Answer::Refused(why) => {
-            eprintln!("carma: {name}: {} refused: {why}", verb.describe());
+            let refused = format!("carma: {name}: {} refused: {why}", verb.describe());
+            eprintln!("{}", carma::journal::one_line(&refused));
             Some(ExitCode::FAILURE)
         }
         Answer::NoDaemon => {

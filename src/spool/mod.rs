@@ -476,12 +476,28 @@ impl Spool {
     }
 
     /// Every task in the state directories this process may list
-    /// (`pending/` is not listable by the users of a shared spool).
+    /// (`pending/` is not listable by the users of a shared spool). In
+    /// `pending/`, where anyone may make entries, only carma's own task
+    /// directories: a user's `000042-<escapes>` would otherwise answer
+    /// root's `carma show 42` in place of task 42, its name printed raw.
     pub fn visible_tasks(&self) -> Result<Vec<(State, TaskName)>, SpoolError> {
+        // carma's user owns `pending/` (whoever looks: root, or carma).
+        let carma = fs::symlink_metadata(self.dir(State::Pending)).map(|m| m.uid());
+        let carmas = |state: State, name: &TaskName| {
+            state != State::Pending
+                || fs::symlink_metadata(self.task_dir(state, name))
+                    .is_ok_and(|m| m.is_dir() && carma.as_ref().is_ok_and(|&uid| m.uid() == uid))
+        };
         let mut tasks = Vec::new();
         for state in State::ALL {
             match self.list(state) {
-                Ok(listing) => tasks.extend(listing.tasks.into_iter().map(|n| (state, n))),
+                Ok(listing) => tasks.extend(
+                    listing
+                        .tasks
+                        .into_iter()
+                        .filter(|n| carmas(state, n))
+                        .map(|n| (state, n)),
+                ),
                 Err(SpoolError::Io { source, .. })
                     if source.kind() == io::ErrorKind::PermissionDenied => {}
                 Err(e) => return Err(e),

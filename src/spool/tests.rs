@@ -488,3 +488,28 @@ fn a_placed_tasks_leftover_original_that_names_its_job_file_is_dropped_and_no_ot
         "nothing left to drop"
     );
 }
+
+#[test]
+fn an_entry_in_pending_that_carma_did_not_make_answers_no_query() {
+    // Anyone may make `pending/000042-<escapes>`: root's `carma show 42`
+    // found it before task 42 and printed its name as it was.
+    let (_d, spool) = spool();
+    let real = TaskName::new(42, "real");
+    fs::create_dir(spool.task_dir(State::Running, &real)).unwrap();
+    let fake = TaskName::parse("000042-\u{1b}]0;x\u{7}ok").unwrap();
+    fs::create_dir(spool.task_dir(State::Pending, &fake)).unwrap();
+    let link = TaskName::new(42, "link");
+    std::os::unix::fs::symlink(spool.root(), spool.task_dir(State::Pending, &link)).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        // Someone else's directory (as root; otherwise only the link).
+        let dir = spool.task_dir(State::Pending, &fake);
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    } else {
+        fs::remove_dir(spool.task_dir(State::Pending, &fake)).unwrap();
+    }
+    assert_eq!(spool.find("42").unwrap(), (State::Running, real.clone()));
+    assert_eq!(spool.find("0000").unwrap(), (State::Running, real));
+    let own = TaskName::new(43, "waits");
+    fs::create_dir(spool.task_dir(State::Pending, &own)).unwrap();
+    assert_eq!(spool.find("43").unwrap(), (State::Pending, own));
+}
