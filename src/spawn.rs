@@ -29,6 +29,22 @@ use nix::libc;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+/// Marks a failure the child reports once it is the job's: entering the
+/// working directory, the `exec`. Their causes are the user's to fix or
+/// to make (a FUSE working directory that answers `EIO` or `EAGAIN` to
+/// every lookup), so the same errno that passes by itself before the
+/// switch (a full table of the system's, say) is final after it: taken
+/// for passing, a launch was retried for good, a new run directory each
+/// time, with everyone's launches paused.
+const AS_ITS_USER: i32 = 1 << 30;
+
+/// A start that failed once the process was the job's (see
+/// [`AS_ITS_USER`]): not an OS error of the supervisor's, so it never
+/// counts as one that passes by itself.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct JobsOwn(pub io::Error);
+
 /// Everything the child needs, made before the fork.
 pub struct Spawn {
     /// Where to look for the program, in order (its name joined to each
@@ -152,7 +168,12 @@ impl Spawn {
             return Ok(pid);
         }
         let _ = waitpid(pid, None);
-        Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)))
+        let errno = i32::from_ne_bytes(errno);
+        let error = io::Error::from_raw_os_error(errno & !AS_ITS_USER);
+        Err(match errno & AS_ITS_USER {
+            0 => error,
+            _ => io::Error::other(JobsOwn(error)),
+        })
     }
 
     /// `clone3` (into the cgroup, where there is one) where the kernel
@@ -282,6 +303,8 @@ impl Child<'_> {
                     fail(last());
                 }
             }
+            // From here on, what fails is the job's own.
+            let fail = |errno: i32| -> ! { fail(errno | AS_ITS_USER) };
             if libc::chdir(spawn.workdir.as_ptr()) < 0 {
                 fail(last());
             }
@@ -687,14 +710,19 @@ mod tests {
             stdio(dir.path()),
             dir.path(),
         );
+        // The job's own failure, its OS error inside: never one of the
+        // supervisor's that passes by itself.
+        let jobs_own = |e: io::Error| {
+            assert_eq!(e.raw_os_error(), None);
+            e.get_ref()
+                .and_then(|inner| inner.downcast_ref::<JobsOwn>())
+                .and_then(|own| own.0.raw_os_error())
+        };
         let e = none.unwrap().start().unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(jobs_own(e), Some(libc::ENOENT));
         let gone = dir.path().join("gone");
         let spawn = Spawn::new("sh", [], &env(), stdio(dir.path()), &gone).unwrap();
-        assert_eq!(
-            spawn.start().unwrap_err().raw_os_error(),
-            Some(libc::ENOENT)
-        );
+        assert_eq!(jobs_own(spawn.start().unwrap_err()), Some(libc::ENOENT));
     }
 
     #[test]

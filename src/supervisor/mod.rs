@@ -258,8 +258,11 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
         Ok(_) if watch.stopped() => Err((false, "cancelled before it started".into())),
         Ok(launch) => spawn_job(run_dir, &launch, run_cgroup(&launch)).map_err(|e| {
             let transient = is_transient(&e);
+            let os = e.raw_os_error().is_some()
+                || e.get_ref()
+                    .is_some_and(|inner| inner.is::<crate::spawn::JobsOwn>());
             match &launch.workdir {
-                dir if e.raw_os_error().is_some() => (
+                dir if os => (
                     transient,
                     format!("cannot start bash in {}: {e}", dir.display()),
                 ),

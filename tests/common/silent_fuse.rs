@@ -5,7 +5,9 @@
 //! (`allow_other`), for the tests that attack with it.
 //!
 //! It speaks just enough of the protocol (`linux/fuse.h`) to be mounted:
-//! it answers `FUSE_INIT`, and holds every other request unanswered.
+//! it answers `FUSE_INIT`, and holds every other request unanswered, or
+//! ([`SilentFuse::failing`]) answers each with an error, as a user's file
+//! system may choose to.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -34,6 +36,16 @@ pub struct SilentFuse {
 impl SilentFuse {
     /// Mounts it on the directory `at` (made if missing).
     pub fn mount(at: &Path) -> SilentFuse {
+        SilentFuse::serving(at, None)
+    }
+
+    /// Mounted on `at`, answering every request but `FUSE_INIT` with the
+    /// error `errno`.
+    pub fn failing(at: &Path, errno: i32) -> SilentFuse {
+        SilentFuse::serving(at, Some(errno))
+    }
+
+    fn serving(at: &Path, errno: Option<i32>) -> SilentFuse {
         std::fs::create_dir_all(at).unwrap();
         let dev = OpenOptions::new()
             .read(true)
@@ -72,7 +84,7 @@ impl SilentFuse {
         let stop = Arc::new(AtomicBool::new(false));
         let server = {
             let stop = Arc::clone(&stop);
-            std::thread::spawn(move || serve(dev, &stop))
+            std::thread::spawn(move || serve(dev, &stop, errno))
         };
         SilentFuse {
             at: at.to_owned(),
@@ -82,8 +94,9 @@ impl SilentFuse {
     }
 }
 
-/// Answers `FUSE_INIT`, reads and holds everything else, until `stop`.
-fn serve(mut dev: File, stop: &AtomicBool) {
+/// Answers `FUSE_INIT`, and everything else with `errno` if given, else
+/// holds it, until `stop`.
+fn serve(mut dev: File, stop: &AtomicBool, errno: Option<i32>) {
     let mut buf = vec![0u8; 1 << 20];
     while !stop.load(Ordering::Relaxed) {
         let n = match dev.read(&mut buf) {
@@ -100,6 +113,14 @@ fn serve(mut dev: File, stop: &AtomicBool) {
         let opcode = u32::from_ne_bytes(buf[4..8].try_into().unwrap());
         let unique = u64::from_ne_bytes(buf[8..16].try_into().unwrap());
         if opcode != FUSE_INIT {
+            if let Some(errno) = errno {
+                // `struct fuse_out_header`: len, error (negative), unique.
+                let mut reply = Vec::with_capacity(16);
+                reply.extend_from_slice(&16u32.to_ne_bytes());
+                reply.extend_from_slice(&(-errno).to_ne_bytes());
+                reply.extend_from_slice(&unique.to_ne_bytes());
+                let _ = dev.write_all(&reply);
+            }
             continue;
         }
         let major = u32::from_ne_bytes(buf[IN_HEADER..IN_HEADER + 4].try_into().unwrap());
