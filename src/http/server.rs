@@ -2,20 +2,26 @@
 //! connection is bounded in size, time and number.
 //!
 //! - Number: at most [`WORKERS`] connections are answered at once and
-//!   [`QUEUED`] more wait; past that a connection is told "busy" (503) with
-//!   one write that cannot block, and closed unread.
+//!   [`QUEUED`] more wait, at most [`PER_PEER`] of them one peer's (a
+//!   local user, known on loopback by the socket's owner as the kernel
+//!   lists it, or a remote address); past that a connection is told
+//!   "busy" (503) with one write that cannot block, and closed unread. So
+//!   one user who opens connections and sends nothing holds two workers,
+//!   not the page.
 //! - Size: a request head (request line and headers) larger than
 //!   [`HEAD_BYTES`] is answered 431 and closed; a body is never read.
 //! - Time: the head must arrive within [`READ_TIME`] of the connection's
-//!   turn (408 otherwise), the answer must be taken within [`WRITE_TIME`];
-//!   each read and write waits at most what is left of its deadline, so a
-//!   client sending or reading a byte at a time is cut off at the deadline.
+//!   acceptance (408 otherwise), the answer must be taken within
+//!   [`WRITE_TIME`]; each read and write waits at most what is left of its
+//!   deadline, so a client sending or reading a byte at a time is cut off
+//!   at the deadline.
 //!
 //! One request per connection (`Connection: close`): keeping connections
 //! alive would let a few idle clients hold every worker.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -24,49 +30,92 @@ use super::Board;
 use super::routes::{self, Response};
 
 /// Threads answering requests.
-const WORKERS: usize = 4;
+const WORKERS: usize = 8;
 /// Connections accepted and waiting for a worker.
 const QUEUED: usize = 16;
+/// Connections of one peer answered or waiting at once.
+const PER_PEER: usize = 2;
 /// Largest request head, bytes.
 const HEAD_BYTES: usize = 8 * 1024;
 /// Most headers in a request.
 const HEADERS: usize = 64;
 /// Time for a client to send its request head, and to take the answer.
-const READ_TIME: Duration = Duration::from_secs(10);
-const WRITE_TIME: Duration = Duration::from_secs(30);
+const READ_TIME: Duration = Duration::from_secs(3);
+const WRITE_TIME: Duration = Duration::from_secs(10);
 /// Bytes of an unread request body drained after the answer (so closing
-/// does not reset the connection before the client reads the answer).
+/// does not reset the connection before the client reads the answer), and
+/// the time given to it.
 const DRAIN_BYTES: usize = 64 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(1);
 /// Pause after `accept` fails (no file descriptors left): the failure is
 /// not spun on.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
+/// Who a connection is, for [`PER_PEER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Peer {
+    User(u32),
+    Address(IpAddr),
+}
+
+/// Connections in flight per peer.
+type InFlight = Arc<Mutex<HashMap<Peer, usize>>>;
+
+/// An accepted connection, on its way to a worker.
+struct Accepted {
+    stream: TcpStream,
+    at: Instant,
+    peer: Peer,
+}
+
 /// Starts the accepting thread and the workers on `listener`.
 pub fn spawn(listener: TcpListener, board: Arc<Board>) -> io::Result<()> {
-    let (tx, rx) = mpsc::sync_channel::<TcpStream>(QUEUED);
+    let (tx, rx) = mpsc::sync_channel::<Accepted>(QUEUED);
     let rx = Arc::new(Mutex::new(rx));
+    let in_flight = InFlight::default();
     for i in 0..WORKERS {
         let rx = Arc::clone(&rx);
         let board = Arc::clone(&board);
+        let in_flight = Arc::clone(&in_flight);
         std::thread::Builder::new()
             .name(format!("http-{i}"))
-            .spawn(move || work(&rx, &board))?;
+            .spawn(move || work(&rx, &board, &in_flight))?;
     }
     std::thread::Builder::new()
         .name("http-accept".into())
-        .spawn(move || accept(&listener, &tx))?;
+        .spawn(move || accept(&listener, &tx, &in_flight))?;
     Ok(())
 }
 
-fn accept(listener: &TcpListener, tx: &SyncSender<TcpStream>) {
+fn accept(listener: &TcpListener, tx: &SyncSender<Accepted>, in_flight: &InFlight) {
     let mut failing = false;
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => {
                 failing = false;
-                match tx.try_send(stream) {
+                let peer = peer_of(&stream);
+                let taken = {
+                    let mut counts = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+                    let count = counts.entry(peer).or_default();
+                    *count += 1;
+                    *count <= PER_PEER
+                };
+                if !taken {
+                    release(in_flight, peer);
+                    busy(stream);
+                    continue;
+                }
+                let accepted = Accepted {
+                    stream,
+                    at: Instant::now(),
+                    peer,
+                };
+                match tx.try_send(accepted) {
                     Ok(()) => {}
-                    Err(TrySendError::Full(stream)) => busy(stream),
+                    Err(TrySendError::Full(accepted)) => {
+                        release(in_flight, peer);
+                        busy(accepted.stream);
+                    }
                     Err(TrySendError::Disconnected(_)) => return,
                 }
             }
@@ -81,6 +130,64 @@ fn accept(listener: &TcpListener, tx: &SyncSender<TcpStream>) {
     }
 }
 
+fn release(in_flight: &InFlight, peer: Peer) {
+    let mut counts = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(count) = counts.get_mut(&peer) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(&peer);
+        }
+    }
+}
+
+/// The peer of `stream`: on loopback the user whose socket it is (every
+/// local user connects from 127.0.0.1), else its address.
+fn peer_of(stream: &TcpStream) -> Peer {
+    let (Ok(remote), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else {
+        return Peer::Address(IpAddr::from([0, 0, 0, 0]));
+    };
+    if remote.ip().is_loopback() || remote.ip() == local.ip() {
+        if let Some(uid) = socket_owner(remote, local) {
+            return Peer::User(uid);
+        }
+    }
+    Peer::Address(remote.ip())
+}
+
+/// The uid of the local TCP socket bound to `from` and connected to `to`,
+/// from `/proc/net/tcp` or `tcp6`.
+fn socket_owner(from: SocketAddr, to: SocketAddr) -> Option<u32> {
+    let table = match from {
+        SocketAddr::V4(_) => "/proc/net/tcp",
+        SocketAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let (from, to) = (proc_net_address(from), proc_net_address(to));
+    let text = std::fs::read_to_string(table).ok()?;
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1)? == &from && fields.get(2)? == &to).then(|| fields.get(7)?.parse().ok())?
+    })
+}
+
+/// An address as `/proc/net/tcp` writes it: each 32-bit word of the
+/// address in the machine's byte order, in hex, then the port.
+fn proc_net_address(address: SocketAddr) -> String {
+    let octets: Vec<u8> = match address.ip() {
+        IpAddr::V4(ip) => ip.octets().to_vec(),
+        IpAddr::V6(ip) => ip.octets().to_vec(),
+    };
+    let words: String = octets
+        .chunks(4)
+        .map(|word| {
+            format!(
+                "{:08X}",
+                u32::from_ne_bytes(word.try_into().unwrap_or([0; 4]))
+            )
+        })
+        .collect();
+    format!("{words}:{:04X}", address.port())
+}
+
 /// Tells a connection there is no room, without waiting on it.
 fn busy(mut stream: TcpStream) {
     if stream.set_nonblocking(true).is_ok() {
@@ -89,21 +196,33 @@ fn busy(mut stream: TcpStream) {
     }
 }
 
-fn work(rx: &Mutex<Receiver<TcpStream>>, board: &Board) {
+fn work(rx: &Mutex<Receiver<Accepted>>, board: &Board, in_flight: &InFlight) {
     loop {
         let next = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
         match next {
-            Ok(stream) => answer(stream, board),
+            Ok(accepted) => {
+                let peer = accepted.peer;
+                answer(accepted, board);
+                release(in_flight, peer);
+            }
             Err(_) => return,
         }
     }
 }
 
 /// Reads one request from `stream`, answers it and closes the connection.
-fn answer(mut stream: TcpStream, board: &Board) {
+fn answer(accepted: Accepted, board: &Board) {
+    let mut stream = accepted.stream;
     let _ = stream.set_nodelay(true);
-    let read_by = Instant::now() + READ_TIME;
+    let read_by = accepted.at + READ_TIME;
     let (response, head_only) = match read_head(&mut stream, read_by) {
+        Ok(Some(request)) if !request.host.as_deref().is_none_or(host_allowed) => (
+            Response::error(
+                421,
+                "This server answers requests for its IP address, localhost or its host name.",
+            ),
+            false,
+        ),
         Ok(Some(request)) => (
             routes::respond(&request.method, &request.target, board),
             request.method == "HEAD",
@@ -118,15 +237,41 @@ fn answer(mut stream: TcpStream, board: &Board) {
     let write_by = Instant::now() + WRITE_TIME;
     if write_within(&mut stream, &bytes, write_by).is_ok() {
         let _ = stream.shutdown(Shutdown::Write);
-        drain(&mut stream, write_by);
+        drain(&mut stream, write_by.min(Instant::now() + DRAIN_TIME));
     }
 }
 
-/// A request's method and target.
+/// A request's method, target and `Host`.
 #[derive(Debug, PartialEq)]
 struct Request {
     method: String,
     target: String,
+    host: Option<String>,
+}
+
+/// Whether a request for `host` (its `Host` header) is answered: an IP
+/// address, `localhost`, or this machine's name, with any port. A web page
+/// whose own name an attacker points at 127.0.0.1 (DNS rebinding) would
+/// otherwise read the status through an administrator's browser and SSH
+/// tunnel; its requests carry that name. Proxies send the upstream's
+/// address by default (nginx's `$proxy_host`).
+fn host_allowed(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        // `[::1]:9184`
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<IpAddr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+        || nix::unistd::gethostname()
+            .ok()
+            .and_then(|own| own.into_string().ok())
+            .is_some_and(|own| {
+                let own = own.to_ascii_lowercase();
+                name == own || own.split('.').next() == Some(name.as_str())
+            })
 }
 
 /// Reads a request head by `deadline`: `None` when the client left
@@ -180,6 +325,11 @@ fn parse_head(buf: &[u8]) -> Parsed {
             (Some(method), Some(target)) => Parsed::Complete(Request {
                 method: method.to_owned(),
                 target: target.to_owned(),
+                host: request
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("host"))
+                    .map(|h| String::from_utf8_lossy(h.value).trim().to_owned()),
             }),
             _ => Parsed::Refused(400),
         },
@@ -260,6 +410,7 @@ fn drain(stream: &mut TcpStream, deadline: Instant) {
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
+    use std::os::unix::process::CommandExt;
 
     /// A server on a free loopback port; its address.
     fn server() -> std::net::SocketAddr {
@@ -286,7 +437,7 @@ mod tests {
     #[test]
     fn get_is_answered_and_post_is_refused_with_405() {
         let addr = server();
-        let ok = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let ok = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
         assert!(ok.contains("Connection: close") && ok.ends_with("# EOF\n"));
         let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
@@ -313,12 +464,11 @@ mod tests {
     }
 
     #[test]
-    fn clients_that_send_nothing_hold_no_more_than_the_bounded_connections() {
+    fn a_user_whose_clients_send_nothing_holds_two_connections_not_the_page() {
         let addr = server();
         // Clients that say nothing, one after another, until one is told
-        // at once that there is no room: the server held no more than its
-        // workers and its queue (fewer where the workers had not yet
-        // taken theirs). All within the 10 s a silent client is given.
+        // at once that there is no room: one user holds at most
+        // [`PER_PEER`] (fewer where a worker let one go meanwhile).
         let mut held = Vec::new();
         loop {
             let mut client = TcpStream::connect(addr).unwrap();
@@ -334,8 +484,69 @@ mod tests {
                 }
                 _ => held.push(client),
             }
-            assert!(held.len() <= WORKERS + QUEUED, "{} held", held.len());
+            assert!(held.len() <= PER_PEER, "{} held", held.len());
         }
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        // Another user is answered meanwhile (bash's /dev/tcp, as nobody).
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{}; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; \
+                 head -c 15 <&3",
+                addr.port()
+            ))
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "HTTP/1.1 200 OK");
+        drop(held);
+    }
+
+    #[test]
+    fn a_socket_is_found_by_its_addresses_as_the_kernel_lists_them() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(peer_of(&server_side), Peer::User(me));
+        assert_eq!(
+            proc_net_address("127.0.0.1:8080".parse().unwrap()),
+            format!("{:08X}:1F90", u32::from_ne_bytes([127, 0, 0, 1]))
+        );
+        drop(client);
+    }
+
+    #[test]
+    fn only_requests_for_an_address_localhost_or_this_machine_are_answered() {
+        for host in [
+            "127.0.0.1:9184",
+            "[::1]:9184",
+            "localhost:9184",
+            "LOCALHOST",
+            "10.0.0.7",
+        ] {
+            assert!(host_allowed(host), "{host}");
+        }
+        let own = nix::unistd::gethostname().unwrap().into_string().unwrap();
+        assert!(host_allowed(&format!("{own}:9184")));
+        for host in [
+            "evil.example",
+            "evil.example:9184",
+            "localhost.evil.example",
+        ] {
+            assert!(!host_allowed(host), "{host}");
+        }
+        let addr = server();
+        let rebound = exchange(
+            addr,
+            b"GET /api/status HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        );
+        assert!(rebound.starts_with("HTTP/1.1 421 "), "{rebound}");
+        let bare = exchange(addr, b"GET /metrics HTTP/1.0\r\n\r\n");
+        assert!(bare.starts_with("HTTP/1.1 200 "), "{bare}");
     }
 
     #[test]
@@ -345,7 +556,8 @@ mod tests {
             complete,
             Parsed::Complete(Request {
                 method: "GET".into(),
-                target: "/task/000001-a?x=1".into()
+                target: "/task/000001-a?x=1".into(),
+                host: Some("h".into()),
             })
         );
         assert_eq!(parse_head(b"GET / HTTP/1.1\r\nHost:"), Parsed::Partial);
