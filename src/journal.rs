@@ -44,6 +44,27 @@ pub fn stderr_is_journal() -> bool {
         && ino.parse::<u64>().is_ok_and(|i| i == stat.st_ino)
 }
 
+/// The longest line logged, bytes: journald splits a longer line (its
+/// `LineMax`, 48 KiB by default) and reads the rest as a line of its own,
+/// `<N>` priority prefix and all, so a user's text past it could forge a
+/// line. Every user's text is clipped well below this already; this holds
+/// whatever a message quotes.
+const LINE_MAX: usize = 8 * 1024;
+
+/// A message as logged: [`one_line`], clipped to [`LINE_MAX`].
+fn logged(message: &str) -> String {
+    let mut line = one_line(message);
+    if line.len() > LINE_MAX {
+        let mut end = LINE_MAX;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push_str(" [clipped]");
+    }
+    line
+}
+
 /// Sets up `env_logger` (`RUST_LOG` filters; `info` by default) in the
 /// journal's format or the terminal's.
 pub fn init() {
@@ -55,7 +76,7 @@ pub fn init() {
                 buf,
                 "<{}>{}",
                 priority(record.level()),
-                one_line(&record.args().to_string())
+                logged(&record.args().to_string())
             )
         });
     } else {
@@ -65,7 +86,7 @@ pub fn init() {
                 "{} {:<5} {}",
                 buf.timestamp_seconds(),
                 record.level(),
-                one_line(&record.args().to_string())
+                logged(&record.args().to_string())
             )
         });
     }
@@ -175,6 +196,19 @@ pub fn left_out(held: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_past_journalds_limit_is_clipped_not_split() {
+        let forged = format!("{}\u{e9}<3>forged", "x".repeat(LINE_MAX - 1));
+        let line = logged(&forged);
+        assert!(
+            line.len() <= LINE_MAX + " [clipped]".len(),
+            "{}",
+            line.len()
+        );
+        assert!(line.ends_with(" [clipped]") && !line.contains("forged"));
+        assert_eq!(logged("short"), "short");
+    }
 
     #[test]
     fn shown_text_keeps_its_lines_and_loses_its_escapes() {
