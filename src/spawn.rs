@@ -302,6 +302,14 @@ impl Child<'_> {
                 {
                     fail(last());
                 }
+                // The user may signal this process now, and where the
+                // switch left it dumpable (`fs.suid_dumpable = 1`) a
+                // SIGQUIT would write the memory it shares with its root
+                // parent (the nursery's, other runs' launches among it)
+                // into a core file of the user's. Not dumpable until the
+                // `exec`, which makes the job's own memory; the parent
+                // sets its flag back.
+                libc::syscall(libc::SYS_prctl, libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
             }
             // From here on, what fails is the job's own.
             let fail = |errno: i32| -> ! { fail(errno | AS_ITS_USER) };
