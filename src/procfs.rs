@@ -54,6 +54,18 @@ pub fn start_time(pid: u32) -> Option<u64> {
     stat(pid).map(|stat| stat.start_time)
 }
 
+/// Real user id of the process holding `pid` (`Uid:` in its `status`).
+pub fn real_uid(pid: u32) -> Option<u32> {
+    let bytes = read_generated(Path::new(&format!("/proc/{pid}/status"))).ok()?;
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Session id of the process holding `pid`.
 pub fn session_id(pid: u32) -> Option<u32> {
     stat(pid).map(|stat| stat.session_id)
@@ -340,6 +352,13 @@ mod tests {
     const TRICKY: &str = "4242 (a) (b 1 2) S 1 4242 4240 34816 4242 4194560 123 0 0 0 \
         1 2 0 0 20 0 1 0 987654 8568832 1104 18446744073709551615 1 1 0 0 0 0 \
         65536 3686404 1266761467 0 0 0 17 1 0 0 0 0 0";
+
+    #[test]
+    fn a_processs_real_uid_is_read_from_its_status() {
+        let me = nix::unistd::getuid().as_raw();
+        assert_eq!(real_uid(std::process::id()), Some(me));
+        assert_eq!(real_uid(u32::MAX), None);
+    }
 
     #[test]
     fn parses_after_the_last_parenthesis() {

@@ -208,12 +208,16 @@ impl Mps {
     }
 
     /// Whether a control daemon serves the configured pipe directory: its
-    /// pid file names a live process.
+    /// pid file names a live process of this daemon's user. After an
+    /// unclean end the pid may be anyone's: a user who took it would
+    /// otherwise keep carma from starting MPS.
     fn running(&self) -> bool {
+        let me = nix::unistd::geteuid().as_raw();
         std::fs::read_to_string(self.config.pipe_dir.join("nvidia-cuda-mps-control.pid"))
             .ok()
             .and_then(|pid| pid.trim().parse::<u32>().ok())
-            .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .and_then(crate::procfs::real_uid)
+            .is_some_and(|uid| uid == me)
     }
 
     fn command(&self) -> Command {
@@ -227,6 +231,36 @@ impl Mps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pid_file_naming_another_users_process_is_no_control_daemon() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config();
+        config.pipe_dir = dir.path().to_owned();
+        let mps = Mps {
+            config,
+            modes: None,
+        };
+        let pid_file = dir.path().join("nvidia-cuda-mps-control.pid");
+        assert!(!mps.running());
+        std::fs::write(&pid_file, format!("{}\n", std::process::id())).unwrap();
+        assert!(mps.running());
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        // The old pid, now a user's process.
+        let mut theirs = std::process::Command::new("sleep")
+            .arg("30")
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .unwrap();
+        std::fs::write(&pid_file, format!("{}\n", theirs.id())).unwrap();
+        assert!(!mps.running());
+        let _ = theirs.kill();
+        let _ = theirs.wait();
+    }
 
     fn config() -> MpsConfig {
         crate::config::Config::load(None).unwrap().mps
