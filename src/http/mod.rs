@@ -75,6 +75,8 @@ pub struct Board {
     /// The status page as last drawn, for the snapshot it was drawn from:
     /// a flood of requests costs the drawing once a second, not once each.
     page: Mutex<Option<routes::Drawn>>,
+    /// `/api/status` as last written, and the snapshot's generation.
+    json: Mutex<Option<(u64, Arc<str>)>>,
 }
 
 impl Board {
@@ -83,6 +85,7 @@ impl Board {
             latest: Mutex::new(Arc::default()),
             metrics,
             page: Mutex::new(None),
+            json: Mutex::new(None),
         }
     }
 

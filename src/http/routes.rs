@@ -73,13 +73,10 @@ pub fn respond(method: &str, target: &str, board: &Board) -> Response {
     let path = target.split(['?', '#']).next().unwrap_or_default();
     match path {
         "/" => Response::new(200, HTML, overview(board)),
-        "/api/status" => {
-            let latest = board.latest();
-            match serde_json::to_string(&Overview::of(&latest)) {
-                Ok(json) => Response::new(200, JSON, json),
-                Err(e) => Response::error(500, &e.to_string()),
-            }
-        }
+        "/api/status" => match api_status(board) {
+            Ok(json) => Response::new(200, JSON, json),
+            Err(e) => Response::error(500, &e.to_string()),
+        },
         "/metrics" => {
             let latest = board.latest();
             let status = (latest.generation > 0).then_some(&latest.status);
@@ -114,6 +111,21 @@ fn overview(board: &Board) -> Arc<str> {
         page: Arc::clone(&page),
     });
     page
+}
+
+/// The status as JSON, written once per snapshot whatever the requests:
+/// with many tasks it is megabytes, and each request wrote it anew.
+fn api_status(board: &Board) -> serde_json::Result<Arc<str>> {
+    let latest = board.latest();
+    let mut written = board.json.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((generation, json)) = written.as_ref() {
+        if *generation == latest.generation {
+            return Ok(Arc::clone(json));
+        }
+    }
+    let json: Arc<str> = serde_json::to_string(&Overview::of(&latest))?.into();
+    *written = Some((latest.generation, Arc::clone(&json)));
+    Ok(json)
 }
 
 /// `/task/NAME`: only a name carma would have made is looked up, and only
@@ -290,11 +302,21 @@ mod tests {
         for private in ["verdicts", "adopted", "lock", "daemon_pid"] {
             assert!(json.get(private).is_none(), "{private}");
         }
+        // Written once per snapshot.
+        let again = respond("GET", "/api/status", &board);
+        assert!(Arc::ptr_eq(&r.body, &again.body));
         let r = respond("GET", "/metrics", &board);
         assert_eq!(r.content_type, crate::metrics::CONTENT_TYPE);
         assert!(body(&r).contains(
             "carma_gpu_memory_used_bytes{gpu=\"0\",uuid=\"GPU-1\",name=\"Sim <b>\"} 4294967296.0"
         ));
+        // And again for the next snapshot.
+        board.publish(Published {
+            generation: 2,
+            ..Published::default()
+        });
+        let next = respond("GET", "/api/status", &board);
+        assert!(!body(&next).contains("000001-train"), "{}", body(&next));
     }
 
     #[test]
