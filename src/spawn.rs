@@ -39,7 +39,7 @@ use nix::unistd::Pid;
 const AS_ITS_USER: i32 = 1 << 30;
 
 /// A start that failed once the process was the job's (see
-/// [`AS_ITS_USER`]): not an OS error of the supervisor's, so it never
+/// `AS_ITS_USER`): not an OS error of the supervisor's, so it never
 /// counts as one that passes by itself.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -36,7 +36,7 @@ impl Lifecycle {
     /// priorities users may give themselves are `priority_refusal`'s to
     /// judge (the queue's configuration).
     ///
-    /// A user past [`ASKED_PER_MINUTE`] answered requests in the current
+    /// A user past `ASKED_PER_MINUTE` (600) answered requests in the current
     /// minute is refused: each answer may write a record and the status
     /// file, and log a line, so a user toggling a hold in a loop would
     /// otherwise keep root's disk and the journal busy for everyone.
