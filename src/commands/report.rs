@@ -37,7 +37,11 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         let mut writer = csv::Writer::from_path(path)
             .with_context(|| format!("cannot write {}", path.display()))?;
         for row in &rows {
-            writer.serialize(row)?;
+            writer.serialize(report::TaskRow {
+                task: cell(&row.task),
+                reason: cell(&row.reason),
+                ..row.clone()
+            })?;
         }
         writer.flush()?;
     }
@@ -90,4 +94,30 @@ pub fn plot_into(dir: &Path, runs: &[&plot::Run]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A text cell a spreadsheet shows as text: one that starts as a formula
+/// would (`=`, `+`, `-`, `@`, a tab or a carriage return) gets a leading
+/// `'`. A reason quotes what a user named their file.
+fn cell(text: &str) -> String {
+    match text.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{text}"),
+        _ => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cell;
+
+    #[test]
+    fn a_cell_that_would_read_as_a_formula_reads_as_text() {
+        assert_eq!(
+            cell("=HYPERLINK(\"x\").rad:1:1: bad"),
+            "'=HYPERLINK(\"x\").rad:1:1: bad"
+        );
+        assert_eq!(cell("@cmd"), "'@cmd");
+        assert_eq!(cell("out of GPU memory"), "out of GPU memory");
+        assert_eq!(cell(""), "");
+    }
 }
