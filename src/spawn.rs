@@ -61,6 +61,9 @@ pub struct Spawn {
     /// The cgroup directory to be born in, and its `cgroup.procs` for a
     /// kernel that cannot do that.
     cgroup: Option<(RawFd, RawFd)>,
+    /// The file mode creation mask to run with; `None` keeps this
+    /// process's.
+    umask: Option<libc::mode_t>,
 }
 
 /// A C string from bytes a user gave (a path, an argument, a variable):
@@ -108,7 +111,14 @@ impl Spawn {
             user: None,
             workdir: c_string(workdir.as_os_str().as_bytes(), "the working directory")?,
             cgroup: None,
+            umask: None,
         })
+    }
+
+    /// Runs the program with the file mode creation mask `mask` (its
+    /// permission bits; the rest are dropped).
+    pub fn umask(&mut self, mask: u32) {
+        self.umask = Some(mask & 0o777);
     }
 
     /// Runs the program as `uid`/`gid` with the supplementary `groups`.
@@ -310,6 +320,9 @@ impl Child<'_> {
                 // `exec`, which makes the job's own memory; the parent
                 // sets its flag back.
                 libc::syscall(libc::SYS_prctl, libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            }
+            if let Some(mask) = spawn.umask {
+                libc::syscall(libc::SYS_umask, mask);
             }
             // From here on, what fails is the job's own.
             let fail = |errno: i32| -> ! { fail(errno | AS_ITS_USER) };

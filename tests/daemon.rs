@@ -1032,6 +1032,7 @@ fn socket_job(rad: &str, text: &str) -> carma::spool::socket::Job {
         rad_bytes: text.as_bytes().to_vec(),
         summary: None,
         workdir: Some(std::env::temp_dir()),
+        umask: None,
         owner: None,
     }
 }
@@ -1146,4 +1147,42 @@ fn a_job_never_inherits_signals_ignored_by_whoever_started_the_daemon() {
     let run = spool.root.join("done").join(&name).join("run-1");
     let seen = fs::read_to_string(run.join("stdout")).unwrap();
     assert!(seen.contains("SigIgn:\t0000000000000000"), "{seen}");
+}
+
+#[test]
+fn a_submitted_job_runs_with_its_submitters_umask() {
+    // As a shell's umask goes to what it starts (and Slurm's jobs get
+    // their submitter's): the daemon's own mask is no one's choice.
+    let mut spool = Spool::new("1x40GiB");
+    let submit = |spool: &Spool, file: &str| {
+        let path = spool.job(file, "memory: 1G\numask\n");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "umask 027 && exec {CARMA} submit {}",
+                path.display()
+            ))
+            .env("CARMA_SPOOL", &spool.root)
+            .env("CARMA_CONFIG", &spool.config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    // While no daemon serves (a submission left in pending/), and over
+    // its socket.
+    spool.start_daemon();
+    spool.stop_daemon("TERM");
+    submit(&spool, "early.rad");
+    spool.start_daemon();
+    submit(&spool, "late.rad");
+    spool.drop_file("dropped.rad", "memory: 1G\numask\n");
+    spool.wait_count("done", 3, 20.0);
+    let mask = |name: &str| {
+        let (_, dir) = spool.find(name).unwrap();
+        fs::read_to_string(dir.join("run-1/stdout")).unwrap()
+    };
+    assert_eq!(mask("-early"), "0027\n");
+    assert_eq!(mask("-late"), "0027\n");
+    // A dropped file has no submitter: the daemon's mask.
+    assert_ne!(mask("-dropped"), "0027\n");
 }

@@ -368,6 +368,7 @@ impl Hands<'_> {
         let running_dir = self.spool.task_dir(State::Running, name);
         Launch {
             task: name.to_string(),
+            umask: task.record.umask,
             run,
             gpus: gpus.to_vec(),
             limit_mib: limits.limit_mib,

@@ -153,6 +153,7 @@ pub(super) fn send(
     ]);
     let launch = Launch {
         task: name.to_string(),
+        umask: closing.record.umask,
         run: 0,
         gpus: Vec::new(),
         limit_mib: None,

@@ -184,6 +184,7 @@ impl Spool {
             owner: Some(owner),
             submitted_as: Some(token.clone()),
             workdir: job.workdir,
+            umask: job.umask.map(|m| m & 0o777),
             submitted_after: after,
             ..TaskRecord::new(&name, job.rad.clone(), now)
         };
@@ -325,6 +326,7 @@ mod tests {
         assert_eq!(record.owner, Some(me));
         assert_eq!(record.submitted_as, Some(format!("submit-{me}-2-3")));
         assert_eq!(record.workdir, Some("/home/u".into()));
+        assert_eq!(record.umask, Some(0o027), "the submitter's");
         assert_eq!(fs::metadata(bee.join(RECORD)).unwrap().uid(), me);
         let left: Vec<_> = fs::read_dir(spool.staging())
             .unwrap()

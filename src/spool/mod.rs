@@ -636,7 +636,7 @@ pub fn make_dir(path: &Path, mode: u32) -> io::Result<()> {
 }
 
 /// This process's umask, read once (reading it means setting it).
-fn umask() -> u32 {
+pub fn umask() -> u32 {
     static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *UMASK.get_or_init(|| {
         use nix::sys::stat::{Mode, umask};

@@ -104,6 +104,11 @@ pub struct TaskRecord {
     /// directory.
     #[serde(default)]
     pub workdir: Option<PathBuf>,
+    /// The file mode creation mask the job runs with: its submitter's
+    /// (`carma submit`'s own, as a shell's umask goes to the programs it
+    /// starts); `None` (a dropped file) keeps the daemon's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
     /// The user the job runs as: the owner of the `.rad` (or of the
     /// submitted directory) as the file system showed it when carma took it
     /// in, never anything a user wrote. This record is carma's own (mode
@@ -197,6 +202,7 @@ impl TaskRecord {
             rad: rad.into(),
             submitted_at,
             workdir: None,
+            umask: None,
             owner: None,
             submitted_as: None,
             estimate: None,
@@ -285,6 +291,9 @@ pub struct Launch {
     pub script: Vec<String>,
     /// The job's working directory.
     pub workdir: PathBuf,
+    /// The job's file mode creation mask (see [`TaskRecord::umask`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
     /// The user to become before running the job, when the supervisor is
     /// root; `None` runs it as the supervisor's own user.
     #[serde(default)]

@@ -41,6 +41,9 @@ struct Request {
     /// Where the job should run (it is entered as the job's user, so it can
     /// only be a directory that user may enter).
     workdir: Option<PathBuf>,
+    /// The submitter's umask, for the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    umask: Option<u32>,
     /// Dependencies given on the command line (`--afterok 12`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     after: Vec<DependencyRef>,
@@ -118,6 +121,7 @@ impl Spool {
             Ok(submission) => {
                 record.rad = submission.rad.clone();
                 record.workdir = submission.workdir.clone();
+                record.umask = submission.umask;
                 record.submitted_after = submission.after.clone();
                 fill_job(
                     &dir,
@@ -314,6 +318,7 @@ impl Spool {
                 let record = TaskRecord {
                     owner: Some(meta.uid()),
                     workdir: Some(read.workdir.clone()),
+                    umask: Some(super::umask()),
                     submitted_after: after.to_vec(),
                     ..TaskRecord::new(name, file_name.clone(), unix_now())
                 };
@@ -328,6 +333,7 @@ impl Spool {
                 let request = Request {
                     rad: Some(file_name.clone()),
                     workdir: Some(read.workdir.clone()),
+                    umask: Some(super::umask()),
                     after: after.to_vec(),
                 };
                 make_dir(&dir, 0o700)
@@ -427,6 +433,7 @@ impl Spool {
             rad_bytes: read.bytes,
             summary,
             workdir: Some(read.workdir),
+            umask: Some(super::umask()),
             owner,
         }))
     }
@@ -527,6 +534,7 @@ struct Submission {
     rad: String,
     rad_bytes: Vec<u8>,
     workdir: Option<PathBuf>,
+    umask: Option<u32>,
     after: Vec<DependencyRef>,
 }
 
@@ -626,6 +634,7 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
         rad,
         rad_bytes,
         workdir,
+        umask: request.umask.map(|m| m & 0o777),
         after,
     })
 }

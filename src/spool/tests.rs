@@ -335,7 +335,7 @@ fn a_submission_is_copied_into_a_directory_of_the_spools_own() {
     fs::write(incoming.join("models/m.model"), "summary").unwrap();
     fs::write(
         incoming.join("submission.json"),
-        r#"{"rad":"job.rad","workdir":"/home/u","owner":0,"crashes":9}"#,
+        r#"{"rad":"job.rad","workdir":"/home/u","umask":4095,"owner":0,"crashes":9}"#,
     )
     .unwrap();
     fs::write(incoming.join("task.json"), r#"{"owner":0}"#).unwrap();
@@ -345,6 +345,7 @@ fn a_submission_is_copied_into_a_directory_of_the_spools_own() {
     assert_eq!(c.name.as_str(), "000005-job", "numbered by carma");
     assert_eq!(c.record.submitted_as.as_deref(), Some("000001-job"));
     assert_eq!(c.record.workdir.as_deref(), Some(Path::new("/home/u")));
+    assert_eq!(c.record.umask, Some(0o777), "its permission bits");
     assert_eq!(c.record.crashes, 0, "not taken from the user");
     let me = nix::unistd::Uid::effective().as_raw();
     assert_eq!(c.record.owner, Some(me), "the directory's owner");

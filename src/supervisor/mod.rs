@@ -529,6 +529,9 @@ fn spawn_job(
         // the job's runs: nothing it starts can be outside.
         spawn.cgroup(cgroup.dir_fd(), cgroup.procs_fd());
     }
+    if let Some(mask) = launch.umask {
+        spawn.umask(mask);
+    }
     // The raw OS error is kept: whether it may pass depends on it.
     Ok((spawn.start()?, cgroup))
 }

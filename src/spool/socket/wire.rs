@@ -40,6 +40,8 @@ pub struct Job {
     pub summary: Option<(String, Vec<u8>)>,
     /// Where the job runs: the `.rad`'s directory.
     pub workdir: Option<PathBuf>,
+    /// The submitter's umask, for the job.
+    pub umask: Option<u32>,
     /// Who the job runs as: said by carma's own user only (the owner of
     /// the file it submits); anyone else's jobs are their own.
     pub owner: Option<u32>,
@@ -68,6 +70,8 @@ pub struct JobHeader {
     pub summary_len: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<u32>,
 }
@@ -195,6 +199,7 @@ impl Request {
                 rad_bytes,
                 summary,
                 workdir: job.workdir,
+                umask: job.umask,
                 owner: job.owner,
             });
         }
@@ -219,6 +224,7 @@ impl Request {
                     summary: job.summary.as_ref().map(|(path, _)| path.clone()),
                     summary_len: job.summary.as_ref().map_or(0, |(_, b)| b.len() as u64),
                     workdir: job.workdir.clone(),
+                    umask: job.umask,
                     owner: job.owner,
                 })
                 .collect(),
@@ -321,6 +327,7 @@ pub(super) mod tests {
             rad_bytes: text.as_bytes().to_vec(),
             summary: None,
             workdir: Some("/home/u".into()),
+            umask: Some(0o027),
             owner: None,
         }
     }
