@@ -66,6 +66,7 @@ fn launch() -> Launch {
         launched_at: 1_700_000_050.0,
         script: vec!["conda activate tf".into(), "python train.py".into()],
         workdir: PathBuf::from("/home/ada/jobs"),
+        umask: Some(0o027),
         run_as: Some(RunAs {
             uid: 1000,
             gid: 1000,
