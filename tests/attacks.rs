@@ -22,8 +22,13 @@ use nix::sys::stat::{Mode, mkdirat};
 
 /// Two users and a root daemon on one simulated GPU.
 fn shared_daemon(extra: &str) -> (TestUser, TestUser, Spool) {
+    shared_daemon_on("1x40GiB", extra)
+}
+
+/// [`shared_daemon`] on the simulated GPUs `gpus`.
+fn shared_daemon_on(gpus: &str, extra: &str) -> (TestUser, TestUser, Spool) {
     let (alice, bob) = two_users();
-    let mut spool = Spool::shared("1x40GiB", extra);
+    let mut spool = Spool::shared(gpus, extra);
     spool.start_daemon();
     (alice, bob, spool)
 }
@@ -651,9 +656,7 @@ fn a_flood_of_requests_on_ones_own_task_is_cut_off_and_holds_nobody_up() {
     // logged a line: a user changing their own task in a loop kept root's
     // disk busy and could fill the journal past journald's rate limit,
     // which then drops everyone's lines.
-    let (alice, bob) = two_users();
-    let mut spool = Spool::shared("2x40GiB", "");
-    spool.start_daemon();
+    let (alice, bob, spool) = shared_daemon_on("2x40GiB", "");
     running_as(
         &spool,
         &alice,
@@ -1162,9 +1165,7 @@ fn a_job_whose_own_directory_fails_to_enter_fails_once_and_is_not_retried() {
     // on root's disk, for good, as a user's FUSE working directory may
     // answer so to every lookup. A failure once the process is the job's
     // is now final.
-    let (_alice, bob) = two_users();
-    let mut spool = Spool::shared("1x40GiB", "");
-    spool.start_daemon();
+    let (_alice, bob, spool) = shared_daemon("");
     let at = spool.dir.path().join("fuse");
     let fuse = common::silent_fuse::SilentFuse::failing(&at, nix::libc::EIO);
     let names = held_jobs(&spool, &bob, &at, &[("eio.rad", "memory: 1G\ntrue\n")]);
