@@ -1185,6 +1185,28 @@ fn a_job_whose_own_directory_fails_to_enter_fails_once_and_is_not_retried() {
 
 #[test]
 #[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
+fn a_job_held_in_the_kernel_after_its_exec_still_ends_at_its_time_limit() {
+    // A job reading from a FUSE file system that never answers (its
+    // user's own) outlives SIGKILL. Its supervisor waited for it for good,
+    // and the daemon's backstop killed only supervisors whose job had not
+    // started: the run held its GPU past its time limit, for good.
+    let (_alice, bob, spool) = shared_daemon("[daemon]\ntime_limit_grace_s = 1\n");
+    let at = spool.dir.path().join("fuse");
+    let fuse = common::silent_fuse::SilentFuse::mount(&at);
+    // Read by bash itself, the job's first process.
+    let rad = format!("memory: 40G\ntime: 2s\n. {}/x\n", at.display());
+    let name = spool.submit_as(&bob, "held", &[("held.rad", &rad)]);
+    let reason = spool.root.join("failed").join(&name).join("reason");
+    spool.wait_for("the held job to end", 40.0, || reason.exists());
+    let reason = fs::read_to_string(reason).unwrap();
+    assert!(reason.contains("time limit"), "{reason}");
+    // Its whole GPU is free again.
+    still_serves(&spool, &bob, "1");
+    drop(fuse);
+}
+
+#[test]
+#[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
 fn a_job_held_before_its_exec_is_killed_at_its_time_limit_and_at_its_cancellation() {
     // Between its switch to the user's ids and its exec, a job's first
     // process is its user's to hold: with SIGSTOP, or with a working

@@ -113,6 +113,14 @@ impl Daemon {
                 return self.ended(seq, RunEnd::NotStarted(reason));
             }
             Ok(exit) => {
+                // A supervisor removes its run's cgroup as it ends, unless
+                // processes held in the kernel outlived the kill there.
+                if let Some(parent) = &self.job_cgroup {
+                    let dir = parent.join(crate::cgroup::run_name(name.as_str(), run));
+                    if !crate::cgroup::remove_emptied(&dir) {
+                        self.backstop.leave(dir);
+                    }
+                }
                 let run_s = read_state::<Launch>(&run_dir.join(supervisor::LAUNCH))
                     .ok()
                     .map(|launch| exit.ended_at - launch.launched_at);

@@ -18,7 +18,7 @@
 //! would be started, one that comes while it is being started is read
 //! right after.
 
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -38,7 +38,16 @@ pub struct Ended {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
+    /// Its first process outlived SIGKILL by [`HELD`]: the run ended
+    /// without it.
+    pub held: bool,
 }
+
+/// How long after SIGKILL the job's first process may take to end before
+/// its run ends without it: a process waiting for a FUSE server that has
+/// its request outlives SIGKILL until it is answered, and its user's own
+/// server need never answer. Long enough for a CUDA process's teardown.
+pub const HELD: Duration = Duration::from_secs(10);
 
 /// The signals that stop a job: a cancellation's SIGTERM, and SIGINT and
 /// SIGHUP as a terminal would send them.
@@ -122,6 +131,9 @@ impl Watch {
             .time_limit
             .and_then(|(limit, _)| stops.since.checked_add(limit));
         let mut kill_at: Option<Instant> = None;
+        // Once SIGKILL went out: when the job's first process is taken as
+        // gone though it has not ended ([`HELD`]).
+        let mut give_up_at: Option<Instant> = None;
         let mut stopping = false;
         let mut timed_out = false;
         // SIGCHLD may have come before the signals were read: look once.
@@ -148,6 +160,7 @@ impl Watch {
                         code,
                         signal,
                         timed_out,
+                        held: false,
                     });
                 }
             }
@@ -157,12 +170,31 @@ impl Watch {
             }
             if kill_at.is_some_and(|at| at <= now) {
                 kill_at = None;
+                give_up_at = now.checked_add(HELD);
                 let _ = killpg(stops.group, Signal::SIGKILL);
                 if let Some(dir) = stops.cgroup {
                     RunCgroup::kill(dir);
                 }
             }
-            let next = [limit_at, kill_at].into_iter().flatten().min();
+            if give_up_at.is_some_and(|at| at <= now) {
+                // Held in the kernel (a read from its user's FUSE file
+                // system that never answers): it dies when it returns, but
+                // the run, and its GPUs, end now, as its limit or its
+                // cancel said. What is left of it stays in its cgroup,
+                // which the daemon removes once it empties.
+                let _ = writeln!(
+                    io::stderr(),
+                    "the job outlived SIGKILL for {} s (held in the kernel); its run ends without it",
+                    HELD.as_secs()
+                );
+                return Ok(Ended {
+                    code: None,
+                    signal: None,
+                    timed_out,
+                    held: true,
+                });
+            }
+            let next = [limit_at, kill_at, give_up_at].into_iter().flatten().min();
             let timeout = match next {
                 None => PollTimeout::NONE,
                 Some(at) => {

@@ -280,11 +280,17 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
                 time_limit,
                 since,
             };
+            // Once something of the job is held in the kernel, what is
+            // left is not waited for long: it dies only when released.
+            let mut patience = (ORPHAN_PATIENCE, CGROUP_PATIENCE);
             match watch.wait(&stops) {
                 Ok(ended) => {
                     exit.timed_out = ended.timed_out;
                     exit.code = ended.code;
                     exit.signal = ended.signal;
+                    if ended.held {
+                        patience = (HELD_PATIENCE, HELD_PATIENCE);
+                    }
                 }
                 // Its end is recorded without a status: never left running
                 // unwatched.
@@ -295,16 +301,16 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
             }
             // Those that left the group (setsid) are this process's
             // children now, and in the cgroup where there is one.
-            if !end_orphans(ORPHAN_PATIENCE) {
+            if !end_orphans(patience.0) {
                 let _ = writeln!(
                     io::stderr(),
-                    "processes the job left behind outlived SIGKILL for {} s",
-                    ORPHAN_PATIENCE.as_secs()
+                    "processes the job left behind outlived SIGKILL for {:?}",
+                    patience.0
                 );
             }
             if let Some(cgroup) = cgroup {
                 let dir = cgroup.dir().to_owned();
-                let (usage, empty) = cgroup.finish(CGROUP_PATIENCE);
+                let (usage, empty) = cgroup.finish(patience.1);
                 if !empty {
                     let _ = writeln!(
                         io::stderr(),
@@ -409,6 +415,10 @@ fn record_exit(run_dir: &Path, exit: &RunExit) {
 /// How long the end of a run waits for its cgroup to empty after
 /// `cgroup.kill`.
 const CGROUP_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Both of those, once the job's first process was found held in the
+/// kernel ([`ending::HELD`]): the rest of it is likely held too.
+const HELD_PATIENCE: Duration = Duration::from_millis(500);
 
 /// The run's cgroup, made under the launch's; none (a process group only,
 /// said on the supervisor's stderr) when it cannot be made.
