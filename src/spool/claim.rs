@@ -395,7 +395,10 @@ impl Spool {
         }
         for entry in entries {
             let path = staging.join(&entry);
-            if entry.starts_with(super::trash::TRASH) || entry == super::LOCK {
+            if entry.starts_with(super::trash::TRASH)
+                || entry.starts_with(super::trash::KEPT)
+                || entry == super::LOCK
+            {
                 continue;
             }
             if entry.starts_with(super::array::STAGED_ELEMENT) {
