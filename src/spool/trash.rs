@@ -25,8 +25,10 @@
 //! directory for good). And only what the tree's owner could have made
 //! goes with it: a subdirectory of someone else's (moved in from a shared
 //! project directory by the tree's owner, who could not delete what is
-//! inside it) is left where it is, and its trash entry with it. Files go
-//! whoever owns them: unlinking a name takes no more than its owner could.
+//! inside it) is left where it is, and its trash entry with it. In a tree
+//! of carma's own (a task directory at its retention) each user's subtree
+//! (its `work/`) is held to that user. Files go whoever owns them:
+//! unlinking a name takes no more than its owner could.
 
 use std::collections::HashSet;
 use std::ffi::{CStr, OsStr, OsString};
@@ -143,6 +145,7 @@ fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
         return unlink(staging.as_fd(), name, UnlinkatFlags::NoRemoveDir);
     }
     let owner = owner_of(name).unwrap_or(stat.st_uid);
+    let mine = nix::unistd::geteuid().as_raw();
     let dir = open_dir(staging, name)?;
     close_to_others(&dir);
     let mut left = HashSet::new();
@@ -162,6 +165,9 @@ fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
                 Some(_) => None,
             };
             let done = match subdir {
+                // In a tree of carma's own (a task directory at its
+                // retention), a user's subtree (`work/`) is that user's.
+                Some(s) if owner == mine => hoist_or_detach(&dir, &child, staging, s.st_uid),
                 Some(s) if s.st_uid != owner => {
                     log::warn!(
                         "staging/{}: {} belongs to uid {}, not to uid {owner} whose tree was \
@@ -173,17 +179,7 @@ fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
                     left.insert(child);
                     continue;
                 }
-                Some(_) => hoist(&dir, &child, staging, owner).or_else(|e| {
-                    // A mount the user made in the tree before handing it
-                    // in (a FUSE mount): no longer theirs to unmount, in
-                    // carma's `staging/`. Detached, it is a plain
-                    // directory again.
-                    if e.raw_os_error() != Some(nix::libc::EBUSY) {
-                        return Err(e);
-                    }
-                    detach(&dir, &child)?;
-                    hoist(&dir, &child, staging, owner)
-                }),
+                Some(_) => hoist_or_detach(&dir, &child, staging, owner),
                 None => unlink(dir.as_fd(), &child, UnlinkatFlags::NoRemoveDir),
             };
             match done {
@@ -218,6 +214,19 @@ fn close_to_others(dir: &OwnedFd) {
     let me = nix::unistd::geteuid();
     let _ = nix::unistd::fchown(dir, Some(me), Some(nix::unistd::getegid()));
     let _ = nix::sys::stat::fchmod(dir, nix::sys::stat::Mode::from_bits_truncate(0o700));
+}
+
+/// [`hoist`], and where `child` is a mount the user made in the tree
+/// before handing it in (a FUSE mount: no longer theirs to unmount, in
+/// carma's `staging/`), detached first: then it is a plain directory.
+fn hoist_or_detach(dir: &OwnedFd, child: &OsStr, staging: &OwnedFd, owner: u32) -> io::Result<()> {
+    hoist(dir, child, staging, owner).or_else(|e| {
+        if e.raw_os_error() != Some(nix::libc::EBUSY) {
+            return Err(e);
+        }
+        detach(dir, child)?;
+        hoist(dir, child, staging, owner)
+    })
 }
 
 /// Renames the subdirectory `child` of `dir` up into `staging/` as trash
@@ -391,7 +400,7 @@ mod tests {
         // Its owner's shell sits inside and makes files as fast as it can.
         let mut writer = std::process::Command::new("sh")
             .arg("-c")
-            .arg("i=0; while :; do : > w$i 2>/dev/null; i=$((i + 1)); done")
+            .arg("exec 2>/dev/null; i=0; while :; do : > w$i; i=$((i + 1)); done")
             .current_dir(&top)
             .uid(owner)
             .gid(owner)
@@ -429,6 +438,34 @@ mod tests {
         assert_eq!(fs::read(kept[0].join("theirs/f")).unwrap(), b"x");
         let meta = fs::metadata(&kept[0]).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700));
+        fs::remove_dir_all(&kept[0]).unwrap();
+        // A task directory of carma's at its retention: the user's
+        // `work/` goes whole, but for what another user owns in it.
+        let task = spool.root().join("done/000001-x");
+        fs::create_dir_all(task.join("run-1")).unwrap();
+        for (dir, uid) in [
+            ("work", owner),
+            ("work/sub", owner),
+            ("work/sub/theirs", other),
+        ] {
+            fs::create_dir(task.join(dir)).unwrap();
+            fs::write(task.join(dir).join("f"), "x").unwrap();
+            chown(task.join(dir), Some(uid), Some(uid)).unwrap();
+        }
+        spool.discard(&task).unwrap();
+        assert!(spool.empty_trash(None).unwrap());
+        let kept: Vec<_> = fs::read_dir(spool.staging())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        let names: Vec<_> = fs::read_dir(&kept[0])
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, [OsStr::new("theirs")]);
     }
 
     fn fd_number(fd: &OwnedFd) -> i32 {
