@@ -383,10 +383,28 @@ impl Spool {
             log::error!("cannot sync the claims a crash left in staging/: {e}");
         }
         // Submissions whose claim was written: taken already, whatever
-        // the crash left of them.
-        let adopted: std::collections::HashSet<String> = claims
+        // the crash left of them. A claim already placed in `pending/`
+        // counts too: a crash between its placing and the removal of
+        // what it was made from left both, and the submission went back
+        // to be adopted, and run, a second time.
+        let mut records: Vec<PathBuf> = claims.iter().map(|dir| dir.join(RECORD)).collect();
+        if entries
             .iter()
-            .filter_map(|dir| record::read_state::<TaskRecord>(&dir.join(RECORD)).ok())
+            .any(|e| e.starts_with(super::submission::INCOMING))
+        {
+            if let Ok(listing) = self.list(State::Pending) {
+                records.extend(
+                    listing
+                        .tasks
+                        .iter()
+                        .filter(|name| self.is_task_dir(State::Pending, name))
+                        .map(|name| self.task_dir(State::Pending, name).join(RECORD)),
+                );
+            }
+        }
+        let adopted: std::collections::HashSet<String> = records
+            .iter()
+            .filter_map(|path| record::read_state::<TaskRecord>(path).ok())
             .filter_map(|r| r.submitted_as)
             .collect();
         for entry in odd {

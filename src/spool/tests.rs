@@ -400,6 +400,34 @@ fn a_submission_caught_mid_adoption_goes_back_to_pending() {
 }
 
 #[test]
+fn a_submission_whose_claim_was_placed_before_a_crash_is_not_adopted_again() {
+    // Killed between placing the claim in pending/ and removing what it
+    // was made from: both were left, and the submission went back to be
+    // adopted, and run, a second time.
+    let (_d, spool) = spool();
+    fs::create_dir(spool.staging().join("incoming-000009-z")).unwrap();
+    let placed = TaskName::new(12, "z");
+    let dir = spool.task_dir(State::Pending, &placed);
+    fs::create_dir(&dir).unwrap();
+    let record = TaskRecord {
+        submitted_as: Some("000009-z".into()),
+        ..TaskRecord::new(&placed, "z.rad", 1.0)
+    };
+    record::write_json(&dir.join(RECORD), &record).unwrap();
+    spool.finish_claims().unwrap();
+    let pending: Vec<_> = fs::read_dir(spool.dir(State::Pending))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        pending,
+        [OsString::from("000012-z")],
+        "not back in pending/"
+    );
+}
+
+#[test]
 fn a_large_batch_is_claimed_on_several_threads_each_drop_once() {
     let (_d, spool) = spool();
     let pending = spool.dir(State::Pending);
