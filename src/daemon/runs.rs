@@ -156,6 +156,9 @@ impl Daemon {
                     .job_cgroup
                     .as_deref()
                     .and_then(|parent| crate::cgroup::end_orphaned_run(parent, &run_cgroup));
+                // The environment scan (every process's) only where the
+                // run had no cgroup: a user can bring this about at will.
+                let had_cgroup = in_cgroup.is_some();
                 let (in_cgroup, left) = in_cgroup.unwrap_or((0, None));
                 if let Some(dir) = left {
                     log::warn!(
@@ -165,8 +168,13 @@ impl Daemon {
                     );
                     self.backstop.leave(dir);
                 }
-                let killed =
-                    in_cgroup + super::restore::kill_leftovers(self.spool.root(), &name, run, user);
+                let killed = in_cgroup
+                    + match had_cgroup {
+                        true => 0,
+                        false => {
+                            super::restore::kill_leftovers(self.spool.root(), &name, run, user)
+                        }
+                    };
                 if killed > 0 {
                     log::warn!("{name}: stopped {killed} processes its dead supervisor left");
                 }
