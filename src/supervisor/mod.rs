@@ -51,7 +51,7 @@ use crate::cgroup::RunCgroup;
 use crate::procfs::ProcessId;
 use crate::spawn::Spawn;
 pub use crate::spool::record::{EXIT, LAUNCH};
-use crate::spool::record::{Launch, RunExit, read_json, read_state, to_json, unix_now, write_json};
+use crate::spool::record::{Launch, RunExit, read_state, to_json, unix_now, write_json};
 use crate::spool::{PRIVATE, write_replace};
 pub use ending::stop_signals;
 use ending::{Stops, Watch};
@@ -554,8 +554,8 @@ pub fn runs_of(dir: &Path) -> Vec<(Launch, Option<RunExit>)> {
         .flatten()
         .filter_map(|e| {
             let n: u32 = e.file_name().to_str()?.strip_prefix("run-")?.parse().ok()?;
-            let launch = read_json::<Launch>(&e.path().join(LAUNCH)).ok()?;
-            let exit = read_json::<RunExit>(&e.path().join(EXIT)).ok();
+            let launch = read_state::<Launch>(&e.path().join(LAUNCH)).ok()?;
+            let exit = read_state::<RunExit>(&e.path().join(EXIT)).ok();
             // A launch whose supervisor never started, or whose job could
             // not start for a reason that passed, did not run.
             let started = match &exit {
