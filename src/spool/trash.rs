@@ -416,29 +416,11 @@ mod tests {
         );
         let _ = writer.kill();
         let _ = writer.wait();
-        let kept: Vec<_> = fs::read_dir(spool.staging())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        assert_eq!(kept.len(), 1, "{kept:?}");
-        assert!(
-            kept[0]
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with(KEPT)
-        );
-        let names: Vec<_> = fs::read_dir(&kept[0])
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(names, [OsStr::new("theirs")], "only the other user's part");
-        assert_eq!(fs::read(kept[0].join("theirs/f")).unwrap(), b"x");
-        let meta = fs::metadata(&kept[0]).unwrap();
+        let kept = only_kept(&spool);
+        assert_eq!(fs::read(kept.join("theirs/f")).unwrap(), b"x");
+        let meta = fs::metadata(&kept).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700));
-        fs::remove_dir_all(&kept[0]).unwrap();
+        fs::remove_dir_all(&kept).unwrap();
         // A task directory of carma's at its retention: the user's
         // `work/` goes whole, but for what another user owns in it.
         let task = spool.root().join("done/000001-x");
@@ -454,18 +436,26 @@ mod tests {
         }
         spool.discard(&task).unwrap();
         assert!(spool.empty_trash(None).unwrap());
+        only_kept(&spool);
+    }
+
+    /// The one entry left in `staging/`: kept, holding only `theirs`.
+    fn only_kept(spool: &Spool) -> std::path::PathBuf {
         let kept: Vec<_> = fs::read_dir(spool.staging())
             .unwrap()
             .flatten()
             .map(|e| e.path())
             .collect();
         assert_eq!(kept.len(), 1, "{kept:?}");
+        let name = kept[0].file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with(KEPT), "{name}");
         let names: Vec<_> = fs::read_dir(&kept[0])
             .unwrap()
             .flatten()
             .map(|e| e.file_name())
             .collect();
-        assert_eq!(names, [OsStr::new("theirs")]);
+        assert_eq!(names, [OsStr::new("theirs")], "only the other user's part");
+        kept[0].clone()
     }
 
     fn fd_number(fd: &OwnedFd) -> i32 {
