@@ -251,6 +251,15 @@ impl World for Hands<'_> {
         }
     }
 
+    fn remember_run_time(&mut self, name: &TaskName, record: &TaskRecord) {
+        let (Some(fingerprint), Some(run_s)) = (&record.fingerprint, record.run_s) else {
+            return;
+        };
+        if let Err(e) = self.chain.history().record_run_time(fingerprint, run_s) {
+            log::warn!("{name}: cannot record its run time in the history: {e}");
+        }
+    }
+
     fn notify(&mut self, closing: &Closing) {
         super::notify::send(
             self.spool,

@@ -101,6 +101,29 @@ impl History {
             .create(&self.dir)
     }
 
+    /// Records how long a run that failed ran, in the record of its job
+    /// if there is one (a failed run's peak says nothing of what the job
+    /// needs, and it adds no run): the longest run seen counts every run.
+    pub fn record_run_time(&self, fingerprint: &Fingerprint, run_s: f64) -> io::Result<()> {
+        let Some(old) = self.lookup(fingerprint)? else {
+            return Ok(());
+        };
+        let longest = longer(
+            old.max_run_s,
+            Some(run_s).filter(|s| s.is_finite() && *s >= 0.0),
+        );
+        if longest == old.max_run_s {
+            return Ok(());
+        }
+        write_json(
+            &self.path(fingerprint),
+            &Record {
+                max_run_s: longest,
+                ..old
+            },
+        )
+    }
+
     /// Records a finished run's observed peak and, when known, how long it
     /// ran.
     pub fn record(
@@ -211,6 +234,24 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_runs_time_lengthens_its_jobs_longest_run_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("history"));
+        let unknown = job(16);
+        history.record_run_time(&unknown, 500.0).unwrap();
+        assert_eq!(history.lookup(&unknown).unwrap(), None, "no record made");
+        let known = job(32);
+        history.record(&known, 3000, Some(5.0)).unwrap();
+        history.record_run_time(&known, 3600.0).unwrap();
+        history.record_run_time(&known, 60.0).unwrap();
+        let r = history.lookup(&known).unwrap().unwrap();
+        assert_eq!(
+            (r.max_peak_mib, r.runs, r.max_run_s),
+            (3000, 1, Some(3600.0))
+        );
+    }
 
     fn job(batch: u64) -> Fingerprint {
         Fingerprint {

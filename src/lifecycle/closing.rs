@@ -30,7 +30,7 @@ impl Lifecycle {
         };
         let mut record = task.record;
         record.peak_mib = (task.peak_mib > 0).then_some(task.peak_mib);
-        record.run_s = task.run_s.filter(|_| to == State::Done);
+        record.run_s = task.run_s;
         record.fingerprint = Some(Box::new(task.fingerprint));
         self.metrics.ended(to, &task.user);
         if let (Some(Need::Mib(need)), true) = (
@@ -176,6 +176,8 @@ impl Lifecycle {
         let peak = c.record.peak_mib.unwrap_or(0);
         if to == State::Done && peak > 0 {
             world.remember_peak(&name, &c.record);
+        } else if to == State::Failed && c.record.run_s.is_some() {
+            world.remember_run_time(&name, &c.record);
         }
         match c.record.outcome.as_ref().and_then(|o| o.reason.as_ref()) {
             None => log::info!("{name}: done after {} run(s); peak {peak} MiB", c.run),

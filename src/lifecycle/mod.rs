@@ -272,6 +272,11 @@ pub trait World {
     fn stop(&mut self, name: &TaskName, run: u32) -> Stop;
     /// Records a successful run's peak in the estimators' history.
     fn remember_peak(&mut self, name: &TaskName, record: &TaskRecord);
+    /// Records how long a failed run ran, where the history knows its job:
+    /// backfill plans with the longest run seen, and runs that fail (a
+    /// time limit, a cancel, an error) must count, or a user could teach
+    /// it a short run with quick successes and then run long.
+    fn remember_run_time(&mut self, name: &TaskName, record: &TaskRecord);
     /// Runs the notification of a task that landed in `closing.to`.
     fn notify(&mut self, closing: &Closing);
     /// Takes in (reads, estimates, queues) a task whose directory is back

@@ -139,8 +139,8 @@ pub struct TaskRecord {
     /// With the fingerprint, what a restarted daemon rebuilds history from.
     #[serde(default)]
     pub peak_mib: Option<u64>,
-    /// Seconds its last run took, when it ended in `done/`: history keeps
-    /// the longest, for backfill to plan with.
+    /// Seconds its last run took, when it ended in `done/` or `failed/`:
+    /// history keeps the longest, for backfill to plan with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_s: Option<f64>,
     /// How it ended, once it has.

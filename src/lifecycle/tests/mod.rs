@@ -35,6 +35,8 @@ enum Did {
     Stopped(String, u32),
     Moved(String, State, State),
     Remembered(String, u64),
+    /// A failed run's time, seconds, recorded.
+    RanFor(String, u64),
     Notified(String, State),
     TookIn(String, State),
     DroppedCopies(String, State),
@@ -197,6 +199,11 @@ impl World for Memory {
             name.to_string(),
             record.peak_mib.unwrap_or(0),
         ));
+    }
+
+    fn remember_run_time(&mut self, name: &TaskName, record: &TaskRecord) {
+        let run_s = record.run_s.unwrap_or_default();
+        self.did.push(Did::RanFor(name.to_string(), run_s as u64));
     }
 
     fn notify(&mut self, closing: &Closing) {

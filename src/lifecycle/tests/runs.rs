@@ -75,7 +75,7 @@ fn oom_crashes_past_the_retry_limit_fail_the_task_with_its_count() {
 }
 
 #[test]
-fn a_job_that_fails_goes_to_failed_with_its_reason_and_no_history() {
+fn a_job_that_fails_goes_to_failed_with_its_reason_and_only_its_run_time_in_history() {
     let mut story = Story::new();
     let a = story.submit(task(1, "a", ALICE, 4));
     story
@@ -92,14 +92,19 @@ fn a_job_that_fails_goes_to_failed_with_its_reason_and_no_history() {
         public.is_some_and(|why| !why.contains("ValueError")),
         "everyone may read why it failed, not its stderr"
     );
-    assert_eq!(story.record(&a).run_s, None, "only successes say how long");
     assert!(
         !story
             .world
             .did()
             .iter()
-            .any(|d| matches!(d, Did::Remembered(..)))
+            .any(|d| matches!(d, Did::Remembered(..))),
+        "a failed run's peak says nothing of what the job needs"
     );
+    // How long it ran counts: backfill plans with the longest run seen,
+    // and a user could otherwise teach it a short one with quick
+    // successes, then run long and fail.
+    assert_eq!(story.record(&a).run_s, Some(60.0));
+    assert!(story.world.did().contains(&Did::RanFor(a.to_string(), 60)));
 }
 
 #[test]
