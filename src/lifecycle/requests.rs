@@ -322,13 +322,25 @@ impl Lifecycle {
                  queue.user_max_ended_mib): submit it again"
             ));
         }
+        let ended = record.clone();
         record.requeued();
+        // The record first (a task in pending/ with an outcome would be
+        // taken for ended), the reason once it has moved: a move refused
+        // (its name taken in pending/, a full disk) leaves the ended task
+        // as it was.
         let moved = world
             .write_record(state, name, &record)
-            .and_then(|()| world.remove_reason(state, name))
             .and_then(|()| world.move_task(name, state, State::Pending));
+        if moved.is_err() {
+            if let Err(e) = world.write_record(state, name, &ended) {
+                log::error!("{name}: cannot put its record back after a refused requeue: {e}");
+            }
+        }
         match moved {
             Ok(()) => {
+                if let Err(e) = world.remove_reason(State::Pending, name) {
+                    log::warn!("{name}: cannot remove the reason it failed with: {e}");
+                }
                 self.ended.remove(name.seq());
                 self.kept.forget(name.seq());
                 world.take_in_requeued(name);

@@ -195,6 +195,24 @@ fn an_ended_task_is_requeued_by_its_owner_only_its_reason_gone() {
 }
 
 #[test]
+fn a_requeue_that_cannot_move_its_task_leaves_it_as_it_ended() {
+    let (mut story, _, b) = alice_waits_bob_runs();
+    story
+        .later(1.0)
+        .exits(&b, Exit::Failed("exit status 1".into()), 1);
+    let ended = story.record(&b).clone();
+    story.world.moves_fail = true;
+    assert!(refused(&story.asks(BOB, "requeue.2"), "cannot move"));
+    story.world.moves_fail = false;
+    assert_eq!(story.state(&b), Some(State::Failed));
+    assert_eq!(*story.record(&b), ended, "its outcome kept");
+    assert!(
+        story.world.reasons.contains_key(b.as_str()),
+        "its reason kept"
+    );
+}
+
+#[test]
 fn a_request_for_a_task_on_its_way_out_is_refused_but_a_requeue_waits_for_it() {
     let (mut story, _, b) = alice_waits_bob_runs();
     story.world.disk_full = true;
