@@ -276,6 +276,11 @@ impl World for Hands<'_> {
     }
 
     fn take_in_requeued(&mut self, name: &TaskName) {
+        // Its number stays: the run it had in `done/` must not stand for
+        // the next one, whose record a start may have to read back.
+        if let Err(e) = self.chain.history().note_unabsorbed(name.seq()) {
+            log::warn!("{name}: history: cannot note it as run again: {e}");
+        }
         self.take_in.push((name.clone(), State::Pending, true));
     }
 

@@ -167,16 +167,28 @@ impl History {
         // Each number ends its line: whatever follows the last newline
         // is a line a crash cut short (`12` of `123`), and not taken.
         let whole = bytes.iter().rposition(|&b| b == b'\n').unwrap_or(0);
-        bytes[..whole]
-            .split(|&b| b == b'\n')
-            .filter_map(|line| std::str::from_utf8(line).ok()?.parse().ok())
-            .collect()
+        let mut absorbed = HashSet::new();
+        for line in bytes[..whole].split(|&b| b == b'\n') {
+            let Ok(line) = std::str::from_utf8(line) else {
+                continue;
+            };
+            // `-N`: task N was requeued since ([`History::note_unabsorbed`]).
+            match line.strip_prefix('-') {
+                Some(seq) => seq.parse().ok().map(|seq| absorbed.remove(&seq)),
+                None => line.parse().ok().map(|seq| absorbed.insert(seq)),
+            };
+        }
+        absorbed
     }
 
     /// Adds task `seq` to [`History::absorbed`] once its run is recorded.
     /// Not forced to disk: a line a crash loses only has its record read
     /// at the next start.
     pub fn note_absorbed(&self, seq: u64) -> io::Result<()> {
+        self.append_absorbed(&format!("{seq}\n"))
+    }
+
+    fn append_absorbed(&self, line: &str) -> io::Result<()> {
         self.make_dir()?;
         let mut file = fs::OpenOptions::new()
             .append(true)
@@ -184,7 +196,13 @@ impl History {
             .mode(PRIVATE)
             .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
             .open(self.dir.join(ABSORBED))?;
-        file.write_all(format!("{seq}\n").as_bytes())
+        file.write_all(line.as_bytes())
+    }
+
+    /// Takes task `seq` out of [`History::absorbed`]: requeued, it keeps
+    /// its number, and its next run in `done/` is not yet taken in.
+    pub fn note_unabsorbed(&self, seq: u64) -> io::Result<()> {
+        self.append_absorbed(&format!("-{seq}\n"))
     }
 
     /// Replaces [`History::absorbed`] with `seqs` (a start's listing of
@@ -291,6 +309,12 @@ mod tests {
         assert_eq!(history.absorbed(), HashSet::from([3, 5]));
         history.keep_absorbed([5, 7]).unwrap();
         assert_eq!(history.absorbed(), HashSet::from([5, 7]));
+        // Requeued, 5 is no longer taken in, until its next run is.
+        history.note_unabsorbed(5).unwrap();
+        assert_eq!(history.absorbed(), HashSet::from([7]));
+        history.note_absorbed(5).unwrap();
+        assert_eq!(history.absorbed(), HashSet::from([5, 7]));
+        history.keep_absorbed([5, 7]).unwrap();
         let path = history.dir().join(ABSORBED);
         fs::write(&path, "5\n7\n1x\n12").unwrap();
         assert_eq!(
