@@ -22,13 +22,17 @@
 //! Before a directory is listed it becomes root's, mode 0700: a user
 //! whose shell sits inside their discarded tree can no longer add names
 //! to it (which kept the one trash thread listing and unlinking the same
-//! directory for good). And only what the tree's owner could have made
-//! goes with it: a subdirectory of someone else's (moved in from a shared
-//! project directory by the tree's owner, who could not delete what is
-//! inside it) is left where it is, and its trash entry with it. In a tree
-//! of carma's own (a task directory at its retention) each user's subtree
-//! (its `work/`) is held to that user. Files go whoever owns them:
-//! unlinking a name takes no more than its owner could.
+//! directory for good). The tree's owner is written into its trash name
+//! first, and each hoisted subdirectory carries it: only what that owner
+//! (or a rootless container of theirs, under their subordinate ids) owns
+//! goes. A directory of someone else's, moved in from a shared project
+//! directory by the tree's owner (who could not delete what is inside
+//! it), is kept whole in `staging/kept-*`. In a tree of carma's own (a
+//! task directory at its retention) each user's subtree (its `work/`) is
+//! held to that user. Files go whoever owns them: unlinking a name takes
+//! no more than its owner could. Nothing is looked at through a mount
+//! point: a subdirectory is hoisted (a mount is detached first) before
+//! its owner is read.
 
 use std::collections::HashSet;
 use std::ffi::{CStr, OsStr, OsString};
@@ -137,50 +141,54 @@ fn trash_entries(staging: &OwnedFd) -> io::Result<Vec<OsString>> {
 
 /// Removes one trash entry of `staging/`: a file at once, a directory
 /// after its files are unlinked and its subdirectories hoisted into the
-/// trash. A subdirectory that is not the tree owner's is left in place,
-/// and the entry with it (an error: it waits, passed over).
+/// trash, each still of its tree's owner. A hoisted directory that is
+/// neither the tree owner's nor one of their subordinate ids' (another
+/// user's, moved in) is kept whole instead ([`KEPT`]).
 fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
     let stat = stat_at(staging.as_fd(), name)?;
     if !is_dir(stat) {
         return unlink(staging.as_fd(), name, UnlinkatFlags::NoRemoveDir);
     }
-    let owner = owner_of(name).unwrap_or(stat.st_uid);
     let mine = nix::unistd::geteuid().as_raw();
+    let Some(owner) = owner_of(name) else {
+        // The owner into the name before anything changes it: a pass cut
+        // short after the directory became root's below must not take
+        // root for its owner.
+        let tagged = retagged(name, stat.st_uid);
+        rename_in(staging, name, &tagged)?;
+        return remove_entry(staging, OsStr::new(&tagged));
+    };
+    if stat.st_uid != owner && owner != mine && !subordinate(owner, stat.st_uid) {
+        log::warn!(
+            "staging/{}: a directory of uid {} in a tree of uid {owner}'s that was discarded; \
+             kept",
+            name.to_string_lossy(),
+            stat.st_uid
+        );
+        let kept = format!("{KEPT}{}", name.to_string_lossy().trim_start_matches(TRASH));
+        return rename_in(staging, name, &kept);
+    }
+    // In a tree of carma's own (a task directory at its retention), each
+    // subdirectory is its own owner's (a user's `work/`).
+    let subtree_owner = (owner != mine).then_some(owner);
     let dir = open_dir(staging, name)?;
     close_to_others(&dir);
-    let mut left = HashSet::new();
     loop {
-        let batch: Vec<_> = read_batch(&dir)?
-            .into_iter()
-            .filter(|(child, _)| !left.contains(child))
-            .collect();
+        let batch = read_batch(&dir)?;
         if batch.is_empty() {
             break;
         }
         for (child, kind) in batch {
-            let subdir = match kind {
-                Some(Type::Directory) | None => {
-                    Some(stat_at(dir.as_fd(), &child)?).filter(|s| is_dir(*s))
-                }
-                Some(_) => None,
+            // Where the file system says what it is, nothing is looked at
+            // through a mount point (a FUSE server may never answer).
+            let is_subdir = match kind {
+                Some(Type::Directory) => true,
+                Some(_) => false,
+                None => is_dir(stat_at(dir.as_fd(), &child)?),
             };
-            let done = match subdir {
-                // In a tree of carma's own (a task directory at its
-                // retention), a user's subtree (`work/`) is that user's.
-                Some(s) if owner == mine => hoist_or_detach(&dir, &child, staging, s.st_uid),
-                Some(s) if s.st_uid != owner => {
-                    log::warn!(
-                        "staging/{}: {} belongs to uid {}, not to uid {owner} whose tree was \
-                         discarded; kept",
-                        name.to_string_lossy(),
-                        child.to_string_lossy(),
-                        s.st_uid
-                    );
-                    left.insert(child);
-                    continue;
-                }
-                Some(_) => hoist_or_detach(&dir, &child, staging, owner),
-                None => unlink(dir.as_fd(), &child, UnlinkatFlags::NoRemoveDir),
+            let done = match is_subdir {
+                true => hoist_or_detach(&dir, &child, staging, subtree_owner),
+                false => unlink(dir.as_fd(), &child, UnlinkatFlags::NoRemoveDir),
             };
             match done {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -188,23 +196,52 @@ fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
             }
         }
     }
-    if !left.is_empty() {
-        // Out of the trash, so that it is not tried again every second.
-        let kept = format!("{KEPT}{}", name.to_string_lossy().trim_start_matches(TRASH));
-        return renameat2(
-            staging,
-            name,
-            staging,
-            kept.as_str(),
-            RenameFlags::RENAME_NOREPLACE,
-        )
-        .map_err(io::Error::from);
-    }
     unlink(staging.as_fd(), name, UnlinkatFlags::RemoveDir)
 }
 
-/// The prefix in `staging/` of what the trash kept: directories holding
-/// another user's subdirectory, which a discarded tree's owner moved in.
+/// `name` (a trash name without an owner) with the owner `uid` in it.
+fn retagged(name: &OsStr, uid: u32) -> String {
+    let rest = name.to_string_lossy();
+    format!("{TRASH}u{uid}-{}", rest.trim_start_matches(TRASH))
+}
+
+fn rename_in(staging: &OwnedFd, from: &OsStr, to: &str) -> io::Result<()> {
+    renameat2(staging, from, staging, to, RenameFlags::RENAME_NOREPLACE).map_err(io::Error::from)
+}
+
+/// Whether `uid` is one of `owner`'s subordinate user ids (`/etc/subuid`):
+/// a rootless container of theirs (podman, Apptainer's fakeroot) makes
+/// files under those, which are theirs as much as their own.
+fn subordinate(owner: u32, uid: u32) -> bool {
+    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(owner))
+        .ok()
+        .flatten()
+        .map(|u| u.name);
+    let Ok(ranges) = std::fs::read_to_string("/etc/subuid") else {
+        return false;
+    };
+    in_ranges(&ranges, owner, name.as_deref(), uid)
+}
+
+/// Whether `uid` is in one of the `/etc/subuid` ranges (`ranges`) of the
+/// user `owner` (named `name`).
+fn in_ranges(ranges: &str, owner: u32, name: Option<&str>, uid: u32) -> bool {
+    ranges.lines().any(|line| {
+        let mut fields = line.split(':');
+        let (Some(who), Some(start), Some(count)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return false;
+        };
+        let (Ok(start), Ok(count)) = (start.parse::<u64>(), count.parse::<u64>()) else {
+            return false;
+        };
+        let theirs = who == owner.to_string() || name == Some(who);
+        theirs && (start..start.saturating_add(count)).contains(&u64::from(uid))
+    })
+}
+
+/// The prefix in `staging/` of what the trash kept: another user's
+/// directories, which a discarded tree's owner moved into it.
 pub const KEPT: &str = "kept-";
 
 /// Makes the open directory root's (or carma's user's), mode 0700, before
@@ -219,7 +256,12 @@ fn close_to_others(dir: &OwnedFd) {
 /// [`hoist`], and where `child` is a mount the user made in the tree
 /// before handing it in (a FUSE mount: no longer theirs to unmount, in
 /// carma's `staging/`), detached first: then it is a plain directory.
-fn hoist_or_detach(dir: &OwnedFd, child: &OsStr, staging: &OwnedFd, owner: u32) -> io::Result<()> {
+fn hoist_or_detach(
+    dir: &OwnedFd,
+    child: &OsStr,
+    staging: &OwnedFd,
+    owner: Option<u32>,
+) -> io::Result<()> {
     hoist(dir, child, staging, owner).or_else(|e| {
         if e.raw_os_error() != Some(nix::libc::EBUSY) {
             return Err(e);
@@ -230,13 +272,13 @@ fn hoist_or_detach(dir: &OwnedFd, child: &OsStr, staging: &OwnedFd, owner: u32) 
 }
 
 /// Renames the subdirectory `child` of `dir` up into `staging/` as trash
-/// of its own, still of `owner`'s tree.
-fn hoist(dir: &OwnedFd, child: &OsStr, staging: &OwnedFd, owner: u32) -> io::Result<()> {
+/// of its own, still of `owner`'s tree (`None`: of its own owner's).
+fn hoist(dir: &OwnedFd, child: &OsStr, staging: &OwnedFd, owner: Option<u32>) -> io::Result<()> {
     renameat2(
         dir,
         child,
         staging,
-        trash_name_of(Some(owner)).as_str(),
+        trash_name_of(owner).as_str(),
         RenameFlags::RENAME_NOREPLACE,
     )
     .map_err(io::Error::from)
@@ -324,6 +366,16 @@ mod tests {
     }
 
     #[test]
+    fn a_users_subordinate_ids_are_theirs() {
+        let ranges = "alice:100000:65536\n1001:300000:10\nbad line\n";
+        assert!(in_ranges(ranges, 1000, Some("alice"), 100_000));
+        assert!(in_ranges(ranges, 1000, Some("alice"), 165_535));
+        assert!(!in_ranges(ranges, 1000, Some("alice"), 165_536));
+        assert!(in_ranges(ranges, 1001, Some("bob"), 300_009), "by number");
+        assert!(!in_ranges(ranges, 1002, Some("carol"), 100_000));
+    }
+
+    #[test]
     fn a_deadline_leaves_the_rest_for_later() {
         let (_dir, spool) = spool();
         for i in 0..50 {
@@ -385,7 +437,7 @@ mod tests {
     #[test]
     #[ignore = "needs root: makes a tree of two users' and writes in it as one (.ci/run runs it)"]
     fn a_tree_is_emptied_however_its_owner_writes_in_it_and_another_users_part_is_kept() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt, chown};
+        use std::os::unix::fs::{PermissionsExt, chown};
         use std::os::unix::process::CommandExt;
         let (_dir, spool) = spool();
         let top = spool.root().join("pending/tree");
@@ -416,10 +468,7 @@ mod tests {
         );
         let _ = writer.kill();
         let _ = writer.wait();
-        let kept = only_kept(&spool);
-        assert_eq!(fs::read(kept.join("theirs/f")).unwrap(), b"x");
-        let meta = fs::metadata(&kept).unwrap();
-        assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700));
+        let kept = only_kept(&spool, other);
         fs::remove_dir_all(&kept).unwrap();
         // A task directory of carma's at its retention: the user's
         // `work/` goes whole, but for what another user owns in it.
@@ -436,11 +485,13 @@ mod tests {
         }
         spool.discard(&task).unwrap();
         assert!(spool.empty_trash(None).unwrap());
-        only_kept(&spool);
+        only_kept(&spool, other);
     }
 
-    /// The one entry left in `staging/`: kept, holding only `theirs`.
-    fn only_kept(spool: &Spool) -> std::path::PathBuf {
+    /// The one entry left in `staging/`: kept, the other user's directory
+    /// whole, as it was.
+    fn only_kept(spool: &Spool, other: u32) -> std::path::PathBuf {
+        use std::os::unix::fs::MetadataExt;
         let kept: Vec<_> = fs::read_dir(spool.staging())
             .unwrap()
             .flatten()
@@ -449,12 +500,8 @@ mod tests {
         assert_eq!(kept.len(), 1, "{kept:?}");
         let name = kept[0].file_name().unwrap().to_string_lossy().into_owned();
         assert!(name.starts_with(KEPT), "{name}");
-        let names: Vec<_> = fs::read_dir(&kept[0])
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(names, [OsStr::new("theirs")], "only the other user's part");
+        assert_eq!(fs::metadata(&kept[0]).unwrap().uid(), other);
+        assert_eq!(fs::read(kept[0].join("f")).unwrap(), b"x");
         kept[0].clone()
     }
 
