@@ -143,9 +143,13 @@ fn release(in_flight: &InFlight, peer: Peer) {
 /// The peer of `stream`: on loopback the user whose socket it is (every
 /// local user connects from 127.0.0.1), else its address.
 fn peer_of(stream: &TcpStream) -> Peer {
-    let (Ok(remote), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else {
+    let (Ok(mut remote), Ok(mut local)) = (stream.peer_addr(), stream.local_addr()) else {
         return Peer::Address(IpAddr::from([0, 0, 0, 0]));
     };
+    // On a dual-stack listener an IPv4 client is `::ffff:a.b.c.d`, and its
+    // socket is listed in `/proc/net/tcp`, not `tcp6`.
+    remote.set_ip(remote.ip().to_canonical());
+    local.set_ip(local.ip().to_canonical());
     if remote.ip().is_loopback() || remote.ip() == local.ip() {
         if let Some(uid) = socket_owner(remote, local) {
             return Peer::User(uid);
@@ -269,8 +273,10 @@ fn host_allowed(host: &str) -> bool {
             .ok()
             .and_then(|own| own.into_string().ok())
             .is_some_and(|own| {
+                // Its short name or a longer one (`gpu01`, `gpu01.example.org`),
+                // whichever the machine calls itself.
                 let own = own.to_ascii_lowercase();
-                name == own || own.split('.').next() == Some(name.as_str())
+                name.split('.').next() == own.split('.').next()
             })
 }
 
@@ -532,6 +538,8 @@ mod tests {
         }
         let own = nix::unistd::gethostname().unwrap().into_string().unwrap();
         assert!(host_allowed(&format!("{own}:9184")));
+        let short = own.split('.').next().unwrap();
+        assert!(host_allowed(&format!("{short}.example.org:9184")));
         for host in [
             "evil.example",
             "evil.example:9184",

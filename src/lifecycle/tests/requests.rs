@@ -270,6 +270,11 @@ fn a_user_changing_a_task_in_a_loop_is_refused_for_the_rest_of_the_minute() {
         &format!("more than {limit} requests within a minute")
     ));
     assert_eq!(story.world.did().len(), writes, "a refusal writes nothing");
+    // Root's scripts are not held to it.
+    assert!(matches!(
+        story.asks(0, &format!("priority.-5.{a}")),
+        Answer::Done(_)
+    ));
     assert!(!refused(
         &story.asks(BOB, "hold.000002-b"),
         "within a minute"
