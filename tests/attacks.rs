@@ -1158,13 +1158,13 @@ fn held_jobs(spool: &Spool, user: &TestUser, mount: &Path, rads: &[(&str, &str)]
 
 #[test]
 #[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
-fn a_job_whose_own_directory_fails_to_enter_fails_once_and_is_not_retried() {
+fn a_job_whose_own_directory_fails_to_enter_is_retried_only_a_few_times() {
     // A start that failed with an errno that passes by itself (EIO,
     // EAGAIN) was retried: the task went back to the head of the queue,
     // everyone's launches paused, and each try left a new run directory
     // on root's disk, for good, as a user's FUSE working directory may
-    // answer so to every lookup. A failure once the process is the job's
-    // is now final.
+    // answer so to every lookup. Once the process is the job's, such a
+    // failure is retried only a few times.
     let (_alice, bob, spool) = shared_daemon("");
     let at = spool.dir.path().join("fuse");
     let fuse = common::silent_fuse::SilentFuse::failing(&at, nix::libc::EIO);
@@ -1172,13 +1172,16 @@ fn a_job_whose_own_directory_fails_to_enter_fails_once_and_is_not_retried() {
     let reason = spool.root.join("failed").join(&names[0]).join("reason");
     spool.wait_for("the job to fail", 20.0, || reason.exists());
     let reason = fs::read_to_string(reason).unwrap();
-    assert!(reason.contains("Input/output error"), "{reason}");
+    assert!(
+        reason.contains("could not start 3 times") && reason.contains("Input/output error"),
+        "{reason}"
+    );
     let runs = fs::read_dir(spool.root.join("failed").join(&names[0]))
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("run-"))
         .count();
-    assert_eq!(runs, 1, "{}", spool.daemon_log());
+    assert_eq!(runs, 3, "{}", spool.daemon_log());
     still_serves_at_once(&spool, &bob, "1");
     drop(fuse);
 }

@@ -555,6 +555,7 @@ impl Daemon {
             since: 0.0,
             time_limit_s: None,
             deadlines: Default::default(),
+            start_failures: 0,
             peak_mib: 0,
             run_s: None,
             fingerprint: input.fingerprint(),

@@ -318,6 +318,7 @@ impl Daemon {
             since: launch.map_or(0.0, |l| l.launched_at),
             time_limit_s: None,
             deadlines: Default::default(),
+            start_failures: 0,
             peak_mib: 0,
             run_s: None,
             fingerprint,

@@ -110,7 +110,11 @@ impl Daemon {
         let (exit, peak_mib, run_s) = match read_state::<RunExit>(&run_dir.join(supervisor::EXIT)) {
             Ok(exit) if exit.transient => {
                 let reason = exit.error.unwrap_or_default();
-                return self.ended(seq, RunEnd::NotStarted(reason));
+                let end = match exit.as_its_user {
+                    true => self.life.failed_as_its_user(seq, reason),
+                    false => RunEnd::NotStarted(reason),
+                };
+                return self.ended(seq, end);
             }
             Ok(exit) => {
                 // A supervisor removes its run's cgroup as it ends, unless

@@ -96,6 +96,9 @@ pub struct Task {
     /// When the current run should be over, for the daemon's backstop
     /// ([`Lifecycle::overdue`]).
     pub deadlines: Deadlines,
+    /// Starts that failed once the job's process was its user's, for a
+    /// reason that may pass ([`Lifecycle::failed_as_its_user`]).
+    pub start_failures: u32,
     /// Most memory seen on one GPU during the current run, MiB.
     pub peak_mib: u64,
     /// How long the last run that ended ran, seconds, when it succeeded.
@@ -224,6 +227,10 @@ pub enum Stop {
     /// It cannot be asked; why.
     Failed(String),
 }
+
+/// Starts that fail as the job's user, for a reason that may pass, that a
+/// task is given before it fails ([`Lifecycle::failed_as_its_user`]).
+pub const USER_START_TRIES: u32 = 3;
 
 /// How a run ended, as the world read it.
 #[derive(Debug, Clone, PartialEq)]
@@ -655,6 +662,32 @@ impl Lifecycle {
         self.tasks
             .get(&seq)
             .is_some_and(|t| t.state == State::Running && t.run == run)
+    }
+
+    /// How a start that failed once the job's process was its user's
+    /// (its working directory, its `exec`), for a reason that may pass
+    /// (`EAGAIN`, `ENOMEM`, `EIO`), ends: the first [`USER_START_TRIES`]
+    /// wait and try again, as any start that may pass; then the task
+    /// fails with it. Its user can make such a failure happen every time
+    /// (a FUSE working directory that answers `EIO`), and each retry
+    /// paused everyone's launches and left a run directory on root's
+    /// disk.
+    pub fn failed_as_its_user(&mut self, seq: u64, reason: String) -> RunEnd {
+        let Some(task) = self.tasks.get_mut(&seq) else {
+            return RunEnd::NotStarted(reason);
+        };
+        task.start_failures += 1;
+        if task.start_failures < USER_START_TRIES {
+            return RunEnd::NotStarted(reason);
+        }
+        RunEnd::Exited {
+            exit: Exit::Failed(format!(
+                "could not start {} times: {reason}",
+                task.start_failures
+            )),
+            peak_mib: None,
+            run_s: None,
+        }
     }
 
     /// Task `seq`'s current run ended: the core hears how at the next step.

@@ -386,6 +386,11 @@ pub struct RunExit {
     /// again, instead of failing for good.
     #[serde(default)]
     pub transient: bool,
+    /// The start failed once the job's process was its user's (its
+    /// working directory, its `exec`): the user may make it happen every
+    /// time, so it is retried only a few times.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub as_its_user: bool,
     /// The most host memory the job's processes held together, MiB, where
     /// its cgroup measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -415,6 +420,7 @@ impl RunExit {
             peak_mib: None,
             error: None,
             transient: false,
+            as_its_user: false,
             host_peak_mib: None,
             cpu_s: None,
             host_oom_kills: None,

@@ -254,20 +254,20 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
         .map_or(Duration::ZERO, |l| seconds(l.grace_s));
     let since = std::time::Instant::now();
     let outcome = match launch {
-        Err(e) => Err((false, e.to_string())),
-        Ok(_) if watch.stopped() => Err((false, "cancelled before it started".into())),
+        Err(e) => Err((false, false, e.to_string())),
+        Ok(_) if watch.stopped() => Err((false, false, "cancelled before it started".into())),
         Ok(launch) => spawn_job(run_dir, &launch, run_cgroup(&launch)).map_err(|e| {
-            let transient = is_transient(&e);
-            let os = e.raw_os_error().is_some()
-                || e.get_ref()
-                    .is_some_and(|inner| inner.is::<crate::spawn::JobsOwn>());
-            match &launch.workdir {
-                dir if os => (
-                    transient,
-                    format!("cannot start bash in {}: {e}", dir.display()),
-                ),
-                _ => (transient, e.to_string()),
-            }
+            let own = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<crate::spawn::JobsOwn>());
+            let transient = is_transient(own.map_or(&e, |own| &own.0));
+            let error = match &launch.workdir {
+                dir if e.raw_os_error().is_some() || own.is_some() => {
+                    format!("cannot start bash in {}: {e}", dir.display())
+                }
+                _ => e.to_string(),
+            };
+            (transient, own.is_some(), error)
         }),
     };
     let mut exit = RunExit::started(started_at);
@@ -323,9 +323,10 @@ pub(crate) fn supervise(run_dir: &Path, lock: File) -> io::Result<()> {
                 exit.cpu_s = usage.cpu_s;
             }
         }
-        Err((transient, error)) => {
+        Err((transient, as_its_user, error)) => {
             exit.error = Some(error);
             exit.transient = transient;
+            exit.as_its_user = as_its_user;
         }
     }
     exit.ended_at = unix_now();

@@ -258,6 +258,7 @@ fn task(seq: u64, stem: &str, owner: u32, gib: u64) -> Task {
         since: 0.0,
         time_limit_s: None,
         deadlines: Default::default(),
+        start_failures: 0,
         peak_mib: 0,
         run_s: None,
         fingerprint: EstimateInput::default().fingerprint(),

@@ -326,3 +326,23 @@ fn a_run_after_a_crash_keeps_no_deadline_of_the_run_before() {
     story.later(1000.0);
     assert!(overdue(&story).is_empty());
 }
+
+#[test]
+fn a_start_that_fails_as_its_user_is_retried_a_few_times_then_fails_the_task() {
+    let mut story = Story::new();
+    let a = story.submit(task(1, "a", ALICE, 4));
+    let tries = crate::lifecycle::USER_START_TRIES;
+    for _ in 1..tries {
+        let end = story.life.failed_as_its_user(a.seq(), "EIO".into());
+        assert_eq!(end, RunEnd::NotStarted("EIO".into()));
+    }
+    let end = story.life.failed_as_its_user(a.seq(), "EIO".into());
+    let RunEnd::Exited {
+        exit: Exit::Failed(why),
+        ..
+    } = end
+    else {
+        panic!("{end:?}");
+    };
+    assert_eq!(why, format!("could not start {tries} times: EIO"));
+}
