@@ -99,6 +99,7 @@ fn run_exit() -> RunExit {
         peak_mib: Some(5000),
         error: None,
         transient: false,
+        as_its_user: true,
         host_peak_mib: Some(2048),
         cpu_s: Some(12.5),
         host_oom_kills: Some(1),
