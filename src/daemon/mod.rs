@@ -418,12 +418,15 @@ impl Daemon {
     /// that cannot start is logged and left out: the spool is served
     /// without it.
     fn serve_http(&mut self, addr: SocketAddr) {
-        match crate::http::serve(addr, std::sync::Arc::clone(&self.life.metrics)) {
+        let hosts = self.config.http.hosts.clone();
+        match crate::http::serve(addr, std::sync::Arc::clone(&self.life.metrics), hosts) {
             Ok((feed, bound)) => {
                 log::info!("status page at http://{bound}/ (metrics at /metrics)");
                 if !bound.ip().is_loopback() {
                     log::warn!(
-                        "the status page and metrics at {bound} are open to anyone who can                          reach it: the queue, task and user names, without a login; bind                          127.0.0.1 and put a proxy that asks for one in front"
+                        "the status page and metrics at {bound} are open to anyone who can \
+                         reach it: the queue, task and user names, without a login; bind \
+                         127.0.0.1 and put a proxy that asks for one in front"
                     );
                 }
                 // What ended before this daemon started can be looked up too.

@@ -9,6 +9,7 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     pub listen: String,
+    pub hosts: Vec<String>,
 }
 
 impl HttpConfig {
@@ -28,6 +29,13 @@ impl HttpConfig {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(bad) = self.hosts.iter().find(|h| {
+            h.is_empty() || h.contains(|c: char| c.is_whitespace() || c == ':' || c == '/')
+        }) {
+            return Err(format!(
+                "http.hosts: {bad:?} is not a host name (no port, no scheme), such as \"status.example.org\""
+            ));
+        }
         self.address().map(drop)
     }
 }
@@ -41,6 +49,7 @@ mod tests {
         let at = |listen: &str| {
             HttpConfig {
                 listen: listen.into(),
+                hosts: Vec::new(),
             }
             .address()
         };

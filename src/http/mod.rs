@@ -128,14 +128,19 @@ impl Feed {
     }
 }
 
-/// Starts serving on `addr` with `metrics`; returns the feed to publish
-/// through and the address bound (port 0 picks a free port). Serving
-/// continues for as long as the process runs.
-pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<(Feed, SocketAddr)> {
+/// Starts serving on `addr` with `metrics`, for requests naming an IP
+/// address, `localhost`, this machine or one of `hosts`; returns the feed
+/// to publish through and the address bound (port 0 picks a free port).
+/// Serving continues for as long as the process runs.
+pub fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    hosts: Vec<String>,
+) -> std::io::Result<(Feed, SocketAddr)> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     let board = Arc::new(Board::new(metrics));
-    server::spawn(listener, Arc::clone(&board))?;
+    server::spawn(listener, Arc::clone(&board), hosts.into())?;
     let feed = Feed {
         board,
         history: Arc::default(),

@@ -69,7 +69,7 @@ struct Accepted {
 }
 
 /// Starts the accepting thread and the workers on `listener`.
-pub fn spawn(listener: TcpListener, board: Arc<Board>) -> io::Result<()> {
+pub fn spawn(listener: TcpListener, board: Arc<Board>, hosts: Arc<[String]>) -> io::Result<()> {
     let (tx, rx) = mpsc::sync_channel::<Accepted>(QUEUED);
     let rx = Arc::new(Mutex::new(rx));
     let in_flight = InFlight::default();
@@ -77,9 +77,10 @@ pub fn spawn(listener: TcpListener, board: Arc<Board>) -> io::Result<()> {
         let rx = Arc::clone(&rx);
         let board = Arc::clone(&board);
         let in_flight = Arc::clone(&in_flight);
+        let hosts = Arc::clone(&hosts);
         std::thread::Builder::new()
             .name(format!("http-{i}"))
-            .spawn(move || work(&rx, &board, &in_flight))?;
+            .spawn(move || work(&rx, &board, &in_flight, &hosts))?;
     }
     std::thread::Builder::new()
         .name("http-accept".into())
@@ -200,13 +201,13 @@ fn busy(mut stream: TcpStream) {
     }
 }
 
-fn work(rx: &Mutex<Receiver<Accepted>>, board: &Board, in_flight: &InFlight) {
+fn work(rx: &Mutex<Receiver<Accepted>>, board: &Board, in_flight: &InFlight, hosts: &[String]) {
     loop {
         let next = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
         match next {
             Ok(accepted) => {
                 let peer = accepted.peer;
-                answer(accepted, board);
+                answer(accepted, board, hosts);
                 release(in_flight, peer);
             }
             Err(_) => return,
@@ -215,18 +216,26 @@ fn work(rx: &Mutex<Receiver<Accepted>>, board: &Board, in_flight: &InFlight) {
 }
 
 /// Reads one request from `stream`, answers it and closes the connection.
-fn answer(accepted: Accepted, board: &Board) {
+fn answer(accepted: Accepted, board: &Board, hosts: &[String]) {
     let mut stream = accepted.stream;
     let _ = stream.set_nodelay(true);
     let read_by = accepted.at + READ_TIME;
     let (response, head_only) = match read_head(&mut stream, read_by) {
-        Ok(Some(request)) if !request.host.as_deref().is_none_or(host_allowed) => (
-            Response::error(
-                421,
-                "This server answers requests for its IP address, localhost or its host name.",
-            ),
-            false,
-        ),
+        Ok(Some(request))
+            if !request
+                .host
+                .as_deref()
+                .is_none_or(|host| host_allowed(host, hosts)) =>
+        {
+            (
+                Response::error(
+                    421,
+                    "This server answers requests for its IP address, localhost, its host name \
+                     or the names in http.hosts.",
+                ),
+                false,
+            )
+        }
         Ok(Some(request)) => (
             routes::respond(&request.method, &request.target, board),
             request.method == "HEAD",
@@ -258,8 +267,9 @@ struct Request {
 /// whose own name an attacker points at 127.0.0.1 (DNS rebinding) would
 /// otherwise read the status through an administrator's browser and SSH
 /// tunnel; its requests carry that name. Proxies send the upstream's
-/// address by default (nginx's `$proxy_host`).
-fn host_allowed(host: &str) -> bool {
+/// address by default (nginx's `$proxy_host`); other names a proxy
+/// forwards are listed in `http.hosts`.
+fn host_allowed(host: &str, hosts: &[String]) -> bool {
     let name = match host.strip_prefix('[') {
         // `[::1]:9184`
         Some(v6) => v6.split(']').next().unwrap_or_default(),
@@ -267,6 +277,9 @@ fn host_allowed(host: &str) -> bool {
     };
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     name.parse::<IpAddr>().is_ok()
+        || hosts
+            .iter()
+            .any(|h| h.trim_end_matches('.').eq_ignore_ascii_case(&name))
         || name == "localhost"
         || name.ends_with(".localhost")
         || nix::unistd::gethostname()
@@ -422,7 +435,8 @@ mod tests {
     fn server() -> std::net::SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        spawn(listener, Arc::new(Board::new(Arc::new(Metrics::default())))).unwrap();
+        let board = Arc::new(Board::new(Arc::new(Metrics::default())));
+        spawn(listener, board, Arc::from([])).unwrap();
         addr
     }
 
@@ -534,18 +548,21 @@ mod tests {
             "LOCALHOST",
             "10.0.0.7",
         ] {
-            assert!(host_allowed(host), "{host}");
+            assert!(host_allowed(host, &[]), "{host}");
         }
         let own = nix::unistd::gethostname().unwrap().into_string().unwrap();
-        assert!(host_allowed(&format!("{own}:9184")));
+        assert!(host_allowed(&format!("{own}:9184"), &[]));
         let short = own.split('.').next().unwrap();
-        assert!(host_allowed(&format!("{short}.example.org:9184")));
+        assert!(host_allowed(&format!("{short}.example.org:9184"), &[]));
+        let listed = ["status.example.org".to_string()];
+        assert!(host_allowed("Status.Example.org:443", &listed));
+        assert!(!host_allowed("status.example.org", &[]));
         for host in [
             "evil.example",
             "evil.example:9184",
             "localhost.evil.example",
         ] {
-            assert!(!host_allowed(host), "{host}");
+            assert!(!host_allowed(host, &[]), "{host}");
         }
         let addr = server();
         let rebound = exchange(
