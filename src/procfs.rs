@@ -54,16 +54,22 @@ pub fn start_time(pid: u32) -> Option<u64> {
     stat(pid).map(|stat| stat.start_time)
 }
 
-/// Real user id of the process holding `pid` (`Uid:` in its `status`).
+/// Real user id of the process holding `pid`.
 pub fn real_uid(pid: u32) -> Option<u32> {
-    let bytes = read_generated(Path::new(&format!("/proc/{pid}/status"))).ok()?;
-    String::from_utf8_lossy(&bytes)
+    uids(Path::new(&format!("/proc/{pid}"))).map(|[real, ..]| real)
+}
+
+/// The user ids (real, effective, saved, file system) of the process
+/// whose `/proc` directory is `proc_dir` (`Uid:` in its `status`).
+pub fn uids(proc_dir: &Path) -> Option<[u32; 4]> {
+    let bytes = read_generated(&proc_dir.join("status")).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut ids = text
         .lines()
         .find_map(|line| line.strip_prefix("Uid:"))?
         .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+        .map(|id| id.parse().ok());
+    Some([ids.next()??, ids.next()??, ids.next()??, ids.next()??])
 }
 
 /// Session id of the process holding `pid`.

@@ -371,16 +371,7 @@ pub(super) fn kill_leftovers(spool: &Path, name: &TaskName, run: u32, user: u32)
 /// Whether every uid of the process (real, effective, saved, file system)
 /// is `user`.
 fn runs_only_as(proc_dir: &Path, user: u32) -> bool {
-    let Ok(status) = fs::read_to_string(proc_dir.join("status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .is_some_and(|uids| {
-            let uids: Vec<&str> = uids.split_whitespace().collect();
-            !uids.is_empty() && uids.iter().all(|u| u.parse() == Ok(user))
-        })
+    crate::procfs::uids(proc_dir).is_some_and(|ids| ids.iter().all(|&id| id == user))
 }
 
 fn environ_has(proc_dir: &Path, wanted: &[String]) -> bool {

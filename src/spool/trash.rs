@@ -172,7 +172,7 @@ fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
     // subdirectory is its own owner's (a user's `work/`).
     let subtree_owner = (owner != mine).then_some(owner);
     let dir = open_dir(staging, name)?;
-    close_to_others(&dir);
+    make_private(&dir);
     loop {
         let batch = read_batch(&dir)?;
         if batch.is_empty() {
@@ -247,7 +247,7 @@ pub const KEPT: &str = "kept-";
 /// Makes the open directory root's (or carma's user's), mode 0700, before
 /// it is listed: its former owner can add no name to it from then on.
 /// Best effort: a daemon that is not root owns what it deletes already.
-fn close_to_others(dir: &OwnedFd) {
+fn make_private(dir: &OwnedFd) {
     let me = nix::unistd::geteuid();
     let _ = nix::unistd::fchown(dir, Some(me), Some(nix::unistd::getegid()));
     let _ = nix::sys::stat::fchmod(dir, nix::sys::stat::Mode::from_bits_truncate(0o700));
