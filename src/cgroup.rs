@@ -282,11 +282,10 @@ impl RunCgroup {
         self.dir_fd.as_raw_fd()
     }
 
-    /// Sends `signal` to every process in the cgroup now.
+    /// Sends `signal` to every process in the cgroup now: each while it
+    /// is still listed there, never to a later holder of its pid.
     pub fn signal(dir: &Path, signal: nix::sys::signal::Signal) {
-        for pid in pids(dir) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
-        }
+        crate::procfs::signal_listed(|| pids(dir), signal);
     }
 
     /// Kills every process in the cgroup (`cgroup.kill`, which also gets
@@ -320,7 +319,7 @@ impl RunCgroup {
 }
 
 /// The processes in the cgroup `dir`.
-fn pids(dir: &Path) -> Vec<i32> {
+fn pids(dir: &Path) -> Vec<u32> {
     read_generated_text(&dir.join("cgroup.procs"))
         .map(|text| text.lines().filter_map(|l| l.parse().ok()).collect())
         .unwrap_or_default()

@@ -146,45 +146,104 @@ pub fn has_child_before_exec(parent: &ProcessId) -> bool {
 }
 
 /// Sends `signal` to `process`, if it still runs (not to a later holder
-/// of its pid).
-pub fn signal(process: &ProcessId, signal: nix::sys::signal::Signal) -> bool {
-    signal_checked(process.pid, signal, || process.is_alive())
+/// of its pid): false if it does not.
+pub fn signal(process: &ProcessId, signal: nix::sys::signal::Signal) -> io::Result<bool> {
+    let gone = |e: &io::Error| e.raw_os_error() == Some(nix::libc::ESRCH);
+    let sent = Held::new(process.pid).and_then(|held| match process.is_alive() {
+        true => held.send(signal).map(|()| true),
+        false => Ok(false),
+    });
+    match sent {
+        Err(e) if gone(&e) => Ok(false),
+        other => other,
+    }
 }
 
 /// Sends `signal` to the process holding `pid` now, if `is_it` says, once
-/// that process is held by a pidfd, that it is the one meant.
-fn signal_checked(
+/// that process is held by a pidfd, that it is the one meant. The one way
+/// carma signals a pid it read somewhere (a listing, a file): a plain
+/// `kill` after a check could reach whoever took the pid in between.
+pub fn signal_checked(
     pid: u32,
     signal: nix::sys::signal::Signal,
     is_it: impl FnOnce() -> bool,
 ) -> bool {
-    use nix::libc;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: a plain system call; the descriptor is owned at once.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let Ok(fd) = std::os::fd::RawFd::try_from(fd) else {
-        return false;
-    };
-    if fd < 0 {
-        // A kernel before 5.3 has no pidfd: the check, then kill(2), a
-        // moment apart.
-        let no_pidfd = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS);
-        let pid = nix::unistd::Pid::from_raw(pid as i32);
-        return no_pidfd && is_it() && nix::sys::signal::kill(pid, signal).is_ok();
+    Held::new(pid).is_ok_and(|held| is_it() && held.send(signal).is_ok())
+}
+
+/// Sends `signal` to every process `list` names, each held by a pidfd
+/// and found in a fresh `list` after: never to a later holder of a pid
+/// that left the list. One fresh listing per [`HELD_AT_ONCE`] processes,
+/// not one per process (a job of ten thousand processes).
+pub fn signal_listed(list: impl Fn() -> Vec<u32>, signal: nix::sys::signal::Signal) -> usize {
+    let mut sent = 0;
+    for chunk in list().chunks(HELD_AT_ONCE) {
+        let held: Vec<Held> = chunk
+            .iter()
+            .filter_map(|&pid| Held::new(pid).ok())
+            .collect();
+        let still: std::collections::HashSet<u32> = list().into_iter().collect();
+        sent += held
+            .iter()
+            .filter(|h| still.contains(&h.pid) && h.send(signal).is_ok())
+            .count();
     }
-    // SAFETY: a new descriptor, ours alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: a plain system call on the descriptor just checked.
-    is_it()
-        && unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
+    sent
+}
+
+/// Processes held by pidfds at once in [`signal_listed`]: descriptors
+/// are few.
+const HELD_AT_ONCE: usize = 256;
+
+/// A process held by a pidfd: what it is checked to be stays what is
+/// signalled, even if it ends and its pid is taken meanwhile.
+struct Held {
+    pid: u32,
+    /// None on a kernel before 5.3, which has no pidfd: the check, then
+    /// kill(2), a moment apart.
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Held {
+    /// The process holding `pid` now (ESRCH if none does).
+    fn new(pid: u32) -> io::Result<Held> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        // SAFETY: a plain system call; the descriptor is owned at once.
+        let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(nix::libc::ENOSYS) => Ok(Held { pid, fd: None }),
+                _ => Err(e),
+            };
+        }
+        let fd = std::os::fd::RawFd::try_from(fd).map_err(io::Error::other)?;
+        // SAFETY: a new descriptor, ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Held { pid, fd: Some(fd) })
+    }
+
+    fn send(&self, signal: nix::sys::signal::Signal) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = &self.fd else {
+            let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+            return nix::sys::signal::kill(pid, signal).map_err(io::Error::from);
+        };
+        // SAFETY: a plain system call on a descriptor we own.
+        let sent = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_pidfd_send_signal,
                 fd.as_raw_fd(),
                 signal as i32,
-                std::ptr::null::<libc::siginfo_t>(),
+                std::ptr::null::<nix::libc::siginfo_t>(),
                 0,
             )
-        } == 0
+        };
+        match sent {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
 }
 
 /// Whether this process has a child, running or not yet reaped: one
@@ -565,5 +624,48 @@ mod tests {
         drop(file);
         assert!(flock_holders(&path).is_empty());
         assert!(!openers(&path).contains(&me));
+    }
+
+    #[test]
+    fn a_process_left_off_its_list_after_it_is_held_is_not_signalled() {
+        use nix::sys::signal::Signal;
+        let mut kept = Command::new("sleep").arg("30").spawn().unwrap();
+        let mut killed = Command::new("sleep").arg("30").spawn().unwrap();
+        let (keep, kill) = (kept.id(), killed.id());
+        // The first listing names both; every later one only the second,
+        // as if the first had left the cgroup and its pid been taken.
+        let listings = std::cell::Cell::new(0);
+        let list = || {
+            listings.set(listings.get() + 1);
+            match listings.get() {
+                1 => vec![keep, kill],
+                _ => vec![kill],
+            }
+        };
+        assert_eq!(signal_listed(list, Signal::SIGKILL), 1);
+        wait_for_zombie(&killed);
+        assert!(ProcessId::of(keep).unwrap().is_alive());
+        assert!(!signal_checked(keep, Signal::SIGKILL, || false));
+        assert!(ProcessId::of(keep).unwrap().is_alive());
+        kept.kill().unwrap();
+        kept.wait().unwrap();
+        killed.wait().unwrap();
+    }
+
+    #[test]
+    fn a_process_is_signalled_only_while_it_is_the_one_meant() {
+        use nix::sys::signal::Signal;
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let id = ProcessId::of(child.id()).unwrap();
+        let impostor = ProcessId {
+            start_time: id.start_time + 1,
+            ..id
+        };
+        assert!(!signal(&impostor, Signal::SIGKILL).unwrap());
+        assert!(id.is_alive());
+        assert!(signal(&id, Signal::SIGKILL).unwrap());
+        wait_for_zombie(&child);
+        child.wait().unwrap();
+        assert!(!signal(&id, Signal::SIGKILL).unwrap());
     }
 }

@@ -96,7 +96,7 @@ impl Daemon {
             let supervisor_killed = escalate
                 && supervisor.is_some_and(|s| {
                     crate::procfs::has_child_before_exec(&s)
-                        && crate::procfs::signal(&s, Signal::SIGKILL)
+                        && crate::procfs::signal(&s, Signal::SIGKILL).unwrap_or(false)
                 });
             if !forced.contains_key(&key) {
                 log::warn!(

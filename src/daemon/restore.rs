@@ -23,8 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use super::{Daemon, Task};
 use crate::estimate::EstimateInput;
@@ -363,8 +362,11 @@ pub(super) fn kill_leftovers(spool: &Path, name: &TaskName, run: u32, user: u32)
         format!("CARMA_RUN={run}"),
     ];
     crate::procfs::processes()
-        .filter(|(_, dir)| runs_only_as(dir, user) && environ_has(dir, &vars))
-        .filter(|&(pid, _)| kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok())
+        .filter(|(pid, dir)| {
+            crate::procfs::signal_checked(*pid, Signal::SIGKILL, || {
+                runs_only_as(dir, user) && environ_has(dir, &vars)
+            })
+        })
         .count()
 }
 

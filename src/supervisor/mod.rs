@@ -199,10 +199,7 @@ pub fn last_run(task_dir: &Path) -> u32 {
 /// supervisor was found.
 pub fn cancel(run_dir: &Path) -> io::Result<bool> {
     match identity(run_dir) {
-        Some(id) => {
-            kill(Pid::from_raw(id.pid as i32), Signal::SIGTERM)?;
-            Ok(true)
-        }
+        Some(id) => crate::procfs::signal(&id, Signal::SIGTERM),
         None => Ok(false),
     }
 }
