@@ -173,7 +173,7 @@ pub fn signal_checked(
 
 /// Sends `signal` to every process `list` names, each held by a pidfd
 /// and found in a fresh `list` after: never to a later holder of a pid
-/// that left the list. One fresh listing per [`HELD_AT_ONCE`] processes,
+/// that left the list. One fresh listing per 256 processes,
 /// not one per process (a job of ten thousand processes).
 pub fn signal_listed(list: impl Fn() -> Vec<u32>, signal: nix::sys::signal::Signal) -> usize {
     let mut sent = 0;

@@ -1616,3 +1616,32 @@ fn a_cancel_asked_before_the_daemon_died_still_ends_a_held_job() {
     assert!(reason.contains("cancel"), "{reason}");
     drop(fuse);
 }
+
+#[test]
+#[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
+fn a_mount_in_pending_is_taken_away_and_never_holds_the_daemon() {
+    // Where users may mount with `allow_other`, a directory of bob's in
+    // pending/ with a FUSE file system that never answers mounted on it
+    // held the daemon's first look at it (`lstat`), and every user's jobs
+    // with it, for good.
+    let (_alice, bob, spool) = shared_daemon("");
+    let at = spool.root.join("pending").join("bobs-mount");
+    // Stopped while the mount is made, the daemon first looks at the
+    // directory once it is a mount.
+    spool.signal_daemon("STOP");
+    fs::create_dir(&at).unwrap();
+    std::os::unix::fs::chown(&at, Some(bob.uid), Some(bob.gid)).unwrap();
+    let fuse = common::silent_fuse::SilentFuse::mount(&at);
+    spool.signal_daemon("CONT");
+    still_serves(&spool, &bob, "1");
+    let mounted = || {
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!(" {} ", at.display()))
+    };
+    spool.wait_for("the mount to be taken away", 5.0, || !mounted());
+    spool.assert_logged(
+        "bobs-mount: a fuse mount of uid 0 in a spool directory users drop into; taken away",
+    );
+    drop(fuse);
+}

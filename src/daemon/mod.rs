@@ -39,6 +39,7 @@ mod intake;
 mod listener;
 mod loose;
 mod monitor;
+mod mounts;
 mod notify;
 mod owners;
 mod readings;

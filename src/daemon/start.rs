@@ -29,6 +29,8 @@ pub fn run(options: Options) -> Result<()> {
     spool.create()?;
     let http = options.http;
     let lock = spool.lock()?;
+    // Before anything in pending/ or cancel/ is looked at.
+    super::mounts::guard(super::mounts::guarded(&spool)).context("cannot watch the mount table")?;
     let mut backend = options.backend;
     let gpus = backend.inventory().to_vec();
     let backend_name = backend.describe();

@@ -1,0 +1,205 @@
+//! No user's mount stays inside the spool's drop directories.
+//!
+//! `pending/` and `cancel/` are open to every user, who may make a
+//! directory there and mount a FUSE file system on it (`fusermount`). The
+//! daemon looks at each entry it finds (`lstat`, an open); where the host
+//! lets users mount with `allow_other` (`/etc/fuse.conf`), such a look
+//! reaches the user's file system, and one that never answers would hold
+//! the event loop, and with it every user's jobs, for good.
+//!
+//! So a thread of its own watches the mount table (`/proc/self/mountinfo`
+//! reports each change to `poll`) and takes away, as soon as it appears,
+//! every mount below those two directories: `umount2` with `MNT_FORCE`,
+//! which aborts a FUSE connection (every access waiting on it fails at
+//! once, the loop's included), and `MNT_DETACH`. Nothing the daemon does
+//! needs a mount there, so none is spared. Within the daemon's mount
+//! namespace only: the user's own view is theirs.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Seek};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+use nix::mount::{MntFlags, umount2};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+/// A mount found below a guarded directory.
+#[derive(Debug, PartialEq)]
+pub(super) struct Mount {
+    pub point: PathBuf,
+    /// The file system's type (`fuse.sshfs`, say).
+    pub kind: String,
+    /// The uid a FUSE mount names as its owner (`user_id=`).
+    pub owner: Option<u32>,
+}
+
+/// Starts the thread that takes away mounts below `guarded` (absolute
+/// paths, as the mount table names them). A daemon that is not root
+/// cannot unmount: it only says what it finds.
+pub(super) fn guard(guarded: Vec<PathBuf>) -> io::Result<()> {
+    let mut table = File::open("/proc/self/mountinfo")?;
+    std::thread::Builder::new()
+        .name("mounts".into())
+        .spawn(move || {
+            loop {
+                match read_table(&mut table) {
+                    Ok(text) => below(&text, &guarded).iter().for_each(take_away),
+                    Err(e) => log::warn!("/proc/self/mountinfo: {e}"),
+                }
+                // Woken by the next change of the mount table.
+                let mut fds = [PollFd::new(table.as_fd(), PollFlags::POLLPRI)];
+                if poll(&mut fds, PollTimeout::NONE).is_err() {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn read_table(table: &mut File) -> io::Result<String> {
+    table.rewind()?;
+    let mut text = String::new();
+    table.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Unmounts `mount` (forced, detached), saying whose it was.
+fn take_away(mount: &Mount) {
+    let owner = mount
+        .owner
+        .map_or_else(String::new, |uid| format!(" of uid {uid}"));
+    let flags = MntFlags::MNT_FORCE | MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW;
+    match umount2(&mount.point, flags) {
+        Ok(()) => log::warn!(
+            "{}: a {} mount{owner} in a spool directory users drop into; taken away",
+            crate::journal::shown(&mount.point.to_string_lossy()),
+            mount.kind
+        ),
+        Err(e) => log::warn!(
+            "{}: a {} mount{owner} in a spool directory users drop into; cannot take it \
+             away ({e}): a look at it may wait on its file system",
+            crate::journal::shown(&mount.point.to_string_lossy()),
+            mount.kind
+        ),
+    }
+}
+
+/// The mounts of the table `text` (`/proc/self/mountinfo`) strictly below
+/// one of `guarded`, deepest first (an outer mount taken away first would
+/// hide the inner one from its path).
+pub(super) fn below(text: &str, guarded: &[PathBuf]) -> Vec<Mount> {
+    let mut found: Vec<Mount> = text
+        .lines()
+        .filter_map(parse_line)
+        .filter(|m| {
+            guarded
+                .iter()
+                .any(|g| m.point != *g && m.point.starts_with(g))
+        })
+        .collect();
+    found.sort_by_key(|m| std::cmp::Reverse(m.point.components().count()));
+    found
+}
+
+/// One line of `mountinfo`: `id parent major:minor root point options
+/// [optional fields] - type source super-options`.
+fn parse_line(line: &str) -> Option<Mount> {
+    let (mount, fs) = line.split_once(" - ")?;
+    let point = unescape(mount.split(' ').nth(4)?);
+    let mut fs = fs.split(' ');
+    let kind = fs.next()?.to_string();
+    let owner = fs
+        .nth(1)
+        .and_then(|opts| opts.split(',').find_map(|o| o.strip_prefix("user_id=")))
+        .and_then(|uid| uid.parse().ok());
+    Some(Mount {
+        point: PathBuf::from(point),
+        kind,
+        owner,
+    })
+}
+
+/// A path as the kernel writes it in the mount table: space, tab, newline
+/// and backslash as three octal digits after a backslash.
+fn unescape(field: &str) -> OsString {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(
+                    d.iter()
+                        .fold(0u8, |n, c| n.wrapping_mul(8).wrapping_add(c - b'0')),
+                );
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    OsString::from_vec(out)
+}
+
+/// The spool's drop directories, as the mount table names them (links
+/// resolved).
+pub(super) fn guarded(spool: &crate::spool::Spool) -> Vec<PathBuf> {
+    let dirs = [spool.dir(crate::spool::State::Pending), spool.cancel_dir()];
+    dirs.iter()
+        .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const TABLE: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:35 / /var/spool/carma/pending/x rw,nosuid,nodev shared:20 - fuse.sshfs bob@gone: rw,user_id=1001,group_id=1001
+41 40 0:36 / /var/spool/carma/pending/x/y rw - fuse x rw,user_id=1001
+42 22 0:37 / /var/spool/carma/cancel/a\\040b rw - tmpfs tmpfs rw
+43 22 0:38 / /var/spool/carma/pending rw - tmpfs tmpfs rw
+44 22 0:39 / /var/spool/carma/pending-not rw - tmpfs tmpfs rw
+45 22 0:40 / /var/spool/carma/running/1/work/d rw - fuse.squashfuse sq rw,user_id=1002
+garbled line
+";
+
+    fn spool_dirs() -> Vec<PathBuf> {
+        ["/var/spool/carma/pending", "/var/spool/carma/cancel"]
+            .map(PathBuf::from)
+            .to_vec()
+    }
+
+    #[test]
+    fn only_mounts_strictly_below_the_drop_directories_are_found_deepest_first() {
+        let found = below(TABLE, &spool_dirs());
+        let points: Vec<&Path> = found.iter().map(|m| m.point.as_path()).collect();
+        assert_eq!(
+            points,
+            [
+                Path::new("/var/spool/carma/pending/x/y"),
+                Path::new("/var/spool/carma/pending/x"),
+                Path::new("/var/spool/carma/cancel/a b"),
+            ]
+        );
+        assert_eq!(found[1].kind, "fuse.sshfs");
+        assert_eq!(found[1].owner, Some(1001));
+        assert_eq!(found[2].owner, None);
+    }
+
+    #[test]
+    fn escaped_paths_read_as_the_kernel_meant_them() {
+        assert_eq!(unescape("a\\040b\\011c\\134d"), OsString::from("a b\tc\\d"));
+        // Not an escape: kept as written.
+        assert_eq!(unescape("a\\9b\\04"), OsString::from("a\\9b\\04"));
+    }
+}
