@@ -147,6 +147,12 @@ fn positional_arg(args: &str, n: usize) -> Option<u64> {
 struct Frame<'a> {
     name: &'a str,
     times: u64,
+    /// How many times each module directly inside counts: the product of
+    /// `times` here and in every frame around (kept, not recomputed per
+    /// line: a print nested a million deep would cost a million squared).
+    repeat: u64,
+    /// Whether this is a `ModuleList` or inside one.
+    in_list: bool,
     children: u64,
     /// The widest linear output anywhere inside.
     widest: u64,
@@ -175,6 +181,9 @@ struct ShapeEvidence {
     /// position attention, or an explicitly eager implementation.
     unfused_attention: bool,
 }
+
+/// Deepest nesting of modules read: real models nest a few dozen deep.
+const MAX_DEPTH: usize = 1000;
 
 /// Reads an annotated module print; also returns notes on inconsistencies.
 pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryError> {
@@ -213,9 +222,17 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
             };
             SummaryError::at(number, text_line, stopped_at(&e, text_line), expected)
         })?;
-        let repeat = stack.iter().map(|f| f.times).fold(1, u64::saturating_mul);
+        let (repeat, in_list) = stack.last().map_or((1, false), |f| (f.repeat, f.in_list));
         match parsed {
             Line::Open { name, times, .. } => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(SummaryError::at(
+                        number,
+                        text_line,
+                        text_line.trim_start(),
+                        format!("expected modules nested at most {MAX_DEPTH} deep"),
+                    ));
+                }
                 if let Some(parent) = stack.last_mut() {
                     parent.children = parent.children.saturating_add(times);
                 }
@@ -223,6 +240,8 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                 stack.push(Frame {
                     name,
                     times,
+                    repeat: repeat.saturating_mul(times),
+                    in_list: in_list || name == "ModuleList",
                     children: 0,
                     widest: 0,
                     run: None,
@@ -240,7 +259,7 @@ pub(super) fn parse(text: &str) -> Result<(ModelFeatures, Vec<String>), SummaryE
                     parent.children = parent.children.saturating_add(times);
                 }
                 note_names(&mut builder, &mut evidence, name);
-                let in_block = stack.iter().any(|f| f.name == "ModuleList");
+                let in_block = in_list;
                 let kind = builder.add_named(
                     name,
                     args,

@@ -238,6 +238,31 @@ fn unclosed_module_print_says_what_is_open() {
 }
 
 #[test]
+fn a_print_nested_too_deep_is_refused_where_it_goes_too_deep() {
+    // Read in linear time: each line once, however deep (a million
+    // levels, about 8 MiB, took hours when each line looked at every
+    // module around it).
+    let mut text = String::from("Net(\n");
+    for _ in 0..1_000_000 {
+        text.push_str("(a): ModuleList(\n");
+    }
+    let started = std::time::Instant::now();
+    let e = error_of(&text);
+    assert_eq!(e.line, 1001, "{e}");
+    assert!(e.message.contains("at most 1000 deep"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // Up to the limit, every level counts.
+    let mut text = String::from("Net(\n");
+    for _ in 0..999 {
+        text.push_str("(a): 2 x ModuleList(\n");
+    }
+    text.push_str("(fc): Linear(in_features=2, out_features=2, bias=True), 6 params\n");
+    text.push_str(&")\n".repeat(1000));
+    let summary = Summary::parse(&text).unwrap();
+    assert_eq!(summary.features.params_total, u64::MAX);
+}
+
+#[test]
 fn huge_numbers_are_errors_not_panics() {
     let text = "Layer (type)   Output Shape   Param #\n====\nLinear-1   [-1, 99999999999999999999999]   1\n====\n";
     assert_eq!(error_of(text).line, 3);
