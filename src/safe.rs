@@ -196,8 +196,10 @@ pub(crate) fn is_regular(stat: FileStat) -> bool {
 /// The names in the directory `relative` below `dir` (`""` for `dir`
 /// itself), reached without following a link at any component and
 /// without blocking: where a root daemon looks for a file under a name
-/// that differs in case.
-pub fn names_beneath(dir: &Path, relative: &str) -> io::Result<Vec<String>> {
+/// that differs in case. At most `limit` of them: a directory with more
+/// is an error, never listed to its end (a user's directory of millions
+/// of names would cost the daemon that much for each job naming it).
+pub fn names_beneath(dir: &Path, relative: &str, limit: usize) -> io::Result<Vec<String>> {
     // `dir` is the caller's to choose, and may be reached through a link.
     let mut fd = nix::fcntl::open(
         dir,
@@ -221,6 +223,12 @@ pub fn names_beneath(dir: &Path, relative: &str) -> io::Result<Vec<String>> {
     for entry in listing.iter() {
         if let Ok(name) = entry?.file_name().to_str() {
             if name != "." && name != ".." {
+                if names.len() == limit {
+                    return Err(io::Error::other(format!(
+                        "{}/{relative}: more than {limit} names",
+                        dir.display()
+                    )));
+                }
                 names.push(name.to_owned());
             }
         }

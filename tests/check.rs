@@ -147,6 +147,22 @@ fn two_summaries_matching_but_for_case_are_not_guessed_between() {
 }
 
 #[test]
+fn a_directory_of_very_many_names_is_not_searched_for_another_case() {
+    // The daemon searched `pending/` (and users' directories) whole, on
+    // its loop, for each job naming a summary it did not find.
+    let mut names: Vec<String> = (0..4096).map(|i| format!("f{i}")).collect();
+    names.push("BERT_base.model".into());
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (_dir, _, output) = check_bert_beside(&names, true);
+    let checked: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(checked["model"], serde_json::Value::Null);
+    // 4,096 names with the job file itself.
+    let (_dir, _, output) = check_bert_beside(&names[2..], true);
+    let checked: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(checked["model"], "BERT_base.model");
+}
+
+#[test]
 fn a_missing_summary_is_a_warning_with_a_suggestion() {
     let (_dir, rad, output) = check_bert_beside(&["BERT_base_v2.model"], false);
     let errors = stderr(&output);

@@ -116,14 +116,15 @@ pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<JobFile, FileError> {
 /// `relative`'s file name ignoring case, as a path relative to `dir`; `None`
 /// when no file or more than one does (then carma cannot know which was
 /// meant). Names are only listed, never followed: callers still open the
-/// result safely.
+/// result safely. Not searched in a directory of more than
+/// [`CASE_SEARCH_LIMIT`] names.
 pub fn case_match(dir: &Path, relative: &str) -> Option<String> {
     let (subdir, file_name) = match relative.rsplit_once('/') {
         Some((subdir, file_name)) => (Some(subdir), file_name),
         None => (None, relative),
     };
     let wanted = file_name.to_lowercase();
-    let mut matches = crate::safe::names_beneath(dir, subdir.unwrap_or(""))
+    let mut matches = crate::safe::names_beneath(dir, subdir.unwrap_or(""), CASE_SEARCH_LIMIT)
         .ok()?
         .into_iter()
         .filter(|name| name.to_lowercase() == wanted);
@@ -136,6 +137,11 @@ pub fn case_match(dir: &Path, relative: &str) -> Option<String> {
         None => name,
     })
 }
+
+/// Names a directory may hold for [`case_match`] to search it: the
+/// daemon searches `pending/` and users' directories, for every job that
+/// names a summary it does not find, on its loop.
+pub const CASE_SEARCH_LIMIT: usize = 4096;
 
 /// The file's bytes, refusing directories, FIFOs, devices (reading those
 /// blocks or never ends) and files over [`MAX_FILE_BYTES`].
