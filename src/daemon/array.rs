@@ -5,7 +5,10 @@
 //! first element's record says it is an array (written before any copy)
 //! and, once every element exists, that it is expanded; a restarted
 //! daemon finds the elements already made (by their records) and makes
-//! only the missing ones.
+//! only the missing ones. Only then is the spool searched for them: an
+//! array just submitted has none yet, and a search of every state
+//! directory (`done/` over its whole retention) for each array submitted
+//! cost the loop as much as the spool holds.
 
 use std::collections::HashSet;
 
@@ -15,8 +18,8 @@ use crate::spool::{Spool, State, TaskName};
 
 impl Daemon {
     /// Makes the missing elements of the array whose first element is
-    /// task `seq`.
-    pub(super) fn expand_array(&mut self, seq: u64) {
+    /// task `seq`; `fresh`: just submitted, so none is made yet.
+    pub(super) fn expand_array(&mut self, seq: u64, fresh: bool) {
         let Some(task) = self.life.tasks.get(&seq) else {
             return;
         };
@@ -32,10 +35,13 @@ impl Daemon {
             log::error!("{name}: cannot record its array, elements not made: {e}");
             return;
         }
-        let made: HashSet<u32> = elements(&self.spool, seq)
-            .into_iter()
-            .map(|(_, i)| i)
-            .collect();
+        let made: HashSet<u32> = match fresh {
+            true => HashSet::new(),
+            false => elements(&self.spool, seq)
+                .into_iter()
+                .map(|(_, i)| i)
+                .collect(),
+        };
         for index in (spec.first..=spec.last).filter(|i| *i != member.index && !made.contains(i)) {
             let mut element = record.clone();
             element.requeued();
@@ -69,14 +75,16 @@ impl Daemon {
 }
 
 /// The tasks of array `job` that exist anywhere in the spool, with their
-/// indices, as their records say.
+/// indices, as their records say. Only carma's own task directories are
+/// read: in `pending/` anyone may make an entry under a task's name.
 pub(super) fn elements(spool: &Spool, job: u64) -> Vec<(TaskName, u32)> {
     let mut found = Vec::new();
     for state in State::ALL {
         let Ok(listing) = spool.list(state) else {
             continue;
         };
-        for name in listing.tasks.into_iter().filter(|n| n.seq() >= job) {
+        let tasks = listing.tasks.into_iter();
+        for name in tasks.filter(|n| n.seq() >= job && spool.is_task_dir(state, n)) {
             let record = spool.load_record(state, &name).ok();
             if let Some(a) = record.and_then(|r| r.array).filter(|a| a.job == job) {
                 found.push((name, a.index));

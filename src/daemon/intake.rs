@@ -378,7 +378,7 @@ impl Daemon {
             Ok(task) => {
                 self.fresh.push(name.seq());
                 if self.life.admit(task) {
-                    self.expand_array(name.seq());
+                    self.expand_array(name.seq(), is_fresh);
                 }
                 None
             }
