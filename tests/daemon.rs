@@ -35,6 +35,25 @@ fn dropped_and_submitted_jobs_all_end_in_done() {
 }
 
 #[test]
+fn a_job_file_of_almost_a_megabyte_of_quotes_runs_and_its_record_stays_small() {
+    // JSON doubles each `"`: the run's launch.json was past the 1 MiB a
+    // record could be, and the job could never start; and every ended
+    // record (and history file) kept the whole script.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let quotes = format!(": '{}'\n", "\"".repeat(995));
+    let rad = format!("memory: 1G\n{}echo ran\n", quotes.repeat(1000));
+    assert!(rad.len() < 1 << 20);
+    let name = spool.submit("quoted.rad", &rad);
+    spool.wait_count("done", 1, 20.0);
+    let task = spool.root.join("done").join(&name);
+    let out = fs::read_to_string(task.join("run-1/stdout")).unwrap();
+    assert_eq!(out, "ran\n");
+    let record = fs::metadata(task.join("task.json")).unwrap().len();
+    assert!(record < 16 << 10, "task.json is {record} bytes");
+}
+
+#[test]
 fn an_underestimated_job_crashes_recovers_and_completes() {
     // One 10 GiB GPU. `big` really uses 6 GiB and says so. `liar` says
     // 1 GiB but takes 6: it fits beside `big` on paper (1 + 2 margin <= 4

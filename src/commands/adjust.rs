@@ -15,7 +15,6 @@ use anyhow::Result;
 
 use carma::config::Config;
 use carma::spool::State;
-use carma::spool::record::read_json;
 use carma::spool::request::Verb;
 use carma::spool::status::Status;
 
@@ -97,7 +96,7 @@ fn adjust(config_path: Option<&Path>, args: TaskArgs, verb: Verb) -> Result<Exit
     }
     // Where it now stands in the queue, when the status says (it may have
     // started meanwhile).
-    let status = read_json::<Status>(&spool.status_file()).ok();
+    let status = Status::read(&spool.status_file()).ok();
     let shown = status.and_then(|s| s.waiting.into_iter().find(|w| w.name == name.as_str()));
     if let Some(shown) = shown {
         let held = if shown.held { "held, " } else { "" };

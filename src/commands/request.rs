@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use carma::config::Config;
-use carma::spool::record::{read_json, unix_now};
+use carma::spool::record::unix_now;
 use carma::spool::request::{Request, Verb};
 use carma::spool::status::{self, Status, Verdict};
 use carma::spool::{Spool, State, TaskName};
@@ -93,7 +93,7 @@ fn refusal(
     if me == 0 || Some(me) == carmas {
         return None;
     }
-    let status = read_json::<Status>(&spool.status_file()).ok();
+    let status = Status::read(&spool.status_file()).ok();
     if let Some(owner) = owner(spool, state, name, status.as_ref()) {
         if owner != me {
             let who = nix::unistd::User::from_uid(owner.into())

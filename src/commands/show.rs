@@ -14,7 +14,6 @@ use anyhow::Result;
 
 use carma::config::Config;
 use carma::size::format_mib;
-use carma::spool::record::read_json;
 use carma::spool::status::Status;
 use carma::task_view::{self, RunView, Scope, TaskView};
 use carma::wall_time::{length as duration, utc};
@@ -41,7 +40,7 @@ pub struct Args {
 pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     let config = Config::load(config_path)?;
     let spool = args.spool.resolve(&config);
-    let status = read_json::<Status>(&spool.status_file()).ok();
+    let status = Status::read(&spool.status_file()).ok();
     let (state, name) = find_with(&spool, &args.task, status.as_ref())?;
     let scope = Scope {
         tail_lines: args.lines,

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use carma::config::Config;
 use carma::size::format_mib;
-use carma::spool::record::{read_json, unix_now};
+use carma::spool::record::unix_now;
 use carma::spool::status::Status;
 use carma::spool::{Spool, State, TaskName};
 use carma::task_view::{failure_reason, owner_uid as task_owner};
@@ -93,7 +93,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
             spool.root().display()
         );
     }
-    let status: Option<Status> = read_json::<Status>(&spool.status_file())
+    let status: Option<Status> = Status::read(&spool.status_file())
         .ok()
         .map(|s| current(&spool, s));
     let failed = spool

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
-use carma::spool::record::read_json;
 use carma::spool::status::{self, Status};
 use carma::spool::{Spool, State, TaskName};
 
@@ -20,7 +19,7 @@ const RECEIPT_PATIENCE: Duration = Duration::from_secs(10);
 /// The task `query` names: its full name, its number, a unique prefix, its
 /// job name (see [`Spool::find_among`]) or the submission it was made from.
 pub fn find(spool: &Spool, query: &str) -> Result<(State, TaskName)> {
-    let status = read_json::<Status>(&spool.status_file()).ok();
+    let status = Status::read(&spool.status_file()).ok();
     find_with(spool, query, status.as_ref())
 }
 
@@ -41,7 +40,7 @@ pub fn find_with(spool: &Spool, query: &str, status: Option<&Status>) -> Result<
                 }
             );
         };
-        let status = read_json::<Status>(&spool.status_file()).ok();
+        let status = Status::read(&spool.status_file()).ok();
         return among(spool, name.as_str(), status.as_ref());
     }
     among(spool, query, status)

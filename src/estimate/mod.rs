@@ -242,7 +242,7 @@ impl EstimateInput {
     /// The job's identity in history.
     pub fn fingerprint(&self) -> Fingerprint {
         Fingerprint {
-            command: self.command.trim().to_string(),
+            command: Fingerprint::command_identity(&self.command),
             summary_digest: self.summary.as_ref().map(|s| s.digest.clone()),
             batch_size: self.batch(),
             user: self.user,

@@ -37,8 +37,10 @@ impl Archived {
 }
 
 impl Spool {
-    /// Appends the ended task `name` (with its `runs`) to the archive,
-    /// durably, then discards its directory.
+    /// Appends the ended task `name` (with its `runs`, without their
+    /// scripts and environments: the report needs neither, and a user's
+    /// script may be a megabyte) to the archive, durably, then discards
+    /// its directory.
     pub fn archive(
         &self,
         state: State,
@@ -46,6 +48,17 @@ impl Spool {
         runs: Vec<(Launch, Option<RunExit>)>,
     ) -> Result<(), SpoolError> {
         let record = self.load_record(state, name)?;
+        let runs = runs
+            .into_iter()
+            .map(|(launch, exit)| {
+                let launch = Launch {
+                    script: Vec::new(),
+                    env: Vec::new(),
+                    ..launch
+                };
+                (launch, exit)
+            })
+            .collect();
         let line = serde_json::to_string(&Archived {
             state: state.dir_name().to_owned(),
             name: name.to_string(),

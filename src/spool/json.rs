@@ -19,14 +19,22 @@ pub fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Largest record read: real ones are a few kilobytes.
-pub const MAX_RECORD_BYTES: u64 = 1 << 20;
+/// Largest record read. Most are a few kilobytes, but a run's
+/// `launch.json` holds its job's script: a job file of up to 1 MiB, which
+/// JSON's escapes make up to six times as long (`\u0001` for a control
+/// byte). At 1 MiB, such a job could never start.
+pub const MAX_RECORD_BYTES: u64 = 8 << 20;
 
 /// Reads a JSON record (a regular file, never through a link, at most
-/// 1 MiB), whoever wrote it: for files that only inform (the status file),
+/// [`MAX_RECORD_BYTES`]), whoever wrote it: for files that only inform,
 /// never for carma's state.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
-    let (bytes, _) = crate::safe::read_regular(path, MAX_RECORD_BYTES)?;
+    read_json_at_most(path, MAX_RECORD_BYTES)
+}
+
+/// [`read_json`] of a file of at most `max_bytes`.
+pub fn read_json_at_most<T: DeserializeOwned>(path: &Path, max_bytes: u64) -> io::Result<T> {
+    let (bytes, _) = crate::safe::read_regular(path, max_bytes)?;
     parse_json(path, &bytes)
 }
 

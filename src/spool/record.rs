@@ -37,11 +37,15 @@ pub use super::json::{MAX_RECORD_BYTES, read_json, read_state, to_json, unix_now
 use crate::sched::{DependencyKind, Need};
 use crate::summary::hex_digest;
 
+/// The longest command a fingerprint keeps as it is.
+pub const COMMAND_KEPT: usize = 4096;
+
 /// What identifies "the same job": its command, its model (the summary's
 /// digest) and its batch size, and whose it is: one user's runs must not
 /// set another user's estimates (unless the configuration shares them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fingerprint {
+    /// The command ([`Fingerprint::command_identity`]).
     pub command: String,
     pub summary_digest: Option<String>,
     pub batch_size: Option<u64>,
@@ -51,6 +55,19 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
+    /// What of a job's command a fingerprint keeps: the command itself
+    /// (trimmed) up to [`COMMAND_KEPT`] bytes, else its SHA-256. Every
+    /// ended task's record and every history file holds a fingerprint: a
+    /// script of a megabyte (of quotes, which JSON doubles) made each one
+    /// megabytes on root's disk, past what a record may be to be read back.
+    pub fn command_identity(command: &str) -> String {
+        let command = command.trim();
+        match command.len() <= COMMAND_KEPT {
+            true => command.to_string(),
+            false => format!("sha256:{}", hex_digest(command.as_bytes())),
+        }
+    }
+
     /// A file-name-safe key: SHA-256 over the parts, each
     /// length-prefixed so that no two fingerprints share a key by
     /// concatenation. Shared history keeps the keys it had before users

@@ -11,6 +11,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::MetricSource;
 
+/// Largest status file read. It lists every waiting task, about 190
+/// bytes each, and each user may have 10,000 (`queue.user_max_tasks`):
+/// capped at 1 MiB like a record, a queue of 6,000 made `carma status`
+/// say there was no status at all.
+pub const MAX_STATUS_BYTES: u64 = 256 << 20;
+
+impl Status {
+    /// Reads the status file at `path` (see [`MAX_STATUS_BYTES`]).
+    pub fn read(path: &std::path::Path) -> std::io::Result<Status> {
+        super::json::read_json_at_most(path, MAX_STATUS_BYTES)
+    }
+}
+
 /// The whole status file. `W` is how the waiting tasks are held, and `A`
 /// the adopted submissions: lists for those who read the file, and for
 /// the daemon that writes it, anything that serialises as one (the
@@ -163,7 +176,7 @@ pub fn wait_for<T>(
         // Read after the watch is made: a write in between is not missed.
         let read_at = Instant::now();
         reads += 1;
-        let status = super::record::read_json::<Status>(&file).ok();
+        let status = Status::read(&file).ok();
         if let Some(found) = find(status.as_ref()) {
             return Some(found);
         }
@@ -179,5 +192,37 @@ pub fn wait_for<T>(
             }
             None => std::thread::sleep(left.min(SPACING)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_of_ten_thousand_waiting_tasks_reads_back() {
+        let waiting = (0..10_000)
+            .map(|i| WaitingTask {
+                name: format!("{i:06}-a-job-of-an-ordinary-name"),
+                user: "alice".into(),
+                priority: 0,
+                held: false,
+                array: None,
+                why: format!(
+                    "behind {:06}-a-job-of-an-ordinary-name (submitted first)",
+                    i
+                ),
+                estimate: None,
+            })
+            .collect();
+        let status = Status {
+            waiting,
+            ..Status::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("status.json");
+        std::fs::write(&path, serde_json::to_vec(&status).unwrap()).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > 1 << 20);
+        assert_eq!(Status::read(&path).unwrap(), status);
     }
 }
