@@ -117,7 +117,7 @@ pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<JobFile, FileError> {
 /// when no file or more than one does (then carma cannot know which was
 /// meant). Names are only listed, never followed: callers still open the
 /// result safely. Not searched in a directory of more than
-/// [`CASE_SEARCH_LIMIT`] names.
+/// 4,096 names (`CASE_SEARCH_LIMIT`).
 pub fn case_match(dir: &Path, relative: &str) -> Option<String> {
     let (subdir, file_name) = match relative.rsplit_once('/') {
         Some((subdir, file_name)) => (Some(subdir), file_name),
@@ -141,7 +141,7 @@ pub fn case_match(dir: &Path, relative: &str) -> Option<String> {
 /// Names a directory may hold for [`case_match`] to search it: the
 /// daemon searches `pending/` and users' directories, for every job that
 /// names a summary it does not find, on its loop.
-pub const CASE_SEARCH_LIMIT: usize = 4096;
+const CASE_SEARCH_LIMIT: usize = 4096;
 
 /// The file's bytes, refusing directories, FIFOs, devices (reading those
 /// blocks or never ends) and files over [`MAX_FILE_BYTES`].
