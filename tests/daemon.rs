@@ -19,14 +19,14 @@ fn dropped_and_submitted_jobs_all_end_in_done() {
     spool.drop_file("b.rad", &fake_job("b", "memory: 2G\n", "2G", 0.3));
     spool.drop_file(
         "c.rad",
-        "gpus: 1\nmemory: 512M\necho hello from $CARMA_TASK_ID on GPU $CARMA_GPUS\n",
+        "gpus: 1\nmemory: 512M\necho hello from $CARMA_TASK_ID \\($CARMA_JOB_NAME\\) on GPU $CARMA_GPUS\n",
     );
     spool.wait_count("done", 3, 20.0);
     assert!(submitted.ends_with("-a"), "{submitted}");
     let (_, c) = spool.find("-c").unwrap();
     let out = fs::read_to_string(c.join("run-1/stdout")).unwrap();
     assert!(out.starts_with("hello from "), "{out}");
-    assert!(out.contains("-c on GPU "), "{out}");
+    assert!(out.contains("-c (c) on GPU "), "{out}");
     let exit: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(c.join("run-1/exit.json")).unwrap()).unwrap();
     assert_eq!(exit["code"], 0);

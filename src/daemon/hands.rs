@@ -363,6 +363,7 @@ impl Hands<'_> {
                 self.spool.root().display().to_string(),
             ),
             ("CARMA_TASK_ID".to_string(), name.to_string()),
+            ("CARMA_JOB_NAME".to_string(), name.stem().to_string()),
             ("CARMA_RUN".to_string(), run.to_string()),
             ("CARMA_GPUS".to_string(), indices.join(",")),
         ]);
