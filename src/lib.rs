@@ -16,6 +16,7 @@
 /// build ([`supervisor::program`]).
 pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("CARMA_BUILD_ID"));
 
+pub mod accounts;
 pub mod cgroup;
 pub mod config;
 pub mod daemon;

@@ -1645,3 +1645,48 @@ fn a_mount_in_pending_is_taken_away_and_never_holds_the_daemon() {
     );
     drop(fuse);
 }
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_users_subordinate_ids_share_their_limits() {
+    // With `newuidmap` (a rootless container), a user acts as any of
+    // their subordinate ids (`/etc/subuid`), and each id had limits of its
+    // own: 15 of them got 15 times the refused drops a minute.
+    let (_alice, bob, spool) = shared_daemon("");
+    let first = 600_000;
+    let line = format!("{}:{first}:100\n", bob.name);
+    let subuid = fs::read_to_string("/etc/subuid").unwrap_or_default();
+    if !subuid.contains(&line) {
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open("/etc/subuid")
+            .unwrap();
+        std::io::Write::write_all(&mut file, line.as_bytes()).unwrap();
+    }
+    let made = spool.dir.path().join("made");
+    fs::create_dir(&made).unwrap();
+    for id in 0..15u32 {
+        for i in 0..100 {
+            let path = made.join(format!("bad-{id}-{i}.rad"));
+            fs::write(&path, "batch_sise: 3\n").unwrap();
+            std::os::unix::fs::chown(&path, Some(first + id), Some(first + id)).unwrap();
+        }
+    }
+    for entry in fs::read_dir(&made).unwrap().flatten() {
+        fs::rename(entry.path(), spool.root.join("pending").join(entry.file_name())).unwrap();
+    }
+    spool.wait_for("the limit to be said", 15.0, || {
+        spool.daemon_log().contains(&format!(
+            "uid {}: 100 drops refused within a minute",
+            bob.uid
+        ))
+    });
+    still_serves_at_once(&spool, &bob, "subordinate");
+    std::thread::sleep(Duration::from_secs(2));
+    let refused = spool.tasks("failed").len();
+    assert!(
+        (100..=100 + 512 + 1).contains(&refused),
+        "{refused} refused in the first minute"
+    );
+}

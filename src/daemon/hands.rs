@@ -80,6 +80,10 @@ impl Hands<'_> {
 }
 
 impl World for Hands<'_> {
+    fn answers_for(&self, uid: u32) -> u32 {
+        crate::accounts::accountable(uid)
+    }
+
     fn write_record(&mut self, at: State, name: &TaskName, record: &TaskRecord) -> io::Result<()> {
         write_json(&self.spool.task_dir(at, name).join(RECORD), record)
     }

@@ -16,6 +16,7 @@ use nix::unistd::Uid;
 
 use super::watch::Change;
 use super::{Daemon, Task};
+use crate::accounts::accountable;
 use crate::estimate::EstimateInput;
 use crate::lifecycle::{Refusal, Refused};
 use crate::rad::{self, FileError, JobFile};
@@ -248,7 +249,8 @@ impl Daemon {
     fn drop_waits(&mut self, entry: &OsStr) -> bool {
         let now = self.now();
         let path = self.spool.dir(State::Pending).join(entry);
-        let waits = fs::symlink_metadata(path).is_ok_and(|m| self.junk_drops.refuses(m.uid(), now));
+        let waits = fs::symlink_metadata(path)
+            .is_ok_and(|m| self.junk_drops.refuses(accountable(m.uid()), now));
         if waits {
             self.entry_retry.failed(entry.to_owned(), now);
         }
@@ -307,12 +309,13 @@ impl Daemon {
             self.entry_retry.succeeded(&c.drop);
             match c.refused.take() {
                 Some(reason) => {
-                    if let Some(owner) = c.record.owner {
+                    let owner = c.record.owner.map(accountable);
+                    if let Some(owner) = owner {
                         self.junk_drops.count(owner, self.now());
                     }
                     // Kept with its reason in failed/ whether or not it is
                     // logged.
-                    if let Some(held) = self.hush.allow("refused drop", c.record.owner, now) {
+                    if let Some(held) = self.hush.allow("refused drop", owner, now) {
                         log::error!(
                             "{}: refused pending/{}: {reason}{}",
                             c.name,
@@ -324,7 +327,7 @@ impl Daemon {
                 }
                 None => {
                     log::info!("{}: claimed pending/{}", c.name, c.file);
-                    let owner = c.record.owner;
+                    let owner = c.record.owner.map(accountable);
                     // Refused at intake (a job file that does not parse,
                     // say): junk as much as a drop that is no file.
                     if let (Some(_), Some(owner)) = (self.take_fresh(c), owner) {

@@ -275,7 +275,8 @@ fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, readers: &mut Readers
             return;
         }
     };
-    let Some(slot) = Slot::take(held, peer) else {
+    // Places are a person's: their subordinate ids are theirs.
+    let Some(slot) = Slot::take(held, crate::accounts::accountable(peer)) else {
         log::debug!("uid {peer}'s submission declined: too many connections");
         Reply::Declined("the daemon has too many submissions in hand".into()).send(&mut stream);
         return;

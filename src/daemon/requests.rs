@@ -9,6 +9,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 
 use super::Daemon;
+use crate::accounts::accountable;
 use crate::lifecycle::Answer;
 use crate::spool::record::unix_now;
 use crate::spool::request::Request;
@@ -37,7 +38,10 @@ impl Daemon {
             let file_name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
             let meta = fs::symlink_metadata(&path).ok();
-            let owner = meta.as_ref().map(MetadataExt::uid);
+            // Each of a user's subordinate ids counts as them (and acts
+            // as them: they are theirs), every id without an account as
+            // one nobody.
+            let owner = meta.as_ref().map(|m| accountable(m.uid()));
             let now = std::time::Instant::now();
             if meta.as_ref().is_some_and(|m| !m.is_file()) {
                 // A request is an empty regular file; anything else (a
@@ -66,7 +70,7 @@ impl Daemon {
                 let _ = fs::remove_file(&path);
                 continue;
             }
-            let Some(requester) = meta.map(|m| m.uid()) else {
+            let Some(requester) = owner else {
                 continue;
             };
             if self.life.junk.refuses(requester, self.now()) {

@@ -153,7 +153,7 @@ fn peer_of(stream: &TcpStream) -> Peer {
     local.set_ip(local.ip().to_canonical());
     if remote.ip().is_loopback() || remote.ip() == local.ip() {
         if let Some(uid) = socket_owner(remote, local) {
-            return Peer::User(uid);
+            return Peer::User(crate::accounts::accountable(uid));
         }
     }
     Peer::Address(remote.ip())

@@ -160,6 +160,7 @@ impl Lifecycle {
         };
         self.ended.insert(to, name.clone());
         if let Some(user) = c.record.owner.filter(|&u| !self.privileged(u)) {
+            let user = world.answers_for(user);
             for (state, old) in self.kept.landed(user, c.bytes, to, name.clone()) {
                 match world.drop_copies(state, &old) {
                     Ok(()) => log::info!(

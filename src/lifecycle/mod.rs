@@ -250,6 +250,11 @@ pub enum RunEnd {
 /// The effects the lifecycle asks of the world. Each is one step in the
 /// spool or among processes that either happened or did not.
 pub trait World {
+    /// The user whose limits `uid`'s tasks count against (a subordinate
+    /// id's owner: [`crate::accounts::accountable`]).
+    fn answers_for(&self, uid: u32) -> u32 {
+        uid
+    }
     /// Writes a task's record in its directory at `at`, atomically.
     fn write_record(&mut self, at: State, name: &TaskName, record: &TaskRecord) -> io::Result<()>;
     /// Moves a task's directory (one rename, made durable).

@@ -158,7 +158,8 @@ fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
         rename_in(staging, name, &tagged)?;
         return remove_entry(staging, OsStr::new(&tagged));
     };
-    if stat.st_uid != owner && owner != mine && !subordinate(owner, stat.st_uid) {
+    if stat.st_uid != owner && owner != mine && !crate::accounts::is_subordinate(owner, stat.st_uid)
+    {
         log::warn!(
             "staging/{}: a directory of uid {} in a tree of uid {owner}'s that was discarded; \
              kept",
@@ -207,37 +208,6 @@ fn retagged(name: &OsStr, uid: u32) -> String {
 
 fn rename_in(staging: &OwnedFd, from: &OsStr, to: &str) -> io::Result<()> {
     renameat2(staging, from, staging, to, RenameFlags::RENAME_NOREPLACE).map_err(io::Error::from)
-}
-
-/// Whether `uid` is one of `owner`'s subordinate user ids (`/etc/subuid`):
-/// a rootless container of theirs (podman, Apptainer's fakeroot) makes
-/// files under those, which are theirs as much as their own.
-fn subordinate(owner: u32, uid: u32) -> bool {
-    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(owner))
-        .ok()
-        .flatten()
-        .map(|u| u.name);
-    let Ok(ranges) = std::fs::read_to_string("/etc/subuid") else {
-        return false;
-    };
-    in_ranges(&ranges, owner, name.as_deref(), uid)
-}
-
-/// Whether `uid` is in one of the `/etc/subuid` ranges (`ranges`) of the
-/// user `owner` (named `name`).
-fn in_ranges(ranges: &str, owner: u32, name: Option<&str>, uid: u32) -> bool {
-    ranges.lines().any(|line| {
-        let mut fields = line.split(':');
-        let (Some(who), Some(start), Some(count)) = (fields.next(), fields.next(), fields.next())
-        else {
-            return false;
-        };
-        let (Ok(start), Ok(count)) = (start.parse::<u64>(), count.parse::<u64>()) else {
-            return false;
-        };
-        let theirs = who == owner.to_string() || name == Some(who);
-        theirs && (start..start.saturating_add(count)).contains(&u64::from(uid))
-    })
 }
 
 /// The prefix in `staging/` of what the trash kept: another user's
@@ -363,16 +333,6 @@ mod tests {
         assert!(spool.empty_trash(None).unwrap());
         assert!(fs::read_dir(spool.staging()).unwrap().next().is_none());
         assert!(Path::new("/etc/passwd").exists());
-    }
-
-    #[test]
-    fn a_users_subordinate_ids_are_theirs() {
-        let ranges = "alice:100000:65536\n1001:300000:10\nbad line\n";
-        assert!(in_ranges(ranges, 1000, Some("alice"), 100_000));
-        assert!(in_ranges(ranges, 1000, Some("alice"), 165_535));
-        assert!(!in_ranges(ranges, 1000, Some("alice"), 165_536));
-        assert!(in_ranges(ranges, 1001, Some("bob"), 300_009), "by number");
-        assert!(!in_ranges(ranges, 1002, Some("carol"), 100_000));
     }
 
     #[test]

@@ -1,0 +1,154 @@
+//! Who answers for a user id: the person behind it, for every per-user
+//! limit.
+//!
+//! A user with subordinate ids (`/etc/subuid`: 65,536 each by default on
+//! Debian and Ubuntu) can act as any of them with `newuidmap` (a rootless
+//! container does): make files in `pending/` and `cancel/`, connect to
+//! the socket and the status page. Counted by the raw id, each of those
+//! ids had limits of its own, and one user had 65,536 times the share of
+//! the loop, the journal and root's disk that the limits meant to give
+//! them. So limits count a subordinate id as its owner, and every id with
+//! no account and no owner as one and the same nobody ([`NO_ACCOUNT`]).
+//! The job's identity is not changed: a job still runs as (or is refused
+//! for) the very owner of its file.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The id that every id with neither an account nor an owner counts as:
+/// `(uid_t) -1`, which no process can have.
+pub const NO_ACCOUNT: u32 = u32::MAX;
+
+/// The id whose limits `uid`'s actions count against: its own if it has
+/// an account, its owner's if it is someone's subordinate id, else
+/// [`NO_ACCOUNT`]'s. Looked up once a minute at most per id.
+pub fn accountable(uid: u32) -> u32 {
+    if let Some(owner) = owner_of(uid) {
+        return owner;
+    }
+    match has_account(uid) {
+        true => uid,
+        false => NO_ACCOUNT,
+    }
+}
+
+/// Whether `uid` is one of `owner`'s subordinate ids.
+pub fn is_subordinate(owner: u32, uid: u32) -> bool {
+    with_ranges(|ranges| ranges.iter().any(|r| r.owner == owner && r.holds(uid)))
+}
+
+/// The user whose subordinate id `uid` is, if any.
+fn owner_of(uid: u32) -> Option<u32> {
+    with_ranges(|ranges| ranges.iter().find(|r| r.holds(uid)).map(|r| r.owner))
+}
+
+/// One line of `/etc/subuid`, its user resolved to an id.
+#[derive(Debug, PartialEq)]
+struct Range {
+    owner: u32,
+    start: u64,
+    count: u64,
+}
+
+impl Range {
+    fn holds(&self, uid: u32) -> bool {
+        (self.start..self.start.saturating_add(self.count)).contains(&u64::from(uid))
+    }
+}
+
+/// The ranges of `text` (`/etc/subuid`), each user named by name or by
+/// number and resolved by `uid_of`; lines that do not read are skipped.
+fn parse_ranges(text: &str, uid_of: impl Fn(&str) -> Option<u32>) -> Vec<Range> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(':');
+            let (who, start, count) = (fields.next()?, fields.next()?, fields.next()?);
+            Some(Range {
+                owner: who.parse().ok().or_else(|| uid_of(who))?,
+                start: start.parse().ok()?,
+                count: count.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// `/etc/subuid`'s ranges, read again whenever the file changed.
+fn with_ranges<T>(f: impl FnOnce(&[Range]) -> T) -> T {
+    static RANGES: Mutex<Option<(Option<SystemTime>, Vec<Range>)>> = Mutex::new(None);
+    const PATH: &str = "/etc/subuid";
+    let modified = std::fs::metadata(PATH).and_then(|m| m.modified()).ok();
+    let mut cached = RANGES.lock().unwrap_or_else(|e| e.into_inner());
+    if cached.as_ref().is_none_or(|(at, _)| *at != modified) {
+        let text = std::fs::read_to_string(PATH).unwrap_or_default();
+        let ranges = parse_ranges(&text, |name| {
+            nix::unistd::User::from_name(name)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+        });
+        *cached = Some((modified, ranges));
+    }
+    f(cached.as_ref().map_or(&[], |(_, ranges)| ranges))
+}
+
+/// Whether `uid` has an account (a `passwd` entry), as looked up at most
+/// a minute ago.
+fn has_account(uid: u32) -> bool {
+    static KNOWN: Mutex<Option<HashMap<u32, (bool, Instant)>>> = Mutex::new(None);
+    const FRESH: Duration = Duration::from_secs(60);
+    // Ids with neither account nor owner are few (a process of a deleted
+    // user's); bounded all the same.
+    const MOST: usize = 10_000;
+    let now = Instant::now();
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    let known = known.get_or_insert_with(HashMap::new);
+    if let Some(&(has, at)) = known.get(&uid) {
+        if now.saturating_duration_since(at) < FRESH {
+            return has;
+        }
+    }
+    let has = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .is_some();
+    if known.len() >= MOST {
+        known.clear();
+    }
+    known.insert(uid, (has, now));
+    has
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subordinate_ranges_name_their_user_by_name_or_number() {
+        let ranges = parse_ranges(
+            "alice:100000:65536\n1001:300000:10\nbad line\nnobody-known:1:2\n",
+            |name| (name == "alice").then_some(1000),
+        );
+        assert_eq!(ranges.len(), 2);
+        let owner = |uid| ranges.iter().find(|r| r.holds(uid)).map(|r| r.owner);
+        assert_eq!(owner(100_000), Some(1000));
+        assert_eq!(owner(165_535), Some(1000));
+        assert_eq!(owner(165_536), None);
+        assert_eq!(owner(300_009), Some(1001), "by number");
+        assert_eq!(owner(99_999), None);
+    }
+
+    #[test]
+    fn an_id_with_an_account_answers_for_itself_and_one_without_is_nobody() {
+        let me = nix::unistd::getuid().as_raw();
+        // Root, or whoever runs the tests, has an account everywhere;
+        // unless it is someone's subordinate id, it is itself.
+        if owner_of(me).is_none() {
+            assert_eq!(accountable(me), me);
+        }
+        // An id no system gives out.
+        if owner_of(NO_ACCOUNT - 7).is_none() {
+            assert_eq!(accountable(NO_ACCOUNT - 7), NO_ACCOUNT);
+        }
+    }
+}
