@@ -70,7 +70,7 @@ impl Daemon {
     /// once it is complete ([`Daemon::claim_stale_unfinished`]), unless
     /// too many wait ([`super::unfinished`]).
     fn await_close(&mut self, name: String, owner: u32) {
-        if !self.unfinished.wait(name.clone(), owner) {
+        if !self.unfinished.wait(name.clone(), accountable(owner)) {
             self.arrived(name);
         }
     }
