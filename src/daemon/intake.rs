@@ -130,7 +130,7 @@ impl Daemon {
                     && super::adoptions::submitter(&entry) == Some(meta.uid())
                     && crate::spool::adoptable(&entry) =>
                 {
-                    self.adopt(&entry)
+                    self.adopt(&entry, meta.uid())
                 }
                 _ => odd.push(entry.into()),
             }
@@ -138,18 +138,28 @@ impl Daemon {
         self.take_drops(drops, odd);
     }
 
-    /// Adopts a directory someone else made in `pending/` (see
-    /// [`crate::spool::Spool::adopt_submission`]).
-    fn adopt(&mut self, entry: &str) {
+    /// Adopts a directory `owner` made in `pending/` (see
+    /// [`crate::spool::Spool::adopt_submission`]). Refusals count as
+    /// refused drops do, and past their limit the directory waits as a
+    /// drop does ([`Daemon::drop_waits`]).
+    fn adopt(&mut self, entry: &str, owner: u32) {
+        let payer = accountable(owner);
+        if self.junk_drops.refuses(payer, self.now()) {
+            self.entry_retry.failed(entry.into(), self.now());
+            return;
+        }
         match self.spool.adopt_submission(entry) {
             Ok(c) => {
                 log::info!("{}: adopted pending/{entry}", c.name);
                 self.remember_adoption(entry.to_string(), &c.name.to_string());
                 // The submitter waits for this receipt.
                 self.receipt_due = true;
-                let _ = self.take_fresh(c);
+                if self.take_fresh(c).is_some() {
+                    self.junk_drops.count(payer, self.now());
+                }
             }
             Err(SpoolError::Refused { name, reason }) => {
+                self.junk_drops.count(payer, self.now());
                 log::error!("{name}: refused: {reason}");
                 self.remember_adoption(entry.to_string(), &name.to_string());
                 self.receipt_due = true;

@@ -10,6 +10,8 @@ use std::sync::mpsc::Receiver;
 
 use super::listener::{Answer, Submission};
 use super::{Daemon, Msg};
+use crate::accounts::accountable;
+use crate::lifecycle::JUNK_PER_MINUTE;
 use crate::spool::socket::{Receipt, Reply};
 
 impl Daemon {
@@ -26,6 +28,27 @@ impl Daemon {
             answer,
         } in submissions
         {
+            // Jobs refused count as refused drops do: past the limit, none
+            // of the user's jobs becomes a task (a record and a reason in
+            // failed/, on root's disk); each is answered as not taken.
+            let payer = accountable(peer);
+            if peer != me && self.junk_drops.refuses(payer, self.now()) {
+                let why = format!(
+                    "more than {JUNK_PER_MINUTE} of its owner's jobs were refused within a \
+                     minute; submit it again once it is over"
+                );
+                let receipts = staged
+                    .into_iter()
+                    .map(|s| {
+                        if let Ok(s) = s {
+                            self.spool.unstage(s);
+                        }
+                        Receipt::not_taken(&why)
+                    })
+                    .collect();
+                answers.push((answer, Reply::Taken(receipts)));
+                continue;
+            }
             let mut receipts = Vec::with_capacity(staged.len());
             for staged in staged {
                 let placed = staged.and_then(|s| self.spool.place_staged(s));
@@ -40,6 +63,9 @@ impl Daemon {
                         let name = claimed.name.to_string();
                         self.remember_adoption(claimed.drop.to_string_lossy().into_owned(), &name);
                         let refused = self.take_fresh(claimed);
+                        if refused.is_some() && peer != me {
+                            self.junk_drops.count(payer, self.now());
+                        }
                         Receipt {
                             name: Some(name),
                             refused,

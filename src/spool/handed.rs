@@ -147,6 +147,11 @@ impl Spool {
         Ok(made)
     }
 
+    /// Puts a staged claim in the trash: declined before it became a task.
+    pub fn unstage(&self, staged: Staged) {
+        let _ = self.discard(&staged.dir);
+    }
+
     /// Moves a staged claim into `pending/`: a task from now on.
     pub fn place_staged(&self, staged: Staged) -> Result<Claimed, SpoolError> {
         let Staged { dir, mut claimed } = staged;
