@@ -3,7 +3,7 @@
 # holds 8 GiB; `underestimated` declares 2 GiB, so carma places it beside
 # `medium`, but it allocates 34 GiB and dies with PyTorch's out-of-memory
 # message. carma moves it to recovery/, waits until the GPU is idle, and
-# re-runs it alone, where it completes. About a minute.
+# re-runs it alone, where it completes. Under a minute after the build.
 #
 #   examples/oom.sh          CARMA=path/to/carma skips the release build
 set -euo pipefail

@@ -3,7 +3,8 @@
 //! Users drop `.rad` job files into a spool; carma estimates each job's GPU
 //! memory, places it on a GPU that can take it (possibly beside other jobs),
 //! runs it, and re-runs it safely when it dies of out-of-memory. See
-//! `DESIGN.md` in the repository for the whole picture.
+//! `README.md` and `docs/` in the repository for the whole picture (job
+//! files: `README.md#a-job-file`, `docs/job-files.md`).
 //!
 //! The crate is split by concept: [`sched`] is the pure scheduling core,
 //! [`simulate`] drives it in virtual time, [`config`] holds every threshold,

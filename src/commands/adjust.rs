@@ -27,7 +27,8 @@ pub struct TaskArgs {
     #[command(flatten)]
     spool: SpoolArg,
     /// The task: its full name, its number, a unique prefix, or its job
-    /// name when exactly one waiting or running task has it.
+    /// name (the waiting or running task of that name, else the one that
+    /// ended).
     task: String,
 }
 

@@ -24,7 +24,8 @@ pub struct Args {
     #[command(flatten)]
     spool: SpoolArg,
     /// The task: its full name, its number, a unique prefix, or its job
-    /// name when exactly one waiting or running task has it.
+    /// name (the waiting or running task of that name, else the one that
+    /// ended).
     task: String,
     /// Cancel every task of the array job TASK belongs to (`array:`), not
     /// only TASK.

@@ -17,7 +17,8 @@
 //!
 //! - `time`: Unix seconds of the reading; `gpu`: carma's (NVML's) index.
 //! - `source`: where `smact`, `occupancy` and `dram` came from: `dcgm`,
-//!   `gpm`, `utilization` (the counter) or `simulated`.
+//!   `gpm`, `utilization` (the counter), `simulated`, or `unmeasured` (a
+//!   MIG instance: `smact` 0, `occupancy` and `dram` empty).
 //! - `smact`, `occupancy`, `dram`: fractions 0..1 (SM active, SM occupancy,
 //!   DRAM active); empty where the source does not measure them.
 //! - `used_mib`, `total_mib`: memory, MiB; `power_w`: watts; `energy_j`:
