@@ -103,10 +103,10 @@ fn has_account(uid: u32) -> bool {
     let now = Instant::now();
     let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
     let known = known.get_or_insert_with(HashMap::new);
-    if let Some(&(has, at)) = known.get(&uid) {
-        if now.saturating_duration_since(at) < FRESH {
-            return has;
-        }
+    if let Some(&(has, at)) = known.get(&uid)
+        && now.saturating_duration_since(at) < FRESH
+    {
+        return has;
     }
     let has = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
         .ok()

@@ -132,10 +132,10 @@ pub fn clear_for(spool: &Path) {
     };
     let parent = own.join(parent_name(spool));
     for run in fs::read_dir(&parent).into_iter().flatten().flatten() {
-        if run.file_type().is_ok_and(|t| t.is_dir()) {
-            if let Ok(cgroup) = RunCgroup::open(run.path()) {
-                let _ = cgroup.finish(Duration::from_secs(5));
-            }
+        if run.file_type().is_ok_and(|t| t.is_dir())
+            && let Ok(cgroup) = RunCgroup::open(run.path())
+        {
+            let _ = cgroup.finish(Duration::from_secs(5));
         }
     }
     remove_parent(&parent);
@@ -241,10 +241,10 @@ impl RunCgroup {
         processes: Option<u64>,
     ) -> Result<(), String> {
         let mut unset = Vec::new();
-        if let Some(n) = processes {
-            if let Err(e) = fs::write(self.dir.join("pids.max"), n.to_string()) {
-                unset.push(format!("queue.max_processes: {n} (pids.max: {e})"));
-            }
+        if let Some(n) = processes
+            && let Err(e) = fs::write(self.dir.join("pids.max"), n.to_string())
+        {
+            unset.push(format!("queue.max_processes: {n} (pids.max: {e})"));
         }
         if let Some(cpus) = cpus {
             let quota = (cpus * CPU_PERIOD_US as f64).round().max(1000.0) as u64;

@@ -221,16 +221,17 @@ pub fn names_beneath(dir: &Path, relative: &str, limit: usize) -> io::Result<Vec
     let mut listing = nix::dir::Dir::from_fd(fd)?;
     let mut names = Vec::new();
     for entry in listing.iter() {
-        if let Ok(name) = entry?.file_name().to_str() {
-            if name != "." && name != ".." {
-                if names.len() == limit {
-                    return Err(io::Error::other(format!(
-                        "{}/{relative}: more than {limit} names",
-                        dir.display()
-                    )));
-                }
-                names.push(name.to_owned());
+        if let Ok(name) = entry?.file_name().to_str()
+            && name != "."
+            && name != ".."
+        {
+            if names.len() == limit {
+                return Err(io::Error::other(format!(
+                    "{}/{relative}: more than {limit} names",
+                    dir.display()
+                )));
             }
+            names.push(name.to_owned());
         }
     }
     Ok(names)

@@ -148,7 +148,7 @@ pub fn parse_gpu_set(text: &str) -> Result<Vec<u64>, SizeError> {
 pub fn format_mib(mib: u64) -> String {
     if mib >= 1024 {
         let gib = mib as f64 / 1024.0;
-        if mib % 1024 == 0 {
+        if mib.is_multiple_of(1024) {
             format!("{}GiB", mib / 1024)
         } else {
             format!("{gib:.1}GiB")

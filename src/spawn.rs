@@ -278,10 +278,10 @@ impl Child<'_> {
             if libc::setpgid(0, 0) < 0 {
                 fail(last());
             }
-            if let Some(procs) = self.procs {
-                if libc::syscall(libc::SYS_write, procs, b"0".as_ptr(), 1usize) < 0 {
-                    fail(last());
-                }
+            if let Some(procs) = self.procs
+                && libc::syscall(libc::SYS_write, procs, b"0".as_ptr(), 1usize) < 0
+            {
+                fail(last());
             }
             for (target, fd) in spawn.stdio.iter().enumerate() {
                 if libc::dup2(fd.as_raw_fd(), target as i32) < 0 {

@@ -64,7 +64,7 @@ fn a_legacy_job_is_estimated_by_the_estimators_asked_for() {
         .context_mib;
     let learned = mib + carma::estimate::dataset::MEASURED_CONTEXT_MIB - context;
     let edge = (learned as f64 / (1.0 + margin)).round() as u64;
-    assert!(edge % 1000 == 0 && mib + 2048 >= 3934, "{mib}");
+    assert!(edge.is_multiple_of(1000) && mib + 2048 >= 3934, "{mib}");
     assert!(v["bucket"]["range"].is_string());
 }
 

@@ -94,17 +94,17 @@ fn refusal(
         return None;
     }
     let status = Status::read(&spool.status_file()).ok();
-    if let Some(owner) = owner(spool, state, name, status.as_ref()) {
-        if owner != me {
-            let who = nix::unistd::User::from_uid(owner.into())
-                .ok()
-                .flatten()
-                .map_or_else(|| format!("uid {owner}"), |u| u.name);
-            return Some(format!(
-                "{name} belongs to {who}; only its owner or root may {}",
-                verb.describe()
-            ));
-        }
+    if let Some(owner) = owner(spool, state, name, status.as_ref())
+        && owner != me
+    {
+        let who = nix::unistd::User::from_uid(owner.into())
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("uid {owner}"), |u| u.name);
+        return Some(format!(
+            "{name} belongs to {who}; only its owner or root may {}",
+            verb.describe()
+        ));
     }
     match verb {
         Verb::Priority(p) => config.queue.priority_refusal(p),

@@ -317,10 +317,10 @@ fn take(mut stream: UnixStream, peer: u32, mut slot: Slot, spool: &Spool, tx: &S
             };
             // The loop is gone once the daemon stops: the claims are placed
             // here, for the next daemon to take in.
-            if let Err(unsent) = tx.send(Msg::Submission(Box::new(submission))) {
-                if let Msg::Submission(submission) = unsent.0 {
-                    submission.place(spool);
-                }
+            if let Err(unsent) = tx.send(Msg::Submission(Box::new(submission)))
+                && let Msg::Submission(submission) = unsent.0
+            {
+                submission.place(spool);
             }
         }
         Err(RequestError::Invalid(why)) => {

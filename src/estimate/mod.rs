@@ -381,10 +381,10 @@ impl Chain {
     /// not load is logged here, once, and the chain works without it.
     pub fn new(settings: &Settings) -> Chain {
         let ensemble = load_models(&settings.models_dir);
-        if let Err(e) = &ensemble {
-            if settings.order.contains(&EstimatorKind::Ensemble) {
-                log::error!("memory estimator ensemble unavailable: {e}");
-            }
+        if let Err(e) = &ensemble
+            && settings.order.contains(&EstimatorKind::Ensemble)
+        {
+            log::error!("memory estimator ensemble unavailable: {e}");
         }
         Chain::with_models(settings, ensemble)
     }

@@ -118,10 +118,10 @@ fn overview(board: &Board) -> Arc<str> {
 fn api_status(board: &Board) -> serde_json::Result<Arc<str>> {
     let latest = board.latest();
     let mut written = board.json.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((generation, json)) = written.as_ref() {
-        if *generation == latest.generation {
-            return Ok(Arc::clone(json));
-        }
+    if let Some((generation, json)) = written.as_ref()
+        && *generation == latest.generation
+    {
+        return Ok(Arc::clone(json));
     }
     let json: Arc<str> = serde_json::to_string(&Overview::of(&latest))?.into();
     *written = Some((latest.generation, Arc::clone(&json)));

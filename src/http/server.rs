@@ -151,10 +151,10 @@ fn peer_of(stream: &TcpStream) -> Peer {
     // socket is listed in `/proc/net/tcp`, not `tcp6`.
     remote.set_ip(remote.ip().to_canonical());
     local.set_ip(local.ip().to_canonical());
-    if remote.ip().is_loopback() || remote.ip() == local.ip() {
-        if let Some(uid) = socket_owner(remote, local) {
-            return Peer::User(crate::accounts::accountable(uid));
-        }
+    if (remote.ip().is_loopback() || remote.ip() == local.ip())
+        && let Some(uid) = socket_owner(remote, local)
+    {
+        return Peer::User(crate::accounts::accountable(uid));
     }
     Peer::Address(remote.ip())
 }

@@ -285,10 +285,10 @@ impl Lifecycle {
         if task.state != State::Running {
             return Answer::Refused(format!("{name} waits in the queue already"));
         }
-        if !task.record.requeue {
-            if let Err(why) = self.save_record(name, |r| r.requeue = true, world) {
-                return Answer::Refused(why);
-            }
+        if !task.record.requeue
+            && let Err(why) = self.save_record(name, |r| r.requeue = true, world)
+        {
+            return Answer::Refused(why);
         }
         match self.cancel(name, now, world) {
             Answer::Done(_) => Answer::Done(format!(
@@ -332,10 +332,10 @@ impl Lifecycle {
         let moved = world
             .write_record(state, name, &record)
             .and_then(|()| world.move_task(name, state, State::Pending));
-        if moved.is_err() {
-            if let Err(e) = world.write_record(state, name, &ended) {
-                log::error!("{name}: cannot put its record back after a refused requeue: {e}");
-            }
+        if moved.is_err()
+            && let Err(e) = world.write_record(state, name, &ended)
+        {
+            log::error!("{name}: cannot put its record back after a refused requeue: {e}");
         }
         match moved {
             Ok(()) => {
@@ -396,10 +396,10 @@ impl Verdicts {
         let now = verdict.at;
         self.recent.retain(|v| now - v.at < 60.0);
         let uid = verdict.uid;
-        if self.recent.iter().filter(|v| v.uid == uid).count() >= VERDICTS_PER_USER {
-            if let Some(oldest) = self.recent.iter().position(|v| v.uid == uid) {
-                self.recent.remove(oldest);
-            }
+        if self.recent.iter().filter(|v| v.uid == uid).count() >= VERDICTS_PER_USER
+            && let Some(oldest) = self.recent.iter().position(|v| v.uid == uid)
+        {
+            self.recent.remove(oldest);
         }
         self.recent.push_back(verdict);
     }

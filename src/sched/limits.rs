@@ -60,21 +60,21 @@ impl Loads {
 
     /// Counts the end of a run of `t`.
     pub fn stopped(&mut self, t: &Task) {
-        if let Some(user) = t.demand.user {
-            if let Some((jobs, held)) = self.running.get_mut(&user) {
-                *jobs = jobs.saturating_sub(1);
-                *held = held.saturating_sub(t.demand.gpus);
-                if *jobs == 0 {
-                    self.running.remove(&user);
-                }
+        if let Some(user) = t.demand.user
+            && let Some((jobs, held)) = self.running.get_mut(&user)
+        {
+            *jobs = jobs.saturating_sub(1);
+            *held = held.saturating_sub(t.demand.gpus);
+            if *jobs == 0 {
+                self.running.remove(&user);
             }
         }
-        if let Some(array) = t.demand.array {
-            if let Some(running) = self.arrays.get_mut(&array.job) {
-                *running = running.saturating_sub(1);
-                if *running == 0 {
-                    self.arrays.remove(&array.job);
-                }
+        if let Some(array) = t.demand.array
+            && let Some(running) = self.arrays.get_mut(&array.job)
+        {
+            *running = running.saturating_sub(1);
+            if *running == 0 {
+                self.arrays.remove(&array.job);
             }
         }
     }

@@ -127,12 +127,12 @@ impl Queue {
                 run.remove();
             }
         }
-        if let Some(user) = key.user {
-            if let Some(queued) = self.by_user.get_mut(&user) {
-                queued.remove(&key.arrival);
-                if queued.is_empty() {
-                    self.by_user.remove(&user);
-                }
+        if let Some(user) = key.user
+            && let Some(queued) = self.by_user.get_mut(&user)
+        {
+            queued.remove(&key.arrival);
+            if queued.is_empty() {
+                self.by_user.remove(&user);
             }
         }
         true

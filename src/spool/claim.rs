@@ -318,10 +318,10 @@ impl Spool {
     /// carma's copies go first: one may be a second name of the drop
     /// itself ([`fill_job`]), which must not come back with two names.
     fn undo_claim(&self, dir: &Path) {
-        if let Err(e) = fs::remove_dir_all(dir.join(JOB)) {
-            if e.kind() != io::ErrorKind::NotFound {
-                log::warn!("cannot remove {}/{JOB}: {e}", dir.display());
-            }
+        if let Err(e) = fs::remove_dir_all(dir.join(JOB))
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            log::warn!("cannot remove {}/{JOB}: {e}", dir.display());
         }
         let originals = fs::read_dir(dir)
             .into_iter()
@@ -391,16 +391,15 @@ impl Spool {
         if entries
             .iter()
             .any(|e| e.starts_with(super::submission::INCOMING))
+            && let Ok(listing) = self.list(State::Pending)
         {
-            if let Ok(listing) = self.list(State::Pending) {
-                records.extend(
-                    listing
-                        .tasks
-                        .iter()
-                        .filter(|name| self.is_task_dir(State::Pending, name))
-                        .map(|name| self.task_dir(State::Pending, name).join(RECORD)),
-                );
-            }
+            records.extend(
+                listing
+                    .tasks
+                    .iter()
+                    .filter(|name| self.is_task_dir(State::Pending, name))
+                    .map(|name| self.task_dir(State::Pending, name).join(RECORD)),
+            );
         }
         let adopted: std::collections::HashSet<String> = records
             .iter()

@@ -168,11 +168,10 @@ pub(super) fn summary_beneath(
     if read
         .as_ref()
         .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+        && let Some(found) = crate::rad::case_match(base, &model)
     {
-        if let Some(found) = crate::rad::case_match(base, &model) {
-            read = safe::read_beneath(base, &found, MAX_SUMMARY_BYTES);
-            model = found;
-        }
+        read = safe::read_beneath(base, &found, MAX_SUMMARY_BYTES);
+        model = found;
     }
     match read {
         Ok((summary, meta)) if Some(meta.uid()) == owner || owner.is_none() => {

@@ -91,10 +91,10 @@ impl Spool {
         let adopted = self
             .allocate(1)
             .and_then(|seq| self.adopt_into(entry, &incoming, owner, read, &stem, seq));
-        if let Err(SpoolError::Io { .. }) = &adopted {
-            if let Err(e) = rename_new(&incoming, &pending) {
-                log::error!("pending/{entry}: cannot put it back ({e}); it waits in staging/");
-            }
+        if let Err(SpoolError::Io { .. }) = &adopted
+            && let Err(e) = rename_new(&incoming, &pending)
+        {
+            log::error!("pending/{entry}: cannot put it back ({e}); it waits in staging/");
         }
         adopted
     }

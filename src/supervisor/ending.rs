@@ -146,12 +146,12 @@ impl Watch {
             // has passed (killed by the daemon's backstop while its start
             // was held, say) ended by its limit.
             let now = Instant::now();
-            if let Some((_, grace)) = stops.time_limit {
-                if limit_at.is_some_and(|at| at <= now) {
-                    limit_at = None;
-                    timed_out = true;
-                    terminate(stops, now.checked_add(grace), &mut kill_at);
-                }
+            if let Some((_, grace)) = stops.time_limit
+                && limit_at.is_some_and(|at| at <= now)
+            {
+                limit_at = None;
+                timed_out = true;
+                terminate(stops, now.checked_add(grace), &mut kill_at);
             }
             if child {
                 child = false;

@@ -265,12 +265,12 @@ fn apply_json(document: &mut Value, edit: &JsonEdit) {
                 return;
             }
             let pointer = objects[i.index(objects.len())].clone();
-            if let Some(Value::Object(fields)) = document.pointer_mut(&pointer) {
-                if !fields.is_empty() {
-                    let key = fields.keys().nth(i.index(fields.len())).cloned();
-                    if let Some(key) = key {
-                        fields.remove(&key);
-                    }
+            if let Some(Value::Object(fields)) = document.pointer_mut(&pointer)
+                && !fields.is_empty()
+            {
+                let key = fields.keys().nth(i.index(fields.len())).cloned();
+                if let Some(key) = key {
+                    fields.remove(&key);
                 }
             }
         }

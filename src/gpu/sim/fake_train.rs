@@ -211,15 +211,15 @@ impl FakeTrain {
             }
         };
         let outcome = train();
-        if claimed {
-            if let Err(e) = state.lock().and_then(|locked| {
+        if claimed
+            && let Err(e) = state.lock().and_then(|locked| {
                 let mut current = locked.read()?;
                 current.release(me);
                 locked.write(&current)
-            }) {
-                // Best effort, see above; a broken stderr leaves nothing to tell.
-                let _ = writeln!(err, "carma fake-train: cannot release GPU memory: {e}");
-            }
+            })
+        {
+            // Best effort, see above; a broken stderr leaves nothing to tell.
+            let _ = writeln!(err, "carma fake-train: cannot release GPU memory: {e}");
         }
         outcome
     }
