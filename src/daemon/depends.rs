@@ -9,6 +9,8 @@
 //! the task's record once, so a restarted daemon waits for the same tasks
 //! even if a second `prep` was submitted since.
 
+use std::collections::HashMap;
+
 use super::Daemon;
 use crate::rad::{TaskRef, TaskSpec};
 use crate::sched::{Dependency, TaskId};
@@ -26,13 +28,18 @@ impl Daemon {
         record: &mut TaskRecord,
     ) -> Result<Vec<Dependency>, String> {
         if record.after.is_none() {
+            // Each task named once, however often the job names it (a
+            // job may name 64 on a line, and a request carry 64 jobs).
+            let mut known = HashMap::new();
             let resolved = spec
                 .after
                 .iter()
                 .chain(&record.submitted_after)
                 .map(|d| {
-                    let task = self
-                        .resolve(name, owner, &d.task)
+                    let task = known
+                        .entry(&d.task)
+                        .or_insert_with(|| self.resolve(name, owner, &d.task))
+                        .clone()
                         .map_err(|why| format!("{}: {}: {why}", d.kind.key(), d.task))?;
                     Ok(ResolvedDependency { kind: d.kind, task })
                 })
@@ -92,9 +99,9 @@ impl Daemon {
                 live.or_else(|| {
                     self.life
                         .ended
-                        .iter()
+                        .named(job)
                         .rev()
-                        .filter(|(_, n)| named(n))
+                        .filter(|(_, n)| n.seq() != me.seq())
                         .find(|(state, n)| self.ended_owner(*state, n) == Some(owner))
                         .map(|(_, n)| n.seq())
                 })

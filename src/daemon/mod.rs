@@ -602,6 +602,7 @@ impl Daemon {
                     log::info!("{name}: archived from {state}/ after {days} days");
                     self.life.ended.remove(name.seq());
                     self.life.kept.forget(name.seq());
+                    self.ended_owners.borrow_mut().remove(&name.seq());
                 }
                 Err(e) => log::warn!("{name}: cannot archive it: {e}"),
             }

@@ -4,7 +4,7 @@
 //! does not grow with the spool's history (2,000 junk requests once held
 //! the loop for 18 s, each listing every state directory).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::spool::{State, TaskName};
 
@@ -14,22 +14,58 @@ pub struct Ended {
     tasks: BTreeMap<u64, (State, TaskName)>,
     /// How many are failed (the rest are done), kept as they come and go.
     failed: usize,
+    /// Their numbers by job name: a dependency by name looks at the
+    /// tasks of that name, not at every task the spool's history holds.
+    named: HashMap<Box<str>, BTreeSet<u64>>,
 }
 
 impl Ended {
     /// A task landed in `state`.
     pub fn insert(&mut self, state: State, name: TaskName) {
         self.failed += usize::from(state == State::Failed);
-        if let Some((was, _)) = self.tasks.insert(name.seq(), (state, name)) {
+        self.named
+            .entry(name.stem().into())
+            .or_default()
+            .insert(name.seq());
+        if let Some((was, old)) = self.tasks.insert(name.seq(), (state, name)) {
             self.failed -= usize::from(was == State::Failed);
+            self.unname(&old);
         }
     }
 
     /// A task left `done/` or `failed/` (requeued).
     pub fn remove(&mut self, seq: u64) {
-        if let Some((was, _)) = self.tasks.remove(&seq) {
+        if let Some((was, old)) = self.tasks.remove(&seq) {
             self.failed -= usize::from(was == State::Failed);
+            self.unname(&old);
         }
+    }
+
+    /// Drops `old` from the index by name, unless the task that now holds
+    /// its number has the same name.
+    fn unname(&mut self, old: &TaskName) {
+        if self
+            .tasks
+            .get(&old.seq())
+            .is_some_and(|(_, n)| n.stem() == old.stem())
+        {
+            return;
+        }
+        if let Some(seqs) = self.named.get_mut(old.stem()) {
+            seqs.remove(&old.seq());
+            if seqs.is_empty() {
+                self.named.remove(old.stem());
+            }
+        }
+    }
+
+    /// The ended tasks of job name `stem`, oldest first.
+    pub fn named(&self, stem: &str) -> impl DoubleEndedIterator<Item = (State, &TaskName)> {
+        self.named
+            .get(stem)
+            .into_iter()
+            .flatten()
+            .filter_map(|seq| self.tasks.get(seq).map(|(state, name)| (*state, name)))
     }
 
     /// Tasks in `done/` and in `failed/`.
@@ -92,5 +128,27 @@ mod tests {
         ended.remove(42);
         assert_eq!(ended.find("42"), None);
         assert_eq!(ended.counts(), (0, 1));
+    }
+
+    #[test]
+    fn tasks_are_found_by_job_name_as_they_come_and_go() {
+        let mut ended = Ended::default();
+        for (seq, stem) in [(1, "prep"), (2, "train"), (3, "prep")] {
+            ended.insert(State::Done, TaskName::new(seq, stem));
+        }
+        let seqs =
+            |ended: &Ended, stem| ended.named(stem).map(|(_, n)| n.seq()).collect::<Vec<_>>();
+        assert_eq!(seqs(&ended, "prep"), [1, 3]);
+        ended.insert(State::Failed, TaskName::new(3, "prep"));
+        assert_eq!(seqs(&ended, "prep"), [1, 3], "the same task, failed now");
+        ended.remove(1);
+        assert_eq!(seqs(&ended, "prep"), [3]);
+        ended.remove(3);
+        assert!(seqs(&ended, "prep").is_empty());
+        assert!(
+            !ended.named.contains_key("prep"),
+            "no name is kept for nothing"
+        );
+        assert_eq!(seqs(&ended, "train"), [2]);
     }
 }

@@ -129,7 +129,7 @@ pub struct ArraySpec {
 }
 
 /// A task a job names in a dependency.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum TaskRef {
     /// By number (`12`, or a full task name `000012-prep`).
