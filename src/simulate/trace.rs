@@ -352,6 +352,11 @@ fn csv_message(e: &csv::Error) -> String {
     }
 }
 
+/// Longest time a trace may give, about 300 years: far beyond any trace,
+/// and far from where a time plus a run time overflows (a `Duration` from
+/// 2^64 seconds up panics).
+const MAX_TRACE_SECONDS: f64 = 1e10;
+
 fn check(t: &TraceTask) -> Result<(), String> {
     let finite_nonneg = |what: &str, v: f64| {
         if v.is_finite() && v >= 0.0 {
@@ -361,6 +366,13 @@ fn check(t: &TraceTask) -> Result<(), String> {
         }
     };
     finite_nonneg("submit_s", t.submit_s)?;
+    for (what, v) in [("submit_s", t.submit_s), ("duration_s", t.duration_s)] {
+        if v > MAX_TRACE_SECONDS {
+            return Err(format!(
+                "{what} = {v}: expected at most {MAX_TRACE_SECONDS} seconds"
+            ));
+        }
+    }
     finite_nonneg("memory_mib", t.memory_mib)?;
     finite_nonneg("est_horus_mib", t.est_horus_mib)?;
     finite_nonneg("est_faketensor_mib", t.est_faketensor_mib)?;
@@ -522,5 +534,15 @@ mod tests {
             parse("t.csv", HEADER),
             Err(TraceError::Empty { .. })
         ));
+        // Times that would overflow a clock (the simulator panicked).
+        for row in [
+            "0,a.rad,m,light,32,1,1e30,100,0.3,1,2,3",
+            "1e30,a.rad,m,light,32,1,10,100,0.3,1,2,3",
+        ] {
+            let err = parse("t.csv", &format!("{HEADER}{row}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("expected at most"), "{err}");
+        }
     }
 }
