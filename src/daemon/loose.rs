@@ -32,6 +32,10 @@ pub(super) const LOOSE_GRACE: Duration = Duration::from_secs(10);
 /// may name it.
 const LOOSE_GRACE_WRITING: Duration = Duration::from_secs(60);
 
+/// How long a copied summary is remembered: well past the longest it
+/// may stay in `pending/` ([`LOOSE_GRACE_WRITING`]).
+const COPIED_KEPT: Duration = Duration::from_secs(600);
+
 /// What the daemon remembers about files in `pending/` that are not jobs.
 #[derive(Debug, Default)]
 pub(super) struct Loose {
@@ -41,8 +45,9 @@ pub(super) struct Loose {
     seen: HashMap<String, Instant>,
     /// Summaries claims have copied into tasks, with the owner and inode
     /// they had: only that file goes, never one another user put under
-    /// its name once its owner removed it.
-    copied: HashMap<String, (u32, u64)>,
+    /// its name once its owner removed it. Forgotten after [`COPIED_KEPT`]
+    /// (a summary its owner removed first never expires from `seen`).
+    copied: HashMap<String, (u32, u64, Instant)>,
 }
 
 impl Loose {
@@ -75,7 +80,8 @@ impl Loose {
             // path (`./m`, `././m`, `.d/m`) grows what is.
             let owned = safe::regular_beneath(pending, &found).filter(|s| s.st_uid == owner);
             if let Some((top, stat)) = top_level(&found).zip(owned) {
-                self.copied.insert(top, (stat.st_uid, stat.st_ino));
+                self.copied
+                    .insert(top, (stat.st_uid, stat.st_ino, Instant::now()));
             }
             return true;
         }
@@ -165,6 +171,9 @@ impl Daemon {
             })
             .map(|(file, _)| file.clone())
             .collect();
+        self.loose
+            .copied
+            .retain(|_, &mut (_, _, at)| at.elapsed() < COPIED_KEPT);
         let mut strays = Vec::new();
         for file in expired {
             self.loose.seen.remove(&file);
@@ -176,7 +185,7 @@ impl Daemon {
             if !meta.is_file() {
                 continue;
             }
-            if copied.is_some_and(|(uid, ino)| (meta.uid(), meta.ino()) == (uid, ino)) {
+            if copied.is_some_and(|(uid, ino, _)| (meta.uid(), meta.ino()) == (uid, ino)) {
                 match fs::remove_file(&path) {
                     Ok(()) => log::info!(
                         "pending/{file}: removed; the tasks that named it keep their own copy"
