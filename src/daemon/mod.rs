@@ -169,6 +169,12 @@ struct Daemon {
     /// must name its task before its submitter hears of it (by the file,
     /// or by the socket's answer).
     receipt_due: bool,
+    /// Answers to the socket that wait for the status file to name their
+    /// tasks: sent once it is written ([`Daemon::write_status`]).
+    answers: Vec<(listener::Answer, crate::spool::socket::Reply)>,
+    /// How long the last status write took: writes that receipts ask for
+    /// are spaced by four times that ([`Daemon::receipt_spacing`]).
+    status_took: Duration,
     /// Requests from the submission socket, answered once taken in.
     handed: Vec<listener::Submission>,
     /// The last status write failed (its warning was logged).
@@ -341,15 +347,23 @@ impl Daemon {
             self.accounts.clear();
             self.take_arrivals();
             let answers = self.take_handed();
+            self.answers.extend(answers);
             // Before this turn's launches, not after them: the receipt is
             // all the submitter waits for. Written again after them, for
             // those who look for the new tasks among the waiting ones.
-            if std::mem::take(&mut self.receipt_due) {
-                self.write_status();
-                self.status_due_now();
-            }
-            for (answer, reply) in answers {
-                answer.send(&reply);
+            // Each write lists every waiting task: with thousands waiting,
+            // a user submitting in a loop had it written at every turn.
+            if self.receipt_due {
+                let due = self.status_wrote + self.receipt_spacing();
+                match Instant::now() >= due {
+                    true => {
+                        self.write_status();
+                        self.status_due_at(Instant::now() + self.receipt_spacing());
+                    }
+                    false => self.status_due_at(due),
+                }
+            } else {
+                self.send_answers();
             }
             if std::mem::take(&mut self.cancel_due) {
                 self.cancel_requests();

@@ -203,22 +203,28 @@ impl Daemon {
         self.status_due_at(Instant::now().max(self.status_wrote + STATUS_SPACING));
     }
 
-    /// Has the status file written at the next turn of the loop, however
-    /// soon after the last: the rest of a receipt's turn (its launches)
-    /// is for the same submitter.
-    pub(super) fn status_due_now(&mut self) {
-        self.status_due_at(Instant::now());
+    /// How long after a status write the next one a receipt asks for may
+    /// come: four times as long as the write took, so that writes take at
+    /// most a fifth of the loop's time however many tasks wait (a
+    /// millisecond for a queue of a few hundred).
+    pub(super) fn receipt_spacing(&self) -> Duration {
+        self.status_took.saturating_mul(4)
     }
 
-    fn status_due_at(&mut self, at: Instant) {
+    /// Has the status file written at the first turn of the loop at or
+    /// after `at`.
+    pub(super) fn status_due_at(&mut self, at: Instant) {
         if let Some(due) = at.checked_sub(Duration::from_secs(1)) {
             self.status_written = self.status_written.min(due);
         }
     }
 
+    /// Writes the status file, then sends the answers that waited for it
+    /// to name their tasks.
     pub(super) fn write_status(&mut self) {
         self.status_written = Instant::now();
         self.status_wrote = self.status_written;
+        self.receipt_due = false;
         // The status page keeps a whole status; without one, the waiting
         // tasks are made as the file is written.
         let (written, status) = match self.feed.is_some() {
@@ -248,8 +254,17 @@ impl Daemon {
             Err(_) => {}
             Ok(()) => self.status_failing = false,
         }
+        self.status_took = self.status_wrote.elapsed();
         if let Some(status) = status {
             self.publish(status);
+        }
+        self.send_answers();
+    }
+
+    /// Sends the socket's answers held for the status file.
+    pub(super) fn send_answers(&mut self) {
+        for (answer, reply) in self.answers.drain(..) {
+            answer.send(&reply);
         }
     }
 

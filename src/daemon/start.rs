@@ -128,6 +128,8 @@ pub fn run(options: Options) -> Result<()> {
         status_written: Instant::now(),
         status_wrote: Instant::now(),
         receipt_due: false,
+        answers: Vec::new(),
+        status_took: Duration::ZERO,
         handed: Vec::new(),
         status_failing: false,
         unflushed: Vec::new(),
