@@ -73,13 +73,17 @@ fn parse_ranges(text: &str, uid_of: impl Fn(&str) -> Option<u32>) -> Vec<Range> 
         .collect()
 }
 
-/// `/etc/subuid`'s ranges, read again whenever the file changed.
+/// `/etc/subuid`'s ranges, read again whenever the file changed. Read
+/// and resolved (names through NSS, which may be a directory server)
+/// without the lock held: the loop and the socket's threads ask too.
 fn with_ranges<T>(f: impl FnOnce(&[Range]) -> T) -> T {
-    static RANGES: Mutex<Option<(Option<SystemTime>, Vec<Range>)>> = Mutex::new(None);
+    type Cached = Option<(Option<SystemTime>, Vec<Range>)>;
+    static RANGES: Mutex<Cached> = Mutex::new(None);
     const PATH: &str = "/etc/subuid";
+    let lock = || RANGES.lock().unwrap_or_else(|e| e.into_inner());
     let modified = std::fs::metadata(PATH).and_then(|m| m.modified()).ok();
-    let mut cached = RANGES.lock().unwrap_or_else(|e| e.into_inner());
-    if cached.as_ref().is_none_or(|(at, _)| *at != modified) {
+    let stale = lock().as_ref().is_none_or(|(at, _)| *at != modified);
+    if stale {
         let text = std::fs::read_to_string(PATH).unwrap_or_default();
         let ranges = parse_ranges(&text, |name| {
             nix::unistd::User::from_name(name)
@@ -87,9 +91,9 @@ fn with_ranges<T>(f: impl FnOnce(&[Range]) -> T) -> T {
                 .flatten()
                 .map(|u| u.uid.as_raw())
         });
-        *cached = Some((modified, ranges));
+        *lock() = Some((modified, ranges));
     }
-    f(cached.as_ref().map_or(&[], |(_, ranges)| ranges))
+    f(lock().as_ref().map_or(&[], |(_, ranges)| ranges))
 }
 
 /// Whether `uid` has an account (a `passwd` entry), as looked up at most
@@ -101,17 +105,20 @@ fn has_account(uid: u32) -> bool {
     // user's); bounded all the same.
     const MOST: usize = 10_000;
     let now = Instant::now();
-    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
-    let known = known.get_or_insert_with(HashMap::new);
-    if let Some(&(has, at)) = known.get(&uid)
+    let lock = || KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    let cached = lock().as_ref().and_then(|known| known.get(&uid).copied());
+    if let Some((has, at)) = cached
         && now.saturating_duration_since(at) < FRESH
     {
         return has;
     }
+    // Looked up without the lock held (NSS may be a directory server).
     let has = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
         .ok()
         .flatten()
         .is_some();
+    let mut known = lock();
+    let known = known.get_or_insert_with(HashMap::new);
     if known.len() >= MOST {
         known.clear();
     }
