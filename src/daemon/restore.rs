@@ -354,21 +354,39 @@ impl Daemon {
 /// their pids' sessions, and another spool's task of the same name is
 /// never touched. Anyone may set those variables, so a process that is
 /// not wholly the job's user's (another user's, a set-user-ID program) is
-/// never touched either.
+/// never touched either. The user's processes' environments are read up
+/// to [`ENVIRON_READ`] bytes in all, on the loop: a user who can make
+/// this scan happen (a job whose supervisor the backstop kills) chooses
+/// how many processes and how large an environment each has.
 pub(super) fn kill_leftovers(spool: &Path, name: &TaskName, run: u32, user: u32) -> usize {
     let vars = [
         format!("CARMA_SPOOL={}", spool.display()),
         format!("CARMA_TASK_ID={name}"),
         format!("CARMA_RUN={run}"),
     ];
-    crate::procfs::processes()
+    let left = std::cell::Cell::new(ENVIRON_READ);
+    let killed = crate::procfs::processes()
+        .filter(|(_, dir)| runs_only_as(dir, user))
         .filter(|(pid, dir)| {
             crate::procfs::signal_checked(*pid, Signal::SIGKILL, || {
-                runs_only_as(dir, user) && environ_has(dir, &vars)
+                runs_only_as(dir, user) && environ_has(dir, &vars, &left)
             })
         })
-        .count()
+        .count();
+    if left.get() == 0 {
+        log::warn!(
+            "{name}: run {run}'s leftover processes were looked for in {} MiB of its user's \
+             processes' environments, no more; some may be left",
+            ENVIRON_READ >> 20
+        );
+    }
+    killed
 }
+
+/// Bytes of environments [`kill_leftovers`] reads at most, in all and of
+/// one process: a job's own environment is a few KiB.
+const ENVIRON_READ: u64 = 64 << 20;
+const ENVIRON_READ_EACH: u64 = 1 << 20;
 
 /// Whether every uid of the process (real, effective, saved, file system)
 /// is `user`.
@@ -376,10 +394,16 @@ fn runs_only_as(proc_dir: &Path, user: u32) -> bool {
     crate::procfs::uids(proc_dir).is_some_and(|ids| ids.iter().all(|&id| id == user))
 }
 
-fn environ_has(proc_dir: &Path, wanted: &[String]) -> bool {
-    let Ok(environ) = fs::read(proc_dir.join("environ")) else {
+fn environ_has(proc_dir: &Path, wanted: &[String], left: &std::cell::Cell<u64>) -> bool {
+    use std::io::Read;
+    let most = left.get().min(ENVIRON_READ_EACH);
+    let mut environ = Vec::new();
+    let read = fs::File::open(proc_dir.join("environ"))
+        .and_then(|f| f.take(most).read_to_end(&mut environ));
+    left.set(left.get() - environ.len() as u64);
+    if read.is_err() {
         return false;
-    };
+    }
     let vars: Vec<&[u8]> = environ.split(|&c| c == 0).collect();
     wanted.iter().all(|w| vars.contains(&w.as_bytes()))
 }
