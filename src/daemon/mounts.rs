@@ -15,6 +15,7 @@
 //! needs a mount there, so none is spared. Within the daemon's mount
 //! namespace only: the user's own view is theirs.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Seek};
@@ -43,9 +44,20 @@ pub(super) fn guard(guarded: Vec<PathBuf>) -> io::Result<()> {
     std::thread::Builder::new()
         .name("mounts".into())
         .spawn(move || {
+            // Mounts that could not be taken away: said once, not at each
+            // change of the mount table.
+            let mut stuck = HashSet::new();
             loop {
                 match read_table(&mut table) {
-                    Ok(text) => below(&text, &guarded).iter().for_each(take_away),
+                    Ok(text) => {
+                        let found = below(&text, &guarded);
+                        stuck.retain(|point| found.iter().any(|m| m.point == *point));
+                        for mount in found {
+                            if !stuck.contains(&mount.point) && !take_away(&mount) {
+                                stuck.insert(mount.point);
+                            }
+                        }
+                    }
                     Err(e) => log::warn!("/proc/self/mountinfo: {e}"),
                 }
                 // Woken by the next change of the mount table.
@@ -65,24 +77,30 @@ fn read_table(table: &mut File) -> io::Result<String> {
     Ok(text)
 }
 
-/// Unmounts `mount` (forced, detached), saying whose it was.
-fn take_away(mount: &Mount) {
+/// Unmounts `mount` (forced, detached), saying whose it was; whether it
+/// could.
+fn take_away(mount: &Mount) -> bool {
     let owner = mount
         .owner
         .map_or_else(String::new, |uid| format!(" of uid {uid}"));
     let flags = MntFlags::MNT_FORCE | MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW;
+    let point = crate::journal::shown(&mount.point.to_string_lossy());
     match umount2(&mount.point, flags) {
-        Ok(()) => log::warn!(
-            "{}: a {} mount{owner} in a spool directory users drop into; taken away",
-            crate::journal::shown(&mount.point.to_string_lossy()),
-            mount.kind
-        ),
-        Err(e) => log::warn!(
-            "{}: a {} mount{owner} in a spool directory users drop into; cannot take it \
-             away ({e}): a look at it may wait on its file system",
-            crate::journal::shown(&mount.point.to_string_lossy()),
-            mount.kind
-        ),
+        Ok(()) => {
+            log::warn!(
+                "{point}: a {} mount{owner} in a spool directory users drop into; taken away",
+                mount.kind
+            );
+            true
+        }
+        Err(e) => {
+            log::warn!(
+                "{point}: a {} mount{owner} in a spool directory users drop into; cannot take \
+                 it away ({e}): a look at it may wait on its file system",
+                mount.kind
+            );
+            false
+        }
     }
 }
 
