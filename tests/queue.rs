@@ -125,6 +125,22 @@ fn status(spool: &Spool) -> serde_json::Value {
     serde_json::from_str(&fs::read_to_string(spool.root.join("status.json")).unwrap()).unwrap()
 }
 
+/// A script line that waits until `gate` exists.
+fn wait_for_gate(gate: &Path) -> String {
+    format!("while [ ! -e {} ]; do sleep 0.05; done\n", gate.display())
+}
+
+/// The lines of the file at `path`, sorted.
+fn sorted_lines(path: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
 #[test]
 fn holds_and_priorities_order_the_queue_and_survive_a_killed_daemon() {
     // One GPU, taken by `first` until released by a file. Behind it:
@@ -425,7 +441,7 @@ fn with_backfill_a_short_job_passes_a_blocked_head_and_an_unbounded_one_does_not
     let mut spool = Spool::with_config("2x40GiB", "[queue]\nbackfill = true\n");
     let gate = spool.dir.path().join("gate");
     spool.start_daemon();
-    let hold = format!("while [ ! -e {} ]; do sleep 0.05; done\n", gate.display());
+    let hold = wait_for_gate(&gate);
     spool.submit(
         "first.rad",
         &format!("name: first\nmemory: whole\ntime: 10m\n{hold}"),
@@ -454,7 +470,7 @@ fn with_backfill_a_job_that_ran_before_passes_a_blocked_head_by_its_history() {
     spool.submit("again.rad", &again);
     spool.wait_count("done", 1, 10.0);
     let gate = spool.dir.path().join("gate");
-    let hold = format!("while [ ! -e {} ]; do sleep 0.05; done\n", gate.display());
+    let hold = wait_for_gate(&gate);
     spool.submit(
         "first.rad",
         &format!("name: first\nmemory: whole\ntime: 10m\n{hold}"),
@@ -575,13 +591,10 @@ fn an_array_job_runs_one_task_per_index_at_most_n_at_once_and_cancels_together()
     );
     spool.wait_count("done", 3, 20.0);
     let job = first.split_once('-').unwrap().0.trim_start_matches('0');
-    let mut lines: Vec<String> = fs::read_to_string(&ledger)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    lines.sort();
-    assert_eq!(lines, [1, 2, 3].map(|i| format!("{job} {i}")));
+    assert_eq!(
+        sorted_lines(&ledger),
+        [1, 2, 3].map(|i| format!("{job} {i}"))
+    );
 
     // Four indices, two at once, on four GPUs: two run, two wait for the
     // array's limit; cancelled together.
@@ -612,7 +625,7 @@ fn an_array_cut_short_by_a_crash_is_made_whole_at_the_next_start_and_no_index_tw
     let ledger = spool.dir.path().join("ledger");
     let gate = spool.dir.path().join("gate");
     spool.start_daemon();
-    let wait = format!("while [ ! -e {} ]; do sleep 0.05; done\n", gate.display());
+    let wait = wait_for_gate(&gate);
     let blocker = spool.submit("block.rad", &format!("memory: whole\n{wait}"));
     spool.wait_for("the blocker to run", 10.0, || {
         spool.root.join("running").join(&blocker).exists()
@@ -649,13 +662,7 @@ fn an_array_cut_short_by_a_crash_is_made_whole_at_the_next_start_and_no_index_tw
     spool.start_daemon();
     fs::write(&gate, "").unwrap();
     spool.wait_count("done", 5, 30.0);
-    let mut lines: Vec<String> = fs::read_to_string(&ledger)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    lines.sort();
-    assert_eq!(lines, ["1", "2", "3", "4"]);
+    assert_eq!(sorted_lines(&ledger), ["1", "2", "3", "4"]);
 }
 
 #[test]
@@ -745,7 +752,7 @@ fn every_request_gets_a_verdict_in_words_and_a_refusal_exits_non_zero() {
     // One GPU: `first` runs until a gate opens, `second` waits.
     let mut spool = Spool::new("1x40GiB");
     let gate = spool.dir.path().join("gate");
-    let hold = format!("while [ ! -e {} ]; do sleep 0.05; done\n", gate.display());
+    let hold = wait_for_gate(&gate);
     // With no daemon, what needs none is checked and said at once.
     spool.start_daemon();
     spool.stop_daemon("TERM");
