@@ -172,6 +172,9 @@ struct Daemon {
     /// Answers to the socket that wait for the status file to name their
     /// tasks: sent once it is written ([`Daemon::write_status`]).
     answers: Vec<(listener::Answer, crate::spool::socket::Reply)>,
+    /// Claims a crash left in `staging/` that the start could not place
+    /// (their entries there): tried again every second until they are.
+    stranded: Vec<String>,
     /// How long the last status write took: writes that receipts ask for
     /// are spaced by four times that ([`Daemon::receipt_spacing`]).
     status_took: Duration,
@@ -570,12 +573,31 @@ impl Daemon {
         if self.status_written.elapsed() >= Duration::from_secs(1) {
             self.write_status();
             self.prune_ended();
+            self.place_stranded();
         }
         let every = self.config.daemon.metrics_interval_s.duration();
         if self.metrics_written.elapsed() >= every && self.readings_at > self.gpu_logged_at {
             self.metrics_written = Instant::now();
             self.gpu_logged_at = self.readings_at;
             self.log_gpus();
+        }
+    }
+
+    /// Places the claims the start could not (see [`Daemon::stranded`]).
+    fn place_stranded(&mut self) {
+        let stranded = std::mem::take(&mut self.stranded);
+        for entry in stranded {
+            match self.spool.finish_claim(&entry) {
+                Ok(Some((name, state))) => {
+                    log::info!("{name}: finished a claim interrupted by a crash, at last");
+                    match state {
+                        State::Pending => self.take(name, state),
+                        _ => self.life.ended.insert(state, name),
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => self.stranded.push(entry),
+            }
         }
     }
 

@@ -40,9 +40,11 @@ const RECENT_SUBMISSION_S: f64 = 600.0;
 
 impl Daemon {
     pub(super) fn restore(&mut self) -> Result<()> {
-        for name in self.spool.finish_claims()? {
+        let finished = self.spool.finish_claims()?;
+        for name in finished.pending {
             log::info!("{name}: finished a claim interrupted by a crash");
         }
+        self.stranded = finished.stranded;
         for state in [State::Done, State::Failed] {
             for name in self.spool.list(state)?.tasks {
                 self.life.ended.insert(state, name);

@@ -129,6 +129,7 @@ pub fn run(options: Options) -> Result<()> {
         status_wrote: Instant::now(),
         receipt_due: false,
         answers: Vec::new(),
+        stranded: Vec::new(),
         status_took: Duration::ZERO,
         handed: Vec::new(),
         status_failing: false,

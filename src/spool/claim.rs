@@ -26,6 +26,15 @@ use super::{
     rename_new, sync_dir,
 };
 
+/// What a start's [`Spool::finish_claims`] did: the claims now waiting in
+/// `pending/`, and those left in `staging/` (their entries) because they
+/// could not be placed.
+#[derive(Debug, Default)]
+pub struct FinishedClaims {
+    pub pending: Vec<TaskName>,
+    pub stranded: Vec<String>,
+}
+
 /// What a batch of claims produced: the tasks made, and the error that
 /// stopped the batch early (a full disk, say). Drops not claimed stay in
 /// `pending/` for the next try.
@@ -366,9 +375,12 @@ impl Spool {
     /// refused); an earlier one gives its drop back to `pending/` to be
     /// claimed again; a submission caught in adoption goes back to
     /// `pending/`. Staged submissions are left to their `carma submit`.
-    pub fn finish_claims(&self) -> Result<Vec<TaskName>, SpoolError> {
+    /// A claim that cannot be placed now (a full disk) is left whole, and
+    /// named in the answer, for the daemon to place later
+    /// ([`Spool::finish_claim`]): it must not wait for the next start.
+    pub fn finish_claims(&self) -> Result<FinishedClaims, SpoolError> {
         let staging = self.staging();
-        let mut finished = Vec::new();
+        let mut finished = FinishedClaims::default();
         let (entries, odd) = read_names(&staging)?;
         let claims: Vec<PathBuf> = entries
             .iter()
@@ -441,37 +453,55 @@ impl Spool {
                 }
                 continue;
             }
-            let Some(name) = entry.strip_prefix("claim-").and_then(TaskName::parse) else {
+            if entry
+                .strip_prefix("claim-")
+                .and_then(TaskName::parse)
+                .is_none()
+            {
                 log::warn!("staging/{entry}: not carma's; removed");
                 let _ = self.discard(&path);
                 continue;
-            };
-            let Ok(mut record) = record::read_state::<TaskRecord>(&path.join(RECORD)) else {
-                self.undo_claim(&path);
-                continue;
-            };
-            let to = match record.outcome {
-                Some(_) => State::Failed,
-                None => {
-                    // The copy is durable (synced above): the original goes.
-                    for entry in fs::read_dir(&path).into_iter().flatten().flatten() {
-                        if entry.file_name().as_bytes().starts_with(ORIGINAL) {
-                            forget_original(self, &entry.path());
-                        }
-                    }
-                    State::Pending
-                }
-            };
-            // Never stops a start: what cannot be placed now stays, whole,
-            // for the next one.
-            match self.place(&path, to, &name, Some(&mut record)) {
-                Ok(name) if to == State::Pending => finished.push(name),
+            }
+            match self.finish_claim(&entry) {
+                Ok(Some((name, State::Pending))) => finished.pending.push(name),
                 Ok(_) => {}
-                Err(e) => log::error!("staging/{entry}: cannot finish the claim: {e}"),
+                Err(e) => {
+                    log::error!("staging/{entry}: cannot finish the claim: {e}; tried again later");
+                    finished.stranded.push(entry);
+                }
             }
         }
         self.sweep_abandoned_submissions();
         Ok(finished)
+    }
+
+    /// Finishes the claim `staging/<entry>` (`claim-<task>`) a crash left:
+    /// moved on into `pending/`, or `failed/` if it was refused; where it
+    /// went (None: its record was not written, and its drop went back).
+    pub fn finish_claim(&self, entry: &str) -> Result<Option<(TaskName, State)>, SpoolError> {
+        let path = self.staging().join(entry);
+        let Some(name) = entry.strip_prefix("claim-").and_then(TaskName::parse) else {
+            return Ok(None);
+        };
+        let Ok(mut record) = record::read_state::<TaskRecord>(&path.join(RECORD)) else {
+            self.undo_claim(&path);
+            return Ok(None);
+        };
+        let to = match record.outcome {
+            Some(_) => State::Failed,
+            None => {
+                // The copy is durable (synced above): the original goes.
+                for entry in fs::read_dir(&path).into_iter().flatten().flatten() {
+                    if entry.file_name().as_bytes().starts_with(ORIGINAL) {
+                        forget_original(self, &entry.path());
+                    }
+                }
+                State::Pending
+            }
+        };
+        // What cannot be placed now stays, whole, for a later try.
+        let name = self.place(&path, to, &name, Some(&mut record))?;
+        Ok(Some((name, to)))
     }
 
     /// A submission a crash caught between its move into `staging/` and

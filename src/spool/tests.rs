@@ -240,13 +240,37 @@ fn claims_interrupted_by_a_crash_are_finished_or_given_back() {
     fs::write(early.join(".orig-y.rad"), "gpus: 1\necho\n").unwrap();
     let submit = spool.staging().join("submit-000009-z");
     fs::create_dir(&submit).unwrap();
-    assert_eq!(spool.finish_claims().unwrap(), std::slice::from_ref(&name));
+    assert_eq!(
+        spool.finish_claims().unwrap().pending,
+        std::slice::from_ref(&name)
+    );
     let dir = spool.task_dir(State::Pending, &name);
     assert!(dir.join("job/x.rad").exists());
     assert!(!dir.join(".orig-x.rad").exists(), "the original went");
     assert!(!early.exists());
     assert!(spool.dir(State::Pending).join("y.rad").is_file());
     assert!(submit.exists(), "a submission in progress is left alone");
+}
+
+#[test]
+fn a_claim_the_start_cannot_place_is_named_and_placed_later() {
+    let (_d, spool) = spool();
+    let name = TaskName::new(7, "x");
+    let claim = spool.staging().join(format!("claim-{name}"));
+    make_dir(&claim, TASK_DIR_MODE).unwrap();
+    record::write_json(&claim.join(RECORD), &TaskRecord::new(&name, "x.rad", 1.0)).unwrap();
+    // pending/ is not there to place it in (as if the disk failed).
+    let pending = spool.dir(State::Pending);
+    let away = spool.root().join("pending-away");
+    fs::rename(&pending, &away).unwrap();
+    let finished = spool.finish_claims().unwrap();
+    assert!(finished.pending.is_empty());
+    assert_eq!(finished.stranded, [format!("claim-{name}")]);
+    assert!(claim.exists(), "left whole");
+    fs::rename(&away, &pending).unwrap();
+    let placed = spool.finish_claim(&finished.stranded[0]).unwrap();
+    assert_eq!(placed, Some((name.clone(), State::Pending)));
+    assert!(spool.task_dir(State::Pending, &name).join(RECORD).exists());
 }
 
 #[test]
