@@ -422,6 +422,17 @@ impl Spool {
             // carma makes only UTF-8 names here: not its own.
             let _ = self.discard(&staging.join(entry));
         }
+        let kept = entries
+            .iter()
+            .filter(|e| e.starts_with(super::trash::KEPT))
+            .count();
+        if kept > 0 {
+            log::warn!(
+                "{}: {kept} directories of users kept whole from trees handed in by others \
+                 (kept-*); give them back to their owners or remove them",
+                staging.display()
+            );
+        }
         for entry in entries {
             let path = staging.join(&entry);
             if entry.starts_with(super::trash::TRASH)
