@@ -9,8 +9,8 @@
 //! the loop, the journal and root's disk that the limits meant to give
 //! them. So limits count a subordinate id as its owner, and every id with
 //! no account and no owner as one and the same nobody ([`NO_ACCOUNT`]).
-//! The job's identity is not changed: a job still runs as (or is refused
-//! for) the very owner of its file.
+//! Only limits: who a request acts as, and who a job runs as, is the very
+//! id that made it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,15 +21,19 @@ use std::time::{Duration, Instant, SystemTime};
 pub const NO_ACCOUNT: u32 = u32::MAX;
 
 /// The id whose limits `uid`'s actions count against: its own if it has
-/// an account, its owner's if it is someone's subordinate id, else
-/// [`NO_ACCOUNT`]'s. Looked up once a minute at most per id.
+/// an account (a directory server's uids may fall in someone's range),
+/// its owner's if it is someone's subordinate id, else [`NO_ACCOUNT`]'s.
+/// Never root's or carma's own: those have no limits, and a container
+/// manager's range under root (LXD's) is anyone's. Looked up once a
+/// minute at most per id.
 pub fn accountable(uid: u32) -> u32 {
-    if let Some(owner) = owner_of(uid) {
-        return owner;
+    if has_account(uid) {
+        return uid;
     }
-    match has_account(uid) {
-        true => uid,
-        false => NO_ACCOUNT,
+    let unlimited = |owner: u32| owner == 0 || owner == nix::unistd::geteuid().as_raw();
+    match owner_of(uid) {
+        Some(owner) if !unlimited(owner) => owner,
+        _ => NO_ACCOUNT,
     }
 }
 
@@ -73,27 +77,44 @@ fn parse_ranges(text: &str, uid_of: impl Fn(&str) -> Option<u32>) -> Vec<Range> 
         .collect()
 }
 
-/// `/etc/subuid`'s ranges, read again whenever the file changed. Read
-/// and resolved (names through NSS, which may be a directory server)
-/// without the lock held: the loop and the socket's threads ask too.
+/// `/etc/subuid`'s ranges, read again whenever the file changed, and a
+/// minute after a read where a name did not resolve (a directory server
+/// that did not answer). Read and resolved without the lock held: the
+/// loop and the socket's threads ask too.
 fn with_ranges<T>(f: impl FnOnce(&[Range]) -> T) -> T {
-    type Cached = Option<(Option<SystemTime>, Vec<Range>)>;
-    static RANGES: Mutex<Cached> = Mutex::new(None);
+    struct Read {
+        modified: Option<SystemTime>,
+        at: Instant,
+        complete: bool,
+        ranges: Vec<Range>,
+    }
+    static RANGES: Mutex<Option<Read>> = Mutex::new(None);
     const PATH: &str = "/etc/subuid";
+    const RETRY: Duration = Duration::from_secs(60);
     let lock = || RANGES.lock().unwrap_or_else(|e| e.into_inner());
     let modified = std::fs::metadata(PATH).and_then(|m| m.modified()).ok();
-    let stale = lock().as_ref().is_none_or(|(at, _)| *at != modified);
+    let stale = lock().as_ref().is_none_or(|read| {
+        read.modified != modified || (!read.complete && read.at.elapsed() >= RETRY)
+    });
     if stale {
         let text = std::fs::read_to_string(PATH).unwrap_or_default();
+        let complete = std::cell::Cell::new(true);
         let ranges = parse_ranges(&text, |name| {
-            nix::unistd::User::from_name(name)
+            let uid = nix::unistd::User::from_name(name)
                 .ok()
                 .flatten()
-                .map(|u| u.uid.as_raw())
+                .map(|u| u.uid.as_raw());
+            complete.set(complete.get() && uid.is_some());
+            uid
         });
-        *lock() = Some((modified, ranges));
+        *lock() = Some(Read {
+            modified,
+            at: Instant::now(),
+            complete: complete.get(),
+            ranges,
+        });
     }
-    f(lock().as_ref().map_or(&[], |(_, ranges)| ranges))
+    f(lock().as_ref().map_or(&[], |read| &read.ranges))
 }
 
 /// Whether `uid` has an account (a `passwd` entry), as looked up at most
@@ -148,11 +169,8 @@ mod tests {
     #[test]
     fn an_id_with_an_account_answers_for_itself_and_one_without_is_nobody() {
         let me = nix::unistd::getuid().as_raw();
-        // Root, or whoever runs the tests, has an account everywhere;
-        // unless it is someone's subordinate id, it is itself.
-        if owner_of(me).is_none() {
-            assert_eq!(accountable(me), me);
-        }
+        // Root, or whoever runs the tests, has an account everywhere.
+        assert_eq!(accountable(me), me);
         // An id no system gives out.
         if owner_of(NO_ACCOUNT - 7).is_none() {
             assert_eq!(accountable(NO_ACCOUNT - 7), NO_ACCOUNT);

@@ -199,8 +199,7 @@ const HELD_AT_ONCE: usize = 256;
 /// signalled, even if it ends and its pid is taken meanwhile.
 struct Held {
     pid: u32,
-    /// None on a kernel before 5.3, which has no pidfd: the check, then
-    /// kill(2), a moment apart.
+    /// None where no pidfd could be had ([`Held::new`]).
     fd: Option<std::os::fd::OwnedFd>,
 }
 
@@ -212,8 +211,13 @@ impl Held {
         let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
         if fd < 0 {
             let e = io::Error::last_os_error();
+            // A kernel before 5.3 has no pidfd, and one out of
+            // descriptors gives none: the check, then kill(2), a moment
+            // apart, rather than no signal at all.
             return match e.raw_os_error() {
-                Some(nix::libc::ENOSYS) => Ok(Held { pid, fd: None }),
+                Some(nix::libc::ENOSYS | nix::libc::EMFILE | nix::libc::ENFILE) => {
+                    Ok(Held { pid, fd: None })
+                }
                 _ => Err(e),
             };
         }

@@ -220,17 +220,19 @@ pub fn names_beneath(dir: &Path, relative: &str, limit: usize) -> io::Result<Vec
     }
     let mut listing = nix::dir::Dir::from_fd(fd)?;
     let mut names = Vec::new();
-    for entry in listing.iter() {
+    // Every entry counts toward the limit, names that are not UTF-8 (and
+    // are not returned) included.
+    for (seen, entry) in listing.iter().enumerate() {
+        if seen == limit + 2 {
+            return Err(io::Error::other(format!(
+                "{}/{relative}: more than {limit} names",
+                dir.display()
+            )));
+        }
         if let Ok(name) = entry?.file_name().to_str()
             && name != "."
             && name != ".."
         {
-            if names.len() == limit {
-                return Err(io::Error::other(format!(
-                    "{}/{relative}: more than {limit} names",
-                    dir.display()
-                )));
-            }
             names.push(name.to_owned());
         }
     }

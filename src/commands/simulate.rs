@@ -97,8 +97,9 @@ fn replay_jitter(args: &Args) -> Result<f64> {
     let jitter_s = args
         .jitter_s
         .unwrap_or(simulate::paper::Replays::DEFAULT.jitter_s);
-    if !(jitter_s.is_finite() && jitter_s >= 0.0) {
-        anyhow::bail!("--jitter-s: expected seconds, 0 or more, found {jitter_s}");
+    let most = simulate::trace::MAX_TRACE_SECONDS;
+    if !(jitter_s.is_finite() && (0.0..=most).contains(&jitter_s)) {
+        anyhow::bail!("--jitter-s: expected seconds from 0 to {most}, found {jitter_s}");
     }
     if args.replicas == Some(0) {
         anyhow::bail!("--replicas needs N >= 1");

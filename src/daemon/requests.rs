@@ -38,17 +38,18 @@ impl Daemon {
             let file_name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
             let meta = fs::symlink_metadata(&path).ok();
-            // Each of a user's subordinate ids counts as them (and acts
-            // as them: they are theirs), every id without an account as
-            // one nobody.
-            let owner = meta.as_ref().map(|m| accountable(m.uid()));
+            // Limits count each of a user's subordinate ids as them, every
+            // id without an account as one nobody; a request acts as the
+            // very id that made it.
+            let owner = meta.as_ref().map(MetadataExt::uid);
+            let payer = owner.map(accountable);
             let now = std::time::Instant::now();
             if meta.as_ref().is_some_and(|m| !m.is_file()) {
                 // A request is an empty regular file; anything else (a
                 // directory squatting a task's request name, a link) only
                 // stands in the way of the real one. Put out of the way
                 // unopened, however deep a tree it is.
-                if let Some(held) = self.hush.allow("odd request", owner, now) {
+                if let Some(held) = self.hush.allow("odd request", payer, now) {
                     log::warn!(
                         "cancel/{file_name}: not a regular file; removed{}",
                         crate::journal::left_out(held)
@@ -61,7 +62,7 @@ impl Daemon {
                 // Its owner is whoever owns the file linked to, not who
                 // left the request: a hard link to another user's file
                 // would act in that user's name.
-                if let Some(held) = self.hush.allow("odd request", owner, now) {
+                if let Some(held) = self.hush.allow("odd request", payer, now) {
                     log::warn!(
                         "cancel/{file_name}: has other hard links; refused and removed{}",
                         crate::journal::left_out(held)
@@ -70,10 +71,10 @@ impl Daemon {
                 let _ = fs::remove_file(&path);
                 continue;
             }
-            let Some(requester) = owner else {
+            let (Some(requester), Some(payer)) = (owner, payer) else {
                 continue;
             };
-            if self.life.junk.refuses(requester, self.now()) {
+            if self.life.junk.refuses(payer, self.now()) {
                 let _ = fs::remove_file(&path);
                 continue;
             }
@@ -91,7 +92,7 @@ impl Daemon {
                 }
                 None => {
                     log::warn!("cancel/{file_name}: not a request carma knows; removed");
-                    self.life.junk.count(requester, self.now());
+                    self.life.junk.count(payer, self.now());
                     let _ = fs::remove_file(&path);
                     continue;
                 }
@@ -105,7 +106,7 @@ impl Daemon {
                 Answer::Done(said) => (false, said),
                 Answer::Refused(why) => (true, format!("refused: {why}")),
             };
-            if let Some(held) = self.hush.allow("request", Some(requester), now) {
+            if let Some(held) = self.hush.allow("request", Some(payer), now) {
                 let line = format!(
                     "cancel/{file_name} (uid {requester}): {said}{}",
                     crate::journal::left_out(held)

@@ -32,7 +32,8 @@ impl Daemon {
             // of the user's jobs becomes a task (a record and a reason in
             // failed/, on root's disk); each is answered as not taken.
             let payer = accountable(peer);
-            if peer != me && self.junk_drops.refuses(payer, self.now()) {
+            let limited = !self.life.privileged(peer);
+            if limited && self.junk_drops.refuses(payer, self.now()) {
                 let why = format!(
                     "more than {JUNK_PER_MINUTE} of its owner's jobs were refused within a \
                      minute; submit it again once it is over"
@@ -63,7 +64,7 @@ impl Daemon {
                         let name = claimed.name.to_string();
                         self.remember_adoption(claimed.drop.to_string_lossy().into_owned(), &name);
                         let refused = self.take_fresh(claimed);
-                        if refused.is_some() && peer != me {
+                        if refused.is_some() && limited {
                             self.junk_drops.count(payer, self.now());
                         }
                         Receipt {

@@ -49,7 +49,9 @@ impl Lifecycle {
         world: &mut impl World,
     ) -> Answer {
         let limited = !self.privileged(requester);
-        if limited && self.asked.refuses(requester, now.at) {
+        // Limits are the person's: a subordinate id's count as its owner's.
+        let payer = world.answers_for(requester);
+        if limited && self.asked.refuses(payer, now.at) {
             return Answer::Refused(format!(
                 "more than {ASKED_PER_MINUTE} requests within a minute; ask again once it is over"
             ));
@@ -74,7 +76,7 @@ impl Lifecycle {
             },
         };
         if limited && answer != Answer::Wait {
-            self.asked.count(requester, now.at);
+            self.asked.count(payer, now.at);
         }
         answer
     }
@@ -123,7 +125,7 @@ impl Lifecycle {
                 log::debug!("{query}: {} waits until the task is taken", verb.describe());
                 return Err(Answer::Wait);
             }
-            self.junk.count(requester, now.at);
+            self.junk.count(world.answers_for(requester), now.at);
             return Err(Answer::Refused(format!("no task {query}")));
         };
         let name = task.name.clone();

@@ -61,7 +61,7 @@ pub fn jittered(trace: &[TraceTask], jitter_s: f64, seed: u64) -> Vec<TraceTask>
             // 53 random bits as a fraction in [0, 1).
             let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
             TraceTask {
-                submit_s: (t.submit_s + jitter_s * (2.0 * u - 1.0)).max(0.0),
+                submit_s: (t.submit_s + jitter_s * (2.0 * u - 1.0)).clamp(0.0, MAX_TRACE_SECONDS),
                 ..t.clone()
             }
         })
@@ -355,7 +355,7 @@ fn csv_message(e: &csv::Error) -> String {
 /// Longest time a trace may give, about 300 years: far beyond any trace,
 /// and far from where a time plus a run time overflows (a `Duration` from
 /// 2^64 seconds up panics).
-const MAX_TRACE_SECONDS: f64 = 1e10;
+pub const MAX_TRACE_SECONDS: f64 = 1e10;
 
 fn check(t: &TraceTask) -> Result<(), String> {
     let finite_nonneg = |what: &str, v: f64| {

@@ -50,14 +50,7 @@ impl Spool {
         let record = self.load_record(state, name)?;
         let runs = runs
             .into_iter()
-            .map(|(launch, exit)| {
-                let launch = Launch {
-                    script: Vec::new(),
-                    env: Vec::new(),
-                    ..launch
-                };
-                (launch, exit)
-            })
+            .map(|(launch, exit)| (launch.without_script(), exit))
             .collect();
         let line = serde_json::to_string(&Archived {
             state: state.dir_name().to_owned(),

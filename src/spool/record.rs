@@ -360,6 +360,20 @@ pub struct Launch {
     pub boot: Option<String>,
 }
 
+impl Launch {
+    /// The launch without the job's script and environment: what is kept
+    /// of it beyond its run (the archive, the owner's copy), where a
+    /// user's script of a megabyte, copied at every end, would be
+    /// megabytes more on root's disk for each.
+    pub fn without_script(self) -> Launch {
+        Launch {
+            script: Vec::new(),
+            env: Vec::new(),
+            ..self
+        }
+    }
+}
+
 /// A Linux user a job runs as.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunAs {
@@ -511,7 +525,9 @@ pub fn write_owner_copy(dir: &Path, owner: Option<u32>, record: &TaskRecord) -> 
         .take(1000)
         .map(|(run, run_dir)| OwnerRun {
             run,
-            launch: read_state(&run_dir.join(LAUNCH)).ok(),
+            launch: read_state(&run_dir.join(LAUNCH))
+                .ok()
+                .map(Launch::without_script),
             exit: read_state(&run_dir.join(EXIT)).ok(),
         })
         .collect();
