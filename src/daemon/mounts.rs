@@ -29,6 +29,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 /// A mount found below a guarded directory.
 #[derive(Debug, PartialEq)]
 pub(super) struct Mount {
+    /// The mount's id: a mount made later at the same point is another.
+    pub id: u64,
     pub point: PathBuf,
     /// The file system's type (`fuse.sshfs`, say).
     pub kind: String,
@@ -51,10 +53,10 @@ pub(super) fn guard(guarded: Vec<PathBuf>) -> io::Result<()> {
                 match read_table(&mut table) {
                     Ok(text) => {
                         let found = below(&text, &guarded);
-                        stuck.retain(|point| found.iter().any(|m| m.point == *point));
+                        stuck.retain(|id| found.iter().any(|m| m.id == *id));
                         for mount in found {
-                            if !stuck.contains(&mount.point) && !take_away(&mount) {
-                                stuck.insert(mount.point);
+                            if !stuck.contains(&mount.id) && !take_away(&mount) {
+                                stuck.insert(mount.id);
                             }
                         }
                     }
@@ -70,10 +72,12 @@ pub(super) fn guard(guarded: Vec<PathBuf>) -> io::Result<()> {
     Ok(())
 }
 
-fn read_table(table: &mut File) -> io::Result<String> {
+/// The mount table's bytes: names in it are users' (a directory named
+/// `\xff` made read as text fail, and with it every look).
+fn read_table(table: &mut File) -> io::Result<Vec<u8>> {
     table.rewind()?;
-    let mut text = String::new();
-    table.read_to_string(&mut text)?;
+    let mut text = Vec::new();
+    table.read_to_end(&mut text)?;
     Ok(text)
 }
 
@@ -104,12 +108,14 @@ fn take_away(mount: &Mount) -> bool {
     }
 }
 
-/// The mounts of the table `text` (`/proc/self/mountinfo`) strictly below
-/// one of `guarded`, deepest first (an outer mount taken away first would
-/// hide the inner one from its path).
-pub(super) fn below(text: &str, guarded: &[PathBuf]) -> Vec<Mount> {
-    let mut found: Vec<Mount> = text
-        .lines()
+/// The outermost mounts of the table `text` (`/proc/self/mountinfo`)
+/// strictly below one of `guarded`. Only the outermost: taking it away
+/// (`MNT_DETACH`) takes every mount below it along, and a path to an
+/// inner one would be looked up through the outer one, a file system that
+/// may never answer.
+pub(super) fn below(text: &[u8], guarded: &[PathBuf]) -> Vec<Mount> {
+    let found: Vec<Mount> = text
+        .split(|&b| b == b'\n')
         .filter_map(parse_line)
         .filter(|m| {
             guarded
@@ -117,22 +123,39 @@ pub(super) fn below(text: &str, guarded: &[PathBuf]) -> Vec<Mount> {
                 .any(|g| m.point != *g && m.point.starts_with(g))
         })
         .collect();
-    found.sort_by_key(|m| std::cmp::Reverse(m.point.components().count()));
+    let inside_another = |m: &Mount| {
+        found
+            .iter()
+            .any(|outer| outer.point != m.point && m.point.starts_with(&outer.point))
+    };
+    let outermost: Vec<bool> = found.iter().map(|m| !inside_another(m)).collect();
     found
+        .into_iter()
+        .zip(outermost)
+        .filter_map(|(m, keep)| keep.then_some(m))
+        .collect()
 }
 
 /// One line of `mountinfo`: `id parent major:minor root point options
-/// [optional fields] - type source super-options`.
-fn parse_line(line: &str) -> Option<Mount> {
-    let (mount, fs) = line.split_once(" - ")?;
-    let point = unescape(mount.split(' ').nth(4)?);
-    let mut fs = fs.split(' ');
-    let kind = fs.next()?.to_string();
+/// [optional fields] - type source super-options`. Every field is
+/// escaped ([`unescape`]), so spaces separate them.
+fn parse_line(line: &[u8]) -> Option<Mount> {
+    let split = line.windows(3).position(|w| w == b" - ")?;
+    let (mount, fs) = (&line[..split], &line[split + 3..]);
+    let mut fields = mount.split(|&b| b == b' ');
+    let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    let point = unescape(fields.nth(3)?);
+    let mut fs = fs.split(|&b| b == b' ');
+    let kind = String::from_utf8_lossy(fs.next()?).into_owned();
     let owner = fs
         .nth(1)
-        .and_then(|opts| opts.split(',').find_map(|o| o.strip_prefix("user_id=")))
-        .and_then(|uid| uid.parse().ok());
+        .and_then(|opts| {
+            opts.split(|&b| b == b',')
+                .find_map(|o| o.strip_prefix(b"user_id="))
+        })
+        .and_then(|uid| std::str::from_utf8(uid).ok()?.parse().ok());
     Some(Mount {
+        id,
         point: PathBuf::from(point),
         kind,
         owner,
@@ -140,9 +163,9 @@ fn parse_line(line: &str) -> Option<Mount> {
 }
 
 /// A path as the kernel writes it in the mount table: space, tab, newline
-/// and backslash as three octal digits after a backslash.
-fn unescape(field: &str) -> OsString {
-    let bytes = field.as_bytes();
+/// and backslash as three octal digits after a backslash, every other
+/// byte as it is.
+fn unescape(bytes: &[u8]) -> OsString {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -180,7 +203,7 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    const TABLE: &str = "\
+    const TABLE: &[u8] = b"\
 22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 40 22 0:35 / /var/spool/carma/pending/x rw,nosuid,nodev shared:20 - fuse.sshfs bob@gone: rw,user_id=1001,group_id=1001
 41 40 0:36 / /var/spool/carma/pending/x/y rw - fuse x rw,user_id=1001
@@ -188,6 +211,7 @@ mod tests {
 43 22 0:38 / /var/spool/carma/pending rw - tmpfs tmpfs rw
 44 22 0:39 / /var/spool/carma/pending-not rw - tmpfs tmpfs rw
 45 22 0:40 / /var/spool/carma/running/1/work/d rw - fuse.squashfuse sq rw,user_id=1002
+46 22 0:41 / /var/spool/carma/pending/\xff rw - fuse \xfe\xfd rw,user_id=1003
 garbled line
 ";
 
@@ -198,26 +222,36 @@ garbled line
     }
 
     #[test]
-    fn only_mounts_strictly_below_the_drop_directories_are_found_deepest_first() {
+    fn only_the_outermost_mounts_strictly_below_the_drop_directories_are_found() {
+        use std::os::unix::ffi::OsStrExt;
         let found = below(TABLE, &spool_dirs());
         let points: Vec<&Path> = found.iter().map(|m| m.point.as_path()).collect();
+        let odd = std::ffi::OsStr::from_bytes(b"/var/spool/carma/pending/\xff");
         assert_eq!(
             points,
             [
-                Path::new("/var/spool/carma/pending/x/y"),
                 Path::new("/var/spool/carma/pending/x"),
                 Path::new("/var/spool/carma/cancel/a b"),
+                Path::new(odd),
             ]
         );
-        assert_eq!(found[1].kind, "fuse.sshfs");
-        assert_eq!(found[1].owner, Some(1001));
-        assert_eq!(found[2].owner, None);
+        assert_eq!((found[0].id, found[0].kind.as_str()), (40, "fuse.sshfs"));
+        assert_eq!(found[0].owner, Some(1001));
+        assert_eq!(found[1].owner, None);
+        assert_eq!(
+            found[2].owner,
+            Some(1003),
+            "names that are not UTF-8 read too"
+        );
     }
 
     #[test]
     fn escaped_paths_read_as_the_kernel_meant_them() {
-        assert_eq!(unescape("a\\040b\\011c\\134d"), OsString::from("a b\tc\\d"));
+        assert_eq!(
+            unescape(b"a\\040b\\011c\\134d"),
+            OsString::from("a b\tc\\d")
+        );
         // Not an escape: kept as written.
-        assert_eq!(unescape("a\\9b\\04"), OsString::from("a\\9b\\04"));
+        assert_eq!(unescape(b"a\\9b\\04"), OsString::from("a\\9b\\04"));
     }
 }
