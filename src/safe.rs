@@ -24,12 +24,27 @@ pub fn read_regular(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs
 }
 
 /// A regular file's content, up to `max_bytes`, at a path the caller
-/// chose (links followed: a user's own job directory may hold them):
-/// opened without blocking and checked on the open file, so a FIFO or a
-/// device such as `/dev/zero` is refused, never read.
+/// chose (links followed: a user's own job directory may hold them). Not
+/// even opened unless it is a regular file: a device's `open` acts (one
+/// of `/dev/watchdog` starts the machine's watchdog, one of a FIFO wakes
+/// its writer), and Slurm's hook runs this on any path a user names. So
+/// the path is first held with `O_PATH`, which opens nothing, and only a
+/// regular file is then opened, through that very descriptor.
 pub fn read_file(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std::fs::Metadata)> {
+    use std::os::fd::AsRawFd;
+    let held = nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(io::Error::from)?;
+    let stat = nix::sys::stat::fstat(&held).map_err(io::Error::from)?;
+    if !is_regular(stat) {
+        return Err(refused(path, "not a regular file".into()));
+    }
     let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(io::Error::from)?;
+    let reopened = format!("/proc/self/fd/{}", held.as_raw_fd());
+    let fd = nix::fcntl::open(reopened.as_str(), flags, Mode::empty()).map_err(io::Error::from)?;
+    let again = nix::sys::stat::fstat(&fd).map_err(io::Error::from)?;
+    if (again.st_dev, again.st_ino) != (stat.st_dev, stat.st_ino) {
+        return Err(refused(path, "changed while it was opened".into()));
+    }
     read_fd(fd, path, max_bytes)
 }
 
@@ -408,6 +423,34 @@ mod tests {
         assert!(read_regular(&d.join("fifo"), 100).is_err());
         fs::create_dir(d.join("sub")).unwrap();
         assert!(read_regular(&d.join("sub"), 100).is_err());
+    }
+
+    #[test]
+    fn a_file_named_by_its_path_is_opened_only_if_it_is_regular() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        fs::write(d.join("ok"), "content").unwrap();
+        symlink(d.join("ok"), d.join("link")).unwrap();
+        assert_eq!(read_file(&d.join("link"), 100).unwrap().0, b"content");
+        // A writer waits in its open until a reader opens the FIFO: the
+        // refusal must not have opened it (as a device's open would act).
+        let fifo = d.join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || fs::OpenOptions::new().write(true).open(fifo).is_ok())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(read_file(&fifo, 100).is_err());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            !writer.is_finished(),
+            "the writer was woken: the FIFO was opened"
+        );
+        // Let it go.
+        let _reader = nix::fcntl::open(&fifo, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty());
+        assert!(writer.join().unwrap());
+        assert!(read_file(Path::new("/dev/null"), 100).is_err());
     }
 
     #[test]

@@ -340,6 +340,11 @@ fn jobs_share_gpus_by_shards_and_oom_jobs_come_back_with_a_whole_gpu() {
 /// script names `rad`, with carma looked for at `carma`, under lua5.4 and
 /// a stand-in for Slurm's `slurm` table; what it set and told the user.
 fn run_hook(carma: &str, dir: &Path, rad: &str) -> String {
+    run_hook_times(carma, dir, rad, 1)
+}
+
+/// [`run_hook`] on `times` jobs one after another, as one slurmctld would.
+fn run_hook_times(carma: &str, dir: &Path, rad: &str, times: usize) -> String {
     let hook = include_str!("../examples/slurm/job_submit.lua").replace(
         "local CARMA_PATHS = { \"/usr/local/bin/carma\", \"/usr/bin/carma\" }",
         &format!("local CARMA_PATHS = {{ \"{carma}\" }}"),
@@ -351,13 +356,19 @@ fn run_hook(carma: &str, dir: &Path, rad: &str) -> String {
         r##"slurm = {{ SUCCESS = 0,
   log_user = function(...) print("user: " .. string.format(...)) end,
   log_error = function(...) print("error: " .. string.format(...)) end }}
+-- One minute throughout, whenever the test runs.
+os.time = function() return 0 end
 dofile("{file}")
-local job = {{ script = "#!/bin/bash\n#CARMA rad={rad}\ntrue\n", work_dir = "{dir}" }}
-assert(slurm_job_submit(job, nil, 1000) == slurm.SUCCESS)
-print("tres: " .. tostring(job.tres_per_node))
+for _ = 1, {times} do
+  local job = {{ script = "#!/bin/bash\n#CARMA rad={rad}\ntrue\n", work_dir = "{dir}", group_id = {gid} }}
+  assert(slurm_job_submit(job, nil, {uid}) == slurm.SUCCESS)
+  print("tres: " .. tostring(job.tres_per_node))
+end
 "##,
         dir = dir.display(),
-        file = file.display()
+        file = file.display(),
+        uid = nix::unistd::geteuid(),
+        gid = nix::unistd::getegid(),
     );
     let out = Command::new("lua5.4")
         .args(["-e", &driver])
@@ -385,6 +396,19 @@ fn the_job_submit_hook_sizes_jobs_and_says_why_when_it_cannot() {
     assert!(said.contains("tres: nil"), "{said}");
     assert!(
         said.contains("user: carma: ") && said.contains("failed (run it to see why)"),
+        "{said}"
+    );
+    // Only a .rad: a device's open acts, and slurmctld may run as root.
+    let said = run_hook(CARMA, dir.path(), "/dev/watchdog");
+    assert!(
+        said.contains("tres: nil") && said.contains("expected a path ending in .rad"),
+        "{said}"
+    );
+    // No user holds slurmctld for long: 20 estimates a minute each.
+    let said = run_hook_times(CARMA, dir.path(), "plain.rad", 21);
+    assert_eq!(said.matches("tres: gres:shard:12").count(), 20, "{said}");
+    assert!(
+        said.contains("more than 20 estimates asked for within a minute"),
         "{said}"
     );
     let said = run_hook("/nonexistent/carma", dir.path(), "plain.rad");

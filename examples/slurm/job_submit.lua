@@ -31,9 +31,44 @@ local function quote(word)
    return "'" .. string.gsub(word, "'", "'\\''") .. "'"
 end
 
--- Seconds `carma estimate` may take inside slurmctld's hook: it reads only
--- regular files of bounded size, and is stopped if it ever takes longer.
-local ESTIMATE_TIMEOUT_S = 10
+-- Seconds `carma estimate` may take inside slurmctld's hook, which holds
+-- every other submission meanwhile: it reads only regular files of
+-- bounded size (in tens of milliseconds), and is killed if it ever takes
+-- longer (a path on a file system that does not answer).
+local ESTIMATE_TIMEOUT_S = 2
+
+-- Estimates one user may have made in a minute: past it, their jobs pass
+-- unchanged (with a message), so no user can hold slurmctld for long.
+local ESTIMATES_PER_MINUTE = 20
+local estimates = {}
+
+local function allowed(uid)
+   local minute = math.floor(os.time() / 60)
+   local made = estimates[uid]
+   if made == nil or made.minute ~= minute then
+      made = { minute = minute, count = 0 }
+      estimates[uid] = made
+   end
+   made.count = made.count + 1
+   return made.count <= ESTIMATES_PER_MINUTE
+end
+
+-- Whether this hook runs as root (SlurmUser=root): then the estimate runs
+-- as the submitter, and reads only what they may.
+local AS_ROOT = (function()
+   local handle = io.popen("/usr/bin/id -u")
+   if handle == nil then
+      return false
+   end
+   local uid = handle:read("*l")
+   handle:close()
+   return uid == "0"
+end)()
+
+-- A path as it may go into a log line: control characters as `?`.
+local function shown(text)
+   return (string.gsub(text, "%c", "?"))
+end
 
 local function find_carma()
    for _, path in ipairs(CARMA_PATHS) do
@@ -46,14 +81,25 @@ local function find_carma()
    return nil
 end
 
--- The shards the job needs, or nil and why not.
-local function shards_for(rad)
+-- The shards the job needs, or nil and why not; `uid` and `gid` are the
+-- submitter's.
+local function shards_for(rad, uid, gid)
    local carma = find_carma()
    if carma == nil then
       return nil, "carma is not installed (looked for " .. table.concat(CARMA_PATHS, ", ") .. ")"
    end
-   local handle = io.popen("timeout " .. ESTIMATE_TIMEOUT_S .. " " .. quote(carma)
-      .. " estimate --json " .. quote(rad) .. " 2>/dev/null")
+   if string.sub(rad, -4) ~= ".rad" then
+      return nil, "expected a path ending in .rad"
+   end
+   if not allowed(uid) then
+      return nil, "more than " .. ESTIMATES_PER_MINUTE .. " estimates asked for within a minute"
+   end
+   local as = ""
+   if AS_ROOT and uid ~= 0 then
+      as = string.format("/usr/bin/setpriv --reuid=%d --regid=%d --clear-groups ", uid, gid)
+   end
+   local handle = io.popen(as .. "/usr/bin/timeout -k 1 " .. ESTIMATE_TIMEOUT_S .. " "
+      .. quote(carma) .. " estimate --json -- " .. quote(rad) .. " 2>/dev/null")
    if handle == nil then
       return nil, "cannot run " .. carma
    end
@@ -63,7 +109,7 @@ local function shards_for(rad)
    -- 5.1's close does not give the exit status).
    local need = string.match(out, '"need":%s*"([%w-]+)"')
    if need == nil then
-      return nil, "`carma estimate " .. rad .. "` failed (run it to see why)"
+      return nil, "`carma estimate " .. shown(rad) .. "` failed (run it to see why)"
    end
    local mib = tonumber(string.match(out, '"mib":%s*(%d+)'))
    if mib == nil then
@@ -92,13 +138,15 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    if string.sub(rad, 1, 1) ~= "/" and job_desc.work_dir ~= nil then
       rad = job_desc.work_dir .. "/" .. rad
    end
-   local shards, why = shards_for(rad)
+   local uid = math.floor(tonumber(submit_uid) or 0)
+   local gid = math.floor(tonumber(job_desc.group_id) or uid)
+   local shards, why = shards_for(rad, uid, gid)
    if shards ~= nil then
       job_desc.tres_per_node = "gres:shard:" .. shards
-      slurm.log_user("carma: %s asks for %d GPU memory shards", rad, shards)
+      slurm.log_user("carma: %s asks for %d GPU memory shards", shown(rad), shards)
    else
-      slurm.log_user("carma: %s: no GPU memory shards asked for: %s", rad, why)
-      slurm.log_error("carma job_submit: %s: %s", rad, why)
+      slurm.log_user("carma: %s: no GPU memory shards asked for: %s", shown(rad), why)
+      slurm.log_error("carma job_submit: uid %d: %s: %s", uid, shown(rad), why)
    end
    return slurm.SUCCESS
 end
