@@ -221,11 +221,15 @@ impl Spool {
         &self.root
     }
 
-    /// Creates any missing directory of the tree, and gives the ones this
-    /// process owns their modes: as root, `pending/` and `cancel/` are
-    /// open to every user for new entries (1733), `staging/` is carma's
-    /// alone (0700), the rest can be listed (0755); a daemon that is not
-    /// root serves only its own user, so nobody else may write anywhere.
+    /// Creates any missing directory of the tree, and gives them their
+    /// modes: as root, `pending/` and `cancel/` are open to every user for
+    /// new entries (1733), `staging/` is carma's alone (0700), the rest can
+    /// be listed (0755); a daemon that is not root serves only its own
+    /// user, so nobody else may write anywhere. A tree that is not
+    /// carma's is refused: a spool root another user could change (made
+    /// by them first under a shared `/scratch`, say), or a directory of
+    /// it that is a link or another user's, would let them swap the
+    /// state directories and read or remove everyone's drops.
     pub fn create(&self) -> Result<(), SpoolError> {
         let root = nix::unistd::geteuid().is_root();
         let shared = if root { 0o1733 } else { 0o755 };
@@ -237,14 +241,24 @@ impl Spool {
         dirs.push((self.staging(), 0o700));
         dirs.push((self.cancel_dir(), shared));
         let me = nix::unistd::geteuid().as_raw();
+        let not_carmas = |dir: &Path, why: String| {
+            at(dir)(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("not carma's: {why}; refused"),
+            ))
+        };
         for (dir, mode) in dirs {
             fs::create_dir_all(&dir).map_err(at(&dir))?;
             let meta = fs::symlink_metadata(&dir).map_err(at(&dir))?;
-            if meta.uid() == me && meta.mode() & 0o7777 != mode {
+            if !meta.is_dir() || meta.uid() != me {
+                let why = format!("a link, or owned by uid {}, not {me}", meta.uid());
+                return Err(not_carmas(&dir, why));
+            }
+            if meta.mode() & 0o7777 != mode {
                 fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).map_err(at(&dir))?;
             }
         }
-        Ok(())
+        crate::safe::private_dir(&self.root).map_err(|why| not_carmas(&self.root, why))
     }
 
     /// Why the directory is not a spool a daemon made, if it is not: what

@@ -566,3 +566,29 @@ fn an_entry_in_pending_that_carma_did_not_make_answers_no_query() {
     fs::create_dir(spool.task_dir(State::Pending, &own)).unwrap();
     assert_eq!(spool.find("43").unwrap(), (State::Pending, own));
 }
+
+#[test]
+fn a_tree_that_is_not_carmas_is_refused() {
+    let (dir, spool) = spool();
+    // A state directory that is a link (to a directory someone else
+    // could change).
+    let elsewhere = dir.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    fs::remove_dir(spool.dir(State::Done)).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, spool.dir(State::Done)).unwrap();
+    let e = spool.create().unwrap_err().to_string();
+    assert!(e.contains("done: not carma's"), "{e}");
+}
+
+#[test]
+#[ignore = "needs root: makes a directory another user's (.ci/run runs it)"]
+fn a_spool_root_another_user_made_is_refused() {
+    // Made first by a user under a shared directory: they could swap the
+    // state directories.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("spool");
+    fs::create_dir(&root).unwrap();
+    std::os::unix::fs::chown(&root, Some(65534), None).unwrap();
+    let e = Spool::new(&root).create().unwrap_err().to_string();
+    assert!(e.contains("not carma's"), "{e}");
+}
