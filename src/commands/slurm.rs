@@ -207,6 +207,21 @@ fn sbatch(config: &Config, prepared: &Prepared) -> Result<String> {
     Ok(id.to_string())
 }
 
+/// Whether an MPS control daemon serves `pipe_dir` from a directory no
+/// other user could have made: on a node, nothing but its administrator
+/// makes it, and a job pointed at a user's directory would be that
+/// user's client.
+fn mps_served(pipe_dir: &Path) -> Result<(), String> {
+    carma::safe::private_dir(pipe_dir)?;
+    match pipe_dir.join("control").exists() {
+        true => Ok(()),
+        false => Err(format!(
+            "no MPS control daemon serves {} (no control pipe)",
+            pipe_dir.display()
+        )),
+    }
+}
+
 /// Runs the batch script as the job, copies its stderr through keeping
 /// the tail, and on an OOM crash resubmits the job with a whole GPU while
 /// retries last. Exits as the job did.
@@ -225,9 +240,17 @@ fn run_job(
         .env(STEP_VAR, "job")
         .stderr(Stdio::piped());
     if config.mps.enabled {
-        let gpus = std::env::var("CUDA_VISIBLE_DEVICES")
-            .map_or(1, |v| v.split(',').filter(|d| !d.is_empty()).count().max(1));
-        command.envs(config.mps.job_env(gpus, granted_mib));
+        match mps_served(&config.mps.pipe_dir) {
+            Ok(()) => {
+                let gpus = std::env::var("CUDA_VISIBLE_DEVICES")
+                    .map_or(1, |v| v.split(',').filter(|d| !d.is_empty()).count().max(1));
+                command.envs(config.mps.job_env(gpus, granted_mib));
+            }
+            Err(why) => eprintln!(
+                "carma: mps.enabled, but {why}: the job runs without MPS, and without a cap on \
+                 its GPU memory"
+            ),
+        }
     }
     let mut child = command
         .spawn()
@@ -288,4 +311,26 @@ fn run_job(
         Err(e) => eprintln!("carma: out of memory ({signature}); resubmitting failed: {e:#}"),
     }
     Ok(exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn mps_is_used_only_where_a_control_daemon_serves_a_private_directory() {
+        let top = tempfile::tempdir().unwrap();
+        let pipes = top.path().join("mps");
+        std::fs::create_dir(&pipes).unwrap();
+        std::fs::set_permissions(&pipes, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let why = mps_served(&pipes).unwrap_err();
+        assert!(why.contains("no MPS control daemon serves"), "{why}");
+        std::fs::write(pipes.join("control"), "").unwrap();
+        assert_eq!(mps_served(&pipes), Ok(()));
+        // Anyone's to make names in (CUDA's default, /tmp/nvidia-mps).
+        std::fs::set_permissions(&pipes, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let why = mps_served(&pipes).unwrap_err();
+        assert!(why.contains("writable by others"), "{why}");
+    }
 }
