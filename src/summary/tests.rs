@@ -239,18 +239,15 @@ fn unclosed_module_print_says_what_is_open() {
 
 #[test]
 fn a_print_nested_too_deep_is_refused_where_it_goes_too_deep() {
-    // Read in linear time: each line once, however deep (a million
-    // levels, about 8 MiB, took hours when each line looked at every
-    // module around it).
+    // A million levels (about 8 MiB) took hours when each line looked at
+    // every module around it; refused where it passes the limit.
     let mut text = String::from("Net(\n");
     for _ in 0..1_000_000 {
         text.push_str("(a): ModuleList(\n");
     }
-    let started = std::time::Instant::now();
     let e = error_of(&text);
     assert_eq!(e.line, 1001, "{e}");
     assert!(e.message.contains("at most 1000 deep"), "{e}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(10));
     // Up to the limit, every level counts.
     let mut text = String::from("Net(\n");
     for _ in 0..999 {
