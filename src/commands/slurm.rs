@@ -182,10 +182,20 @@ fn prepare(
 }
 
 /// Submits with `sbatch --parsable`, the script on its standard input;
-/// the job id.
+/// the job id. Not with what a job of carma's has in its environment
+/// (sbatch passes it all on): a job that submits the next would hand it
+/// the marker that says it runs under `carma slurm run` already, and its
+/// own MPS settings.
 fn sbatch(config: &Config, prepared: &Prepared) -> Result<String> {
     let sbatch = &config.slurm.sbatch;
-    let mut child = Command::new(sbatch)
+    let mut command = Command::new(sbatch);
+    command.env_remove(STEP_VAR);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CUDA_MPS_") {
+            command.env_remove(key);
+        }
+    }
+    let mut child = command
         .args(&prepared.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
