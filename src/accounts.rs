@@ -20,19 +20,19 @@ use std::time::{Duration, Instant, SystemTime};
 /// `(uid_t) -1`, which no process can have.
 pub const NO_ACCOUNT: u32 = u32::MAX;
 
-/// The id whose limits `uid`'s actions count against: its own if it has
-/// an account (a directory server's uids may fall in someone's range),
-/// its owner's if it is someone's subordinate id, else [`NO_ACCOUNT`]'s.
+/// The id whose limits `uid`'s actions count against: its owner's if it
+/// is someone's subordinate id, else its own if it has an account, else
+/// [`NO_ACCOUNT`]'s. A range's ids are answered from memory, never one
+/// name-service lookup each (a user has 65,536 of them); a directory
+/// server's account that falls in someone's range shares their limits.
 /// Never root's or carma's own: those have no limits, and a container
-/// manager's range under root (LXD's) is anyone's. Looked up once a
-/// minute at most per id.
+/// manager's range under root (LXD's) is anyone's. An account is looked
+/// up once a minute at most per id.
 pub fn accountable(uid: u32) -> u32 {
-    if has_account(uid) {
-        return uid;
-    }
     let unlimited = |owner: u32| owner == 0 || owner == nix::unistd::geteuid().as_raw();
     match owner_of(uid) {
         Some(owner) if !unlimited(owner) => owner,
+        _ if has_account(uid) => uid,
         _ => NO_ACCOUNT,
     }
 }
@@ -79,8 +79,9 @@ fn parse_ranges(text: &str, uid_of: impl Fn(&str) -> Option<u32>) -> Vec<Range> 
 
 /// `/etc/subuid`'s ranges, read again whenever the file changed, and a
 /// minute after a read where a name did not resolve (a directory server
-/// that did not answer). Read and resolved without the lock held: the
-/// loop and the socket's threads ask too.
+/// that did not answer): then only names not resolved before are looked
+/// up again ([`uid_of_name`]). Read and resolved without the lock held:
+/// the loop and the socket's threads ask too.
 fn with_ranges<T>(f: impl FnOnce(&[Range]) -> T) -> T {
     struct Read {
         modified: Option<SystemTime>,
@@ -100,10 +101,7 @@ fn with_ranges<T>(f: impl FnOnce(&[Range]) -> T) -> T {
         let text = std::fs::read_to_string(PATH).unwrap_or_default();
         let complete = std::cell::Cell::new(true);
         let ranges = parse_ranges(&text, |name| {
-            let uid = nix::unistd::User::from_name(name)
-                .ok()
-                .flatten()
-                .map(|u| u.uid.as_raw());
+            let uid = uid_of_name(name);
             complete.set(complete.get() && uid.is_some());
             uid
         });
@@ -117,14 +115,56 @@ fn with_ranges<T>(f: impl FnOnce(&[Range]) -> T) -> T {
     f(lock().as_ref().map_or(&[], |read| &read.ranges))
 }
 
+/// The uid of the user named `name` in `/etc/subuid`: a name resolved
+/// once is kept (a range's owner does not change its uid), one that did
+/// not resolve is asked again after a minute.
+fn uid_of_name(name: &str) -> Option<u32> {
+    static NAMES: Mutex<Option<HashMap<String, (Option<u32>, Instant)>>> = Mutex::new(None);
+    let lock = || NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let cached = lock().as_ref().and_then(|names| names.get(name).copied());
+    match cached {
+        Some((Some(uid), _)) => return Some(uid),
+        Some((None, at)) if at.elapsed() < FRESH => return None,
+        _ => {}
+    }
+    let uid = nix::unistd::User::from_name(name)
+        .ok()
+        .flatten()
+        .map(|u| u.uid.as_raw());
+    remember(
+        lock().get_or_insert_with(HashMap::new),
+        name.to_string(),
+        (uid, Instant::now()),
+    );
+    uid
+}
+
+/// How long a name-service answer is kept.
+const FRESH: Duration = Duration::from_secs(60);
+
+/// Keeps `value` under `key` in `cache`, which holds at most 10,000: the
+/// ids and names asked for are a machine's users, and some that are not
+/// (a process of a deleted user's); bounded all the same, by forgetting
+/// what was asked longest ago.
+fn remember<K: std::hash::Hash + Eq, V: Copy>(
+    cache: &mut HashMap<K, (V, Instant)>,
+    key: K,
+    value: (V, Instant),
+) {
+    const MOST: usize = 10_000;
+    if cache.len() >= MOST {
+        let mut ages: Vec<Instant> = cache.values().map(|&(_, at)| at).collect();
+        ages.sort_unstable();
+        let cut = ages[MOST / 2];
+        cache.retain(|_, &mut (_, at)| at > cut);
+    }
+    cache.insert(key, value);
+}
+
 /// Whether `uid` has an account (a `passwd` entry), as looked up at most
 /// a minute ago.
 fn has_account(uid: u32) -> bool {
     static KNOWN: Mutex<Option<HashMap<u32, (bool, Instant)>>> = Mutex::new(None);
-    const FRESH: Duration = Duration::from_secs(60);
-    // Ids with neither account nor owner are few (a process of a deleted
-    // user's); bounded all the same.
-    const MOST: usize = 10_000;
     let now = Instant::now();
     let lock = || KNOWN.lock().unwrap_or_else(|e| e.into_inner());
     let cached = lock().as_ref().and_then(|known| known.get(&uid).copied());
@@ -138,12 +178,7 @@ fn has_account(uid: u32) -> bool {
         .ok()
         .flatten()
         .is_some();
-    let mut known = lock();
-    let known = known.get_or_insert_with(HashMap::new);
-    if known.len() >= MOST {
-        known.clear();
-    }
-    known.insert(uid, (has, now));
+    remember(lock().get_or_insert_with(HashMap::new), uid, (has, now));
     has
 }
 
@@ -167,10 +202,31 @@ mod tests {
     }
 
     #[test]
+    fn a_full_cache_forgets_what_was_asked_longest_ago() {
+        let mut cache = HashMap::new();
+        let t0 = Instant::now();
+        for i in 0..10_000u32 {
+            remember(
+                &mut cache,
+                i,
+                (true, t0 + Duration::from_millis(u64::from(i))),
+            );
+        }
+        let later = t0 + Duration::from_secs(60);
+        remember(&mut cache, 99_999, (true, later));
+        assert!(cache.len() < 5_001, "{}", cache.len());
+        assert!(cache.contains_key(&99_999) && cache.contains_key(&9_999));
+        assert!(!cache.contains_key(&0));
+    }
+
+    #[test]
     fn an_id_with_an_account_answers_for_itself_and_one_without_is_nobody() {
         let me = nix::unistd::getuid().as_raw();
-        // Root, or whoever runs the tests, has an account everywhere.
-        assert_eq!(accountable(me), me);
+        // Root, or whoever runs the tests, has an account everywhere; no
+        // range is root's own or the tests' user's.
+        if owner_of(me).is_none() {
+            assert_eq!(accountable(me), me);
+        }
         // An id no system gives out.
         if owner_of(NO_ACCOUNT - 7).is_none() {
             assert_eq!(accountable(NO_ACCOUNT - 7), NO_ACCOUNT);

@@ -273,7 +273,16 @@ fn read_fd(fd: OwnedFd, path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, std
 /// where root may keep what others must not swap (the MPS control
 /// daemon's pipes and pid file, its logs).
 pub fn private_dir(path: &Path) -> Result<(), String> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // Relative: its ancestors are those of where it is.
+    let path = &std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut meta =
+        std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.file_type().is_symlink() {
+        // A link of root's (`/var/spool/carma -> /data/carma`): what it
+        // leads to is checked below, as the link's ancestors are.
+        owned_by_root_or_me(path, &meta)?;
+        meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     if !meta.is_dir() {
         return Err(format!("{} is not a directory", path.display()));
     }

@@ -345,6 +345,15 @@ fn run_hook(carma: &str, dir: &Path, rad: &str) -> String {
 
 /// [`run_hook`] on `times` jobs one after another, as one slurmctld would.
 fn run_hook_times(carma: &str, dir: &Path, rad: &str, times: usize) -> String {
+    let me = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    run_hook_as(carma, dir, rad, times, me)
+}
+
+/// [`run_hook_times`] for jobs the user `(uid, gid)` submitted.
+fn run_hook_as(carma: &str, dir: &Path, rad: &str, times: usize, (uid, gid): (u32, u32)) -> String {
     let hook = include_str!("../examples/slurm/job_submit.lua").replace(
         "local CARMA_PATHS = { \"/usr/local/bin/carma\", \"/usr/bin/carma\" }",
         &format!("local CARMA_PATHS = {{ \"{carma}\" }}"),
@@ -367,8 +376,8 @@ end
 "##,
         dir = dir.display(),
         file = file.display(),
-        uid = nix::unistd::geteuid(),
-        gid = nix::unistd::getegid(),
+        uid = uid,
+        gid = gid,
     );
     let out = Command::new("lua5.4")
         .args(["-e", &driver])
@@ -411,6 +420,26 @@ fn the_job_submit_hook_sizes_jobs_and_says_why_when_it_cannot() {
         said.contains("more than 20 estimates asked for within a minute"),
         "{said}"
     );
+    // Run as root, the hook estimates as the submitter: what nobody may
+    // read is not estimated, what they may is.
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::fs::PermissionsExt;
+        let nobody = (65534, 65534);
+        fs::write(dir.path().join("secret.rad"), "memory: 10 GiB\ntrue\n").unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(
+            dir.path().join("secret.rad"),
+            fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let said = run_hook_as(CARMA, dir.path(), "secret.rad", 1, nobody);
+        assert!(
+            said.contains("tres: nil") && said.contains("failed"),
+            "{said}"
+        );
+        let said = run_hook_as(CARMA, dir.path(), "plain.rad", 1, nobody);
+        assert!(said.contains("tres: gres:shard:12"), "{said}");
+    }
     let said = run_hook("/nonexistent/carma", dir.path(), "plain.rad");
     assert!(said.contains("tres: nil"), "{said}");
     assert!(

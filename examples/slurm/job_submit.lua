@@ -37,32 +37,61 @@ end
 -- longer (a path on a file system that does not answer).
 local ESTIMATE_TIMEOUT_S = 2
 
--- Estimates one user may have made in a minute: past it, their jobs pass
--- unchanged (with a message), so no user can hold slurmctld for long.
+-- Estimates one user may have made in a minute, and seconds all estimates
+-- together may take in a minute: past either, jobs pass unchanged (with a
+-- message). A user whose estimate ran out of its time (a path on a file
+-- system that does not answer) makes no other that minute.
 local ESTIMATES_PER_MINUTE = 20
+local SECONDS_PER_MINUTE = 10
 local estimates = {}
+local spent = { minute = -1, seconds = 0 }
 
-local function allowed(uid)
+local function this_minute()
    local minute = math.floor(os.time() / 60)
+   if spent.minute ~= minute then
+      spent = { minute = minute, seconds = 0 }
+   end
+   return minute
+end
+
+-- Why `uid` may not have an estimate now, or nil.
+local function refused(uid)
+   local minute = this_minute()
    local made = estimates[uid]
    if made == nil or made.minute ~= minute then
       made = { minute = minute, count = 0 }
       estimates[uid] = made
    end
    made.count = made.count + 1
-   return made.count <= ESTIMATES_PER_MINUTE
+   if made.count > ESTIMATES_PER_MINUTE then
+      return "more than " .. ESTIMATES_PER_MINUTE .. " estimates asked for within a minute"
+   end
+   if spent.seconds >= SECONDS_PER_MINUTE then
+      return "estimates took " .. SECONDS_PER_MINUTE .. " s within this minute already"
+   end
+   return nil
+end
+
+-- Counts `seconds` an estimate of `uid`'s took.
+local function took(uid, seconds)
+   this_minute()
+   spent.seconds = spent.seconds + seconds
+   if seconds >= ESTIMATE_TIMEOUT_S then
+      estimates[uid].count = ESTIMATES_PER_MINUTE
+   end
 end
 
 -- Whether this hook runs as root (SlurmUser=root): then the estimate runs
--- as the submitter, and reads only what they may.
+-- as the submitter, and reads only what they may. Taken as root unless
+-- `id -u` says otherwise.
 local AS_ROOT = (function()
    local handle = io.popen("/usr/bin/id -u")
    if handle == nil then
-      return false
+      return true
    end
-   local uid = handle:read("*l")
+   local uid = tonumber(handle:read("*l"))
    handle:close()
-   return uid == "0"
+   return uid == nil or uid == 0
 end)()
 
 -- A path as it may go into a log line: control characters as `?`.
@@ -91,20 +120,28 @@ local function shards_for(rad, uid, gid)
    if string.sub(rad, -4) ~= ".rad" then
       return nil, "expected a path ending in .rad"
    end
-   if not allowed(uid) then
-      return nil, "more than " .. ESTIMATES_PER_MINUTE .. " estimates asked for within a minute"
+   local why = refused(uid)
+   if why ~= nil then
+      return nil, why
    end
    local as = ""
    if AS_ROOT and uid ~= 0 then
-      as = string.format("/usr/bin/setpriv --reuid=%d --regid=%d --clear-groups ", uid, gid)
+      as = string.format("/usr/bin/setpriv --reuid=%d --regid=%d --init-groups ", uid, gid)
    end
-   local handle = io.popen(as .. "/usr/bin/timeout -k 1 " .. ESTIMATE_TIMEOUT_S .. " "
-      .. quote(carma) .. " estimate --json -- " .. quote(rad) .. " 2>/dev/null")
+   -- The deadline is the hook's (timeout runs before the switch to the
+   -- submitter, who could stop it otherwise), and carma writes to a file
+   -- of the hook's, not to the pipe read here: a process of the
+   -- submitter's holding the pipe would hold slurmctld.
+   local started = os.time()
+   local handle = io.popen("f=$(mktemp) || exit 1; /usr/bin/timeout -k 1 " .. ESTIMATE_TIMEOUT_S
+      .. " " .. as .. quote(carma) .. " estimate --json -- " .. quote(rad)
+      .. ' > "$f" 2>/dev/null; cat "$f"; rm -f "$f"')
    if handle == nil then
       return nil, "cannot run " .. carma
    end
    local out = handle:read("*a")
    handle:close()
+   took(uid, os.time() - started)
    -- An estimate always says its need; anything else is a failure (Lua
    -- 5.1's close does not give the exit status).
    local need = string.match(out, '"need":%s*"([%w-]+)"')
@@ -138,7 +175,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    if string.sub(rad, 1, 1) ~= "/" and job_desc.work_dir ~= nil then
       rad = job_desc.work_dir .. "/" .. rad
    end
-   local uid = math.floor(tonumber(submit_uid) or 0)
+   local uid = tonumber(submit_uid)
+   if uid == nil then
+      return slurm.SUCCESS
+   end
+   uid = math.floor(uid)
    local gid = math.floor(tonumber(job_desc.group_id) or uid)
    local shards, why = shards_for(rad, uid, gid)
    if shards ~= nil then

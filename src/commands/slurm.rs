@@ -222,7 +222,14 @@ fn sbatch(config: &Config, prepared: &Prepared) -> Result<String> {
 /// makes it, and a job pointed at a user's directory would be that
 /// user's client.
 fn mps_served(pipe_dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
     carma::safe::private_dir(pipe_dir)?;
+    // Checked as a user, `private_dir` lets a group write: here, as for
+    // root, only root (or this user) may.
+    let meta = std::fs::metadata(pipe_dir).map_err(|e| format!("{}: {e}", pipe_dir.display()))?;
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!("{} is writable by others", pipe_dir.display()));
+    }
     match pipe_dir.join("control").exists() {
         true => Ok(()),
         false => Err(format!(
@@ -338,6 +345,13 @@ mod tests {
         assert!(why.contains("no MPS control daemon serves"), "{why}");
         std::fs::write(pipes.join("control"), "").unwrap();
         assert_eq!(mps_served(&pipes), Ok(()));
+        // A group's to write in (0775 root:gpu).
+        std::fs::set_permissions(&pipes, std::fs::Permissions::from_mode(0o775)).unwrap();
+        assert!(
+            mps_served(&pipes)
+                .unwrap_err()
+                .contains("writable by others")
+        );
         // Anyone's to make names in (CUDA's default, /tmp/nvidia-mps).
         std::fs::set_permissions(&pipes, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let why = mps_served(&pipes).unwrap_err();

@@ -494,9 +494,22 @@ impl Spool {
         let Some(name) = entry.strip_prefix("claim-").and_then(TaskName::parse) else {
             return Ok(None);
         };
-        let Ok(mut record) = record::read_state::<TaskRecord>(&path.join(RECORD)) else {
-            self.undo_claim(&path);
-            return Ok(None);
+        let mut record = match record::read_state::<TaskRecord>(&path.join(RECORD)) {
+            Ok(record) => record,
+            // Cut short before its record was written: its drop goes back.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::InvalidData
+                ) =>
+            {
+                log::warn!("staging/{entry}: a claim cut short before its record ({e}); undone");
+                self.undo_claim(&path);
+                return Ok(None);
+            }
+            // A read that may pass (EIO, out of descriptors): kept whole
+            // for a later try, never undone (its drop may be gone).
+            Err(e) => return Err(at(&path)(e)),
         };
         let to = match record.outcome {
             Some(_) => State::Failed,

@@ -249,10 +249,21 @@ impl Spool {
         };
         for (dir, mode) in dirs {
             fs::create_dir_all(&dir).map_err(at(&dir))?;
-            let meta = fs::symlink_metadata(&dir).map_err(at(&dir))?;
-            if !meta.is_dir() || meta.uid() != me {
-                let why = format!("a link, or owned by uid {}, not {me}", meta.uid());
-                return Err(not_carmas(&dir, why));
+            // The root may be a link of root's ([`crate::safe::private_dir`]
+            // checks it below); the state directories are real ones.
+            let meta = match dir == self.root {
+                true => fs::metadata(&dir),
+                false => fs::symlink_metadata(&dir),
+            }
+            .map_err(at(&dir))?;
+            if !meta.is_dir() {
+                return Err(not_carmas(&dir, "a link, or not a directory".into()));
+            }
+            if meta.uid() != me {
+                return Err(not_carmas(
+                    &dir,
+                    format!("owned by uid {}, not {me}", meta.uid()),
+                ));
             }
             if meta.mode() & 0o7777 != mode {
                 fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).map_err(at(&dir))?;

@@ -568,6 +568,17 @@ fn an_entry_in_pending_that_carma_did_not_make_answers_no_query() {
 }
 
 #[test]
+fn a_spool_root_that_is_a_link_of_carmas_own_leads_to_a_spool() {
+    // `/var/spool/carma -> /data/carma`.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    fs::create_dir(&data).unwrap();
+    std::os::unix::fs::symlink(&data, dir.path().join("spool")).unwrap();
+    Spool::new(dir.path().join("spool")).create().unwrap();
+    assert!(data.join("pending").is_dir());
+}
+
+#[test]
 fn a_tree_that_is_not_carmas_is_refused() {
     let (dir, spool) = spool();
     // A state directory that is a link (to a directory someone else
