@@ -119,7 +119,8 @@ fn with_ranges<T>(f: impl FnOnce(&[Range]) -> T) -> T {
 /// once is kept (a range's owner does not change its uid), one that did
 /// not resolve is asked again after a minute.
 fn uid_of_name(name: &str) -> Option<u32> {
-    static NAMES: Mutex<Option<HashMap<String, (Option<u32>, Instant)>>> = Mutex::new(None);
+    type Names = HashMap<String, (Option<u32>, Instant)>;
+    static NAMES: Mutex<Option<Names>> = Mutex::new(None);
     let lock = || NAMES.lock().unwrap_or_else(|e| e.into_inner());
     let cached = lock().as_ref().and_then(|names| names.get(name).copied());
     match cached {
