@@ -360,10 +360,15 @@ mod tests {
         let e = private_dir(&dir).unwrap_err();
         assert!(e.ends_with("mps is writable by others"), "{e}");
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        // A link of this user's (or root's) is followed, and where it
+        // leads checked; a link to a file is no directory.
         let link = top.path().join("link");
         symlink(&dir, &link).unwrap();
+        assert_eq!(private_dir(&link), Ok(()));
+        fs::write(top.path().join("file"), "").unwrap();
+        symlink(top.path().join("file"), top.path().join("to-file")).unwrap();
         assert!(
-            private_dir(&link)
+            private_dir(&top.path().join("to-file"))
                 .unwrap_err()
                 .ends_with("is not a directory")
         );
@@ -377,6 +382,10 @@ mod tests {
             let e = private_dir(&dir).unwrap_err();
             assert!(e.contains("is owned by uid 65534"), "{e}");
             std::os::unix::fs::chown(&dir, Some(0), Some(0)).unwrap();
+            // A user's link to it is theirs to swap.
+            std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+            let e = private_dir(&link).unwrap_err();
+            assert!(e.contains("link is owned by uid 65534"), "{e}");
             // A user's link on the way, in a sticky directory, to a
             // directory of root's: it could be swapped once checked.
             let sticky = top.path().join("tmp");
