@@ -75,7 +75,13 @@ impl Scheduler {
                 Want::Idle(_) if !gpu.occupants.is_empty() => {
                     format!("not idle: carma tasks run there{whole}")
                 }
-                Want::Idle(_) => format!("not idle: {} in use{whole}", format_mib(gpu.used_mib)),
+                // Memory no task of carma's holds: a process started
+                // outside carma, or one of a job's held in the kernel past
+                // its end. It waits as long as that memory stays.
+                Want::Idle(_) => format!(
+                    "not idle: {} in use by no task of carma's (over placement.idle_used_mib){whole}",
+                    format_mib(gpu.used_mib)
+                ),
                 Want::Free { free_mib: need, .. } => {
                     let free = gpu
                         .total_mib

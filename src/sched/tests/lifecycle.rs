@@ -318,6 +318,14 @@ fn a_task_found_in_recovery_queues_ahead_of_the_main_queue() {
         waiting.why.starts_with("needs an idle GPU (recovery"),
         "{waiting:?}"
     );
+    // What keeps the GPU from being idle is no task of carma's: said, so
+    // that whoever reads the status can look for the process.
+    assert!(
+        waiting
+            .why
+            .contains("not idle: 4GiB in use by no task of carma's"),
+        "{waiting:?}"
+    );
 }
 
 #[test]
