@@ -36,15 +36,11 @@ use crate::procfs::read_generated_text;
 /// (where the unified hierarchy is mounted: `/sys/fs/cgroup`, or
 /// `/sys/fs/cgroup/unified` on a hybrid system) and `/proc/self/cgroup`.
 fn own_cgroup() -> Result<PathBuf, String> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+    let mountinfo = fs::read("/proc/self/mountinfo")
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-    let mount = mountinfo
-        .lines()
-        .find_map(|line| {
-            let (mount, fs) = line.split_once(" - ")?;
-            fs.starts_with("cgroup2 ")
-                .then(|| mount.split(' ').nth(4).map(PathBuf::from))?
-        })
+    let mount = crate::procfs::mounts(&mountinfo)
+        .find(|m| m.kind == "cgroup2")
+        .map(|m| m.point)
         .ok_or("no cgroup v2 hierarchy is mounted")?;
     let cgroups =
         fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;

@@ -13,10 +13,12 @@
 //! not mounted) is reported as absent, never as an error, because absent is
 //! what every caller has to handle anyway.
 
+use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Read};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -410,6 +412,77 @@ fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
+/// A mount, as `/proc/self/mountinfo` lists it.
+#[derive(Debug, PartialEq)]
+pub struct Mount {
+    /// The mount's id: a mount made later at the same point is another.
+    pub id: u64,
+    pub point: PathBuf,
+    /// The file system's type (`fuse.sshfs`, say).
+    pub kind: String,
+    /// The uid a FUSE mount names as its owner (`user_id=`).
+    pub owner: Option<u32>,
+}
+
+/// The mounts of a mount table's bytes (`/proc/self/mountinfo`): read as
+/// bytes, since the names in it are users' (not UTF-8, say).
+pub fn mounts(table: &[u8]) -> impl Iterator<Item = Mount> + '_ {
+    table.split(|&b| b == b'\n').filter_map(parse_mount)
+}
+
+/// One line of `mountinfo`: `id parent major:minor root point options
+/// [optional fields] - type source super-options`. Every field is
+/// escaped ([`unescape`]), so spaces separate them.
+fn parse_mount(line: &[u8]) -> Option<Mount> {
+    let split = line.windows(3).position(|w| w == b" - ")?;
+    let (mount, fs) = (&line[..split], &line[split + 3..]);
+    let mut fields = mount.split(|&b| b == b' ');
+    let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    let point = unescape(fields.nth(3)?);
+    let mut fs = fs.split(|&b| b == b' ');
+    let kind = String::from_utf8_lossy(fs.next()?).into_owned();
+    let owner = fs
+        .nth(1)
+        .and_then(|opts| {
+            opts.split(|&b| b == b',')
+                .find_map(|o| o.strip_prefix(b"user_id="))
+        })
+        .and_then(|uid| std::str::from_utf8(uid).ok()?.parse().ok());
+    Some(Mount {
+        id,
+        point: PathBuf::from(point),
+        kind,
+        owner,
+    })
+}
+
+/// A path as the kernel writes it in the mount table: space, tab, newline
+/// and backslash as three octal digits after a backslash, every other
+/// byte as it is.
+fn unescape(bytes: &[u8]) -> OsString {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(
+                    d.iter()
+                        .fold(0u8, |n, c| n.wrapping_mul(8).wrapping_add(c - b'0')),
+                );
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    OsString::from_vec(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -671,5 +744,15 @@ mod tests {
         wait_for_zombie(&child);
         child.wait().unwrap();
         assert!(!signal(&id, Signal::SIGKILL).unwrap());
+    }
+
+    #[test]
+    fn escaped_paths_read_as_the_kernel_meant_them() {
+        assert_eq!(
+            unescape(b"a\\040b\\011c\\134d"),
+            OsString::from("a b\tc\\d")
+        );
+        // Not an escape: kept as written.
+        assert_eq!(unescape(b"a\\9b\\04"), OsString::from("a\\9b\\04"));
     }
 }

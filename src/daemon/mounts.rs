@@ -16,27 +16,15 @@
 //! namespace only: the user's own view is theirs.
 
 use std::collections::HashSet;
-use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Seek};
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 use nix::mount::{MntFlags, umount2};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-/// A mount found below a guarded directory.
-#[derive(Debug, PartialEq)]
-pub(super) struct Mount {
-    /// The mount's id: a mount made later at the same point is another.
-    pub id: u64,
-    pub point: PathBuf,
-    /// The file system's type (`fuse.sshfs`, say).
-    pub kind: String,
-    /// The uid a FUSE mount names as its owner (`user_id=`).
-    pub owner: Option<u32>,
-}
+use crate::procfs::Mount;
 
 /// Starts the thread that takes away mounts below `guarded` (absolute
 /// paths, as the mount table names them). A daemon that is not root
@@ -114,9 +102,7 @@ fn take_away(mount: &Mount) -> bool {
 /// inner one would be looked up through the outer one, a file system that
 /// may never answer.
 pub(super) fn below(text: &[u8], guarded: &[PathBuf]) -> Vec<Mount> {
-    let found: Vec<Mount> = text
-        .split(|&b| b == b'\n')
-        .filter_map(parse_line)
+    let found: Vec<Mount> = crate::procfs::mounts(text)
         .filter(|m| {
             guarded
                 .iter()
@@ -134,59 +120,6 @@ pub(super) fn below(text: &[u8], guarded: &[PathBuf]) -> Vec<Mount> {
         .zip(outermost)
         .filter_map(|(m, keep)| keep.then_some(m))
         .collect()
-}
-
-/// One line of `mountinfo`: `id parent major:minor root point options
-/// [optional fields] - type source super-options`. Every field is
-/// escaped ([`unescape`]), so spaces separate them.
-fn parse_line(line: &[u8]) -> Option<Mount> {
-    let split = line.windows(3).position(|w| w == b" - ")?;
-    let (mount, fs) = (&line[..split], &line[split + 3..]);
-    let mut fields = mount.split(|&b| b == b' ');
-    let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
-    let point = unescape(fields.nth(3)?);
-    let mut fs = fs.split(|&b| b == b' ');
-    let kind = String::from_utf8_lossy(fs.next()?).into_owned();
-    let owner = fs
-        .nth(1)
-        .and_then(|opts| {
-            opts.split(|&b| b == b',')
-                .find_map(|o| o.strip_prefix(b"user_id="))
-        })
-        .and_then(|uid| std::str::from_utf8(uid).ok()?.parse().ok());
-    Some(Mount {
-        id,
-        point: PathBuf::from(point),
-        kind,
-        owner,
-    })
-}
-
-/// A path as the kernel writes it in the mount table: space, tab, newline
-/// and backslash as three octal digits after a backslash, every other
-/// byte as it is.
-fn unescape(bytes: &[u8]) -> OsString {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                out.push(
-                    d.iter()
-                        .fold(0u8, |n, c| n.wrapping_mul(8).wrapping_add(c - b'0')),
-                );
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    OsString::from_vec(out)
 }
 
 /// The spool's drop directories, as the mount table names them (links
@@ -243,15 +176,5 @@ garbled line
             Some(1003),
             "names that are not UTF-8 read too"
         );
-    }
-
-    #[test]
-    fn escaped_paths_read_as_the_kernel_meant_them() {
-        assert_eq!(
-            unescape(b"a\\040b\\011c\\134d"),
-            OsString::from("a b\tc\\d")
-        );
-        // Not an escape: kept as written.
-        assert_eq!(unescape(b"a\\9b\\04"), OsString::from("a\\9b\\04"));
     }
 }
