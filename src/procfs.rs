@@ -375,6 +375,31 @@ fn stat(pid: u32) -> Option<Stat> {
     parse_stat(&String::from_utf8_lossy(&bytes))
 }
 
+/// Bytes of memory waiting to be written back, or being written, in the
+/// whole system (`Dirty` and `Writeback` in `/proc/meminfo`): what a flush
+/// of a file system may have to wait for. `None` when it cannot be read.
+pub fn unwritten_bytes() -> Option<u64> {
+    let text = read_generated_text(Path::new("/proc/meminfo")).ok()?;
+    unwritten_in(&text)
+}
+
+fn unwritten_in(meminfo: &str) -> Option<u64> {
+    let kib = |key: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..]
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(
+        kib("Dirty:")?
+            .saturating_add(kib("Writeback:")?)
+            .saturating_mul(1024),
+    )
+}
+
 /// A file the kernel makes as it is read (`/proc`, cgroupfs), whole. Its
 /// size says nothing (0 or a page), and read as a regular file it was
 /// asked its size and then read in 32-byte pieces: six syscalls for a
@@ -485,6 +510,15 @@ fn unescape(bytes: &[u8]) -> OsString {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unwritten_memory_is_dirty_and_under_writeback() {
+        let meminfo = "MemTotal:       24000000 kB\nDirty:              1200 kB\n\
+                       Writeback:            34 kB\nWritebackTmp:          0 kB\n";
+        assert_eq!(super::unwritten_in(meminfo), Some((1200 + 34) * 1024));
+        assert_eq!(super::unwritten_in("Dirty: 5 kB\n"), None);
+        assert!(super::unwritten_bytes().is_some());
+    }
+
     use super::*;
     use std::process::{Child, Command};
     use std::time::{Duration, Instant};

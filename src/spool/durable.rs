@@ -32,6 +32,26 @@ pub(super) fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// more at once, by one flush of the file system.
 const SYNCFS_FROM: usize = 16;
 
+/// Unwritten memory in the whole system past which a burst is flushed
+/// file by file all the same. A flush of the file system waits for every
+/// page dirty on it when it starts (not for those dirtied later), and
+/// anyone who may write there can dirty gigabytes first: a user in their
+/// own entries in `pending/`, or jobs writing checkpoints where the spool
+/// shares a disk. Where that much is waiting, the wait would be theirs,
+/// not the burst's; 64 MiB is a fraction of a second's writing.
+const SYNCFS_UNWRITTEN_MAX: u64 = 64 << 20;
+
+/// Whether `dirs` are flushed together, by a flush of their file system.
+fn by_syncfs(dirs: usize) -> bool {
+    dirs >= SYNCFS_FROM && flush_whole(crate::procfs::unwritten_bytes())
+}
+
+/// Whether a flush of the whole file system may wait for `unwritten`
+/// bytes (unknown: no).
+fn flush_whole(unwritten: Option<u64>) -> bool {
+    unwritten.is_some_and(|bytes| bytes <= SYNCFS_UNWRITTEN_MAX)
+}
+
 /// Puts the trees `dirs` (made in `parent`) on disk, and their entries in
 /// `parent`: for a claim, which stays in `staging/` as the only copy of
 /// a job whose original is removed next.
@@ -39,8 +59,7 @@ pub(super) fn make_durable(parent: &Path, dirs: &[&Path]) -> io::Result<()> {
     if dirs.is_empty() {
         return Ok(());
     }
-    make_trees_durable(dirs)?;
-    match dirs.len() >= SYNCFS_FROM {
+    match flush_trees(dirs)? {
         // The file system's flush took the entries too.
         true => Ok(()),
         false => sync_dir(parent),
@@ -53,16 +72,24 @@ pub(super) fn make_durable(parent: &Path, dirs: &[&Path]) -> io::Result<()> {
 /// fsynced file by file and directory by directory: a flush of the whole
 /// file system would also wait for whatever else is being written there
 /// (jobs' checkpoints, on a busy server). A burst of many is flushed with
-/// one `syncfs`, which costs less than thousands of fsyncs.
+/// one `syncfs`, which costs less than thousands of fsyncs, unless much
+/// else waits to be written ([`SYNCFS_UNWRITTEN_MAX`]).
 pub(super) fn make_trees_durable(dirs: &[&Path]) -> io::Result<()> {
-    if dirs.len() >= SYNCFS_FROM {
+    flush_trees(dirs).map(drop)
+}
+
+/// [`make_trees_durable`]; whether it flushed the whole file system.
+fn flush_trees(dirs: &[&Path]) -> io::Result<bool> {
+    if by_syncfs(dirs.len()) {
         // Through a tree of the batch: its maker may open it where it may
         // not open the directory it is in (a user's submissions in
         // `pending/`).
         let file = fs::File::open(dirs[0])?;
-        return nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from);
+        nix::unistd::syncfs(file.as_fd()).map_err(io::Error::from)?;
+        return Ok(true);
     }
-    dirs.iter().try_for_each(|dir| sync_tree(dir))
+    dirs.iter().try_for_each(|dir| sync_tree(dir))?;
+    Ok(false)
 }
 
 /// fsync of what carma wrote in the claim or task directory `dir`: its
@@ -106,4 +133,19 @@ pub(super) fn sync_tree(dir: &Path) -> io::Result<()> {
         nix::unistd::fsync(&fd)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_waits_for_no_one_elses_gigabytes() {
+        assert!(flush_whole(Some(0)));
+        assert!(flush_whole(Some(SYNCFS_UNWRITTEN_MAX)));
+        // A user who dirtied a gigabyte on the spool's disk first.
+        assert!(!flush_whole(Some(1 << 30)));
+        assert!(!flush_whole(None));
+        assert!(!by_syncfs(SYNCFS_FROM - 1));
+    }
 }
