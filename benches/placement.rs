@@ -7,7 +7,10 @@
 //! 60 s window of 1 s SMACT samples, as under the live daemon. Both are
 //! measured twice: tasks without users (the simulator's case), and tasks
 //! of 20 users under fair share with a per-user queued-jobs limit, so the
-//! queue's order and limits are at work.
+//! queue's order and limits are at work. A third figure: a decision
+//! where one user's 10,000 tasks, all over their running limit, stand
+//! ahead of another user's head, which fits nowhere (each pass steps over
+//! all of them).
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +32,54 @@ fn main() {
         shared,
         |n| Some(1000 + (n % 20) as u32),
     );
+    over_limit_ahead();
+}
+
+/// One user at `max_running_per_user` with [`QUEUED`] tasks waiting, ahead
+/// of another user's task that needs more than any GPU has.
+fn over_limit_ahead() {
+    let mut rules = Config::load(None).expect("built-in config").rules();
+    rules.queue.fair_share = true;
+    rules.queue.max_running_per_user = 1;
+    rules.queue.max_queued_per_user = 0;
+    let mut core = Scheduler::new(rules, &[80 * GIB; GPUS]);
+    let now = Time::from_secs(1);
+    let queued = |task: u64, user: u32, need: Need| Event::Queued {
+        task: TaskId(task),
+        demand: Demand {
+            user: Some(user),
+            ..Demand::new(need)
+        },
+    };
+    for task in 1..=QUEUED + 1 {
+        core.step(now, queued(task, 1, Need::Mib(4 * GIB)));
+    }
+    // Something else holds half of every GPU: the head's 60 GiB fit none.
+    let half_used = (0..GPUS)
+        .map(|g| GpuSample {
+            gpu: g,
+            used_mib: 40 * GIB,
+            smact: 0.1,
+            occupancy: None,
+            dram: None,
+            healthy: true,
+            tasks: Vec::new(),
+        })
+        .collect();
+    core.step(now, Event::Sample(half_used));
+    core.step(now, queued(QUEUED + 2, 2, Need::Mib(60 * GIB)));
+    println!(
+        "one user over max_running_per_user, {} tasks waiting ahead of another's head:",
+        core.queued().1 - 1
+    );
+    let mut times = Vec::new();
+    for i in 0..2_000 {
+        let start = Instant::now();
+        let actions = core.step(now + Duration::from_micros(i), Event::Tick);
+        times.push(start.elapsed());
+        assert!(actions.is_empty());
+    }
+    report("decision where the head fits nowhere", &mut times);
 }
 
 /// Both figures for a queue of tasks whose `n`-th is `user(n)`'s.

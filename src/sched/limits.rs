@@ -85,14 +85,15 @@ impl Loads {
     }
 
     /// Why task `id` may not start now for its user's limits or its
-    /// array's, if so.
+    /// array's, if so: asked of every waiting task a pass steps over, so
+    /// it only points at the limit (its text is made when shown).
     pub fn refuses(
         &self,
         id: TaskId,
         t: &Task,
         rules: &QueueRules,
         cut: &QueueCut,
-    ) -> Option<String> {
+    ) -> Option<Limit> {
         if let Some(ArrayOf {
             job,
             at_once: Some(max),
@@ -100,32 +101,65 @@ impl Loads {
         {
             let running = self.arrays.get(&job).copied().unwrap_or(0);
             if running >= max {
-                return Some(format!(
-                    "{running} tasks of array {job} run, the most it allows at once (%{max})"
-                ));
+                return Some(Limit::ArrayAtOnce { job, running, max });
             }
         }
         let user = t.demand.user?;
         if cut.cuts(user, id, t) {
-            return Some(format!(
-                "beyond its user's {} queued jobs (queue.max_queued_per_user)",
-                rules.max_queued_per_user
-            ));
+            return Some(Limit::Queued {
+                max: rules.max_queued_per_user,
+            });
         }
-        let (jobs, gpus) = self.running.get(&user).copied().unwrap_or_default();
+        let (jobs, held) = self.running.get(&user).copied().unwrap_or_default();
         if rules.max_running_per_user > 0 && jobs >= rules.max_running_per_user {
-            return Some(format!(
-                "its user runs {jobs} jobs, the most a user may (queue.max_running_per_user)"
-            ));
+            return Some(Limit::Running { jobs });
         }
         let max = rules.max_gpus_per_user;
-        if max > 0 && gpus + t.demand.gpus > max {
-            return Some(format!(
-                "its user holds {gpus} GPUs; {} more would pass the limit of {max} \
-                 (queue.max_gpus_per_user)",
-                t.demand.gpus
-            ));
+        if max > 0 && held + t.demand.gpus > max {
+            return Some(Limit::Gpus {
+                held,
+                more: t.demand.gpus,
+                max,
+            });
         }
         None
+    }
+}
+
+/// The per-user or per-array limit a waiting task is over, with the
+/// figures its text gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// `running` elements of array job `job` run, its most at once.
+    ArrayAtOnce { job: u64, running: u32, max: u32 },
+    /// Beyond the `max` queued jobs of its user considered.
+    Queued { max: u32 },
+    /// Its user runs `jobs` jobs, the most a user may.
+    Running { jobs: u32 },
+    /// Its user holds `held` GPUs, and `more` would pass `max`.
+    Gpus { held: u32, more: u32, max: u32 },
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Limit::ArrayAtOnce { job, running, max } => write!(
+                f,
+                "{running} tasks of array {job} run, the most it allows at once (%{max})"
+            ),
+            Limit::Queued { max } => write!(
+                f,
+                "beyond its user's {max} queued jobs (queue.max_queued_per_user)"
+            ),
+            Limit::Running { jobs } => write!(
+                f,
+                "its user runs {jobs} jobs, the most a user may (queue.max_running_per_user)"
+            ),
+            Limit::Gpus { held, more, max } => write!(
+                f,
+                "its user holds {held} GPUs; {more} more would pass the limit of {max} \
+                 (queue.max_gpus_per_user)"
+            ),
+        }
     }
 }

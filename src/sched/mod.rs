@@ -62,6 +62,7 @@ use rustc_hash::FxHashMap;
 pub use crate::wall_time::MAX_SECONDS;
 pub use explain::{Placed, Waiting};
 pub use gate::Gate;
+pub use limits::Limit;
 pub use policy::Policy;
 pub use queue::{Place, Precedence};
 pub use rules::{PlacementRules, QueueRules, RecoveryMode, RecoveryRules, Rules};

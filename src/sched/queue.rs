@@ -26,7 +26,7 @@ use std::iter::Peekable;
 
 use rustc_hash::FxHashMap;
 
-use super::{Dependency, Task, TaskId};
+use super::{Dependency, Limit, Task, TaskId};
 
 /// Where a waiting task stands, for people (`carma status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +35,8 @@ pub enum Place {
     Held,
     /// It waits for another task to start or end (`after:`, ...).
     Waiting(Dependency),
-    /// Its user is at one of the per-user limits; the text says which.
-    OverLimit(String),
+    /// Its user (or its array) is at one of the limits, which it names.
+    OverLimit(Limit),
     /// It is next; [`super::Scheduler::head_waits_for`] says what it
     /// needs.
     Head,

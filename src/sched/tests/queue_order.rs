@@ -290,6 +290,7 @@ fn a_user_at_the_running_limit_waits_and_others_pass() {
     );
     match core.places().as_slice() {
         [(TaskId(2), Place::OverLimit(why))] => {
+            let why = why.to_string();
             assert!(why.contains("max_running_per_user"), "{why}")
         }
         other => panic!("{other:?}"),
@@ -329,7 +330,7 @@ fn gpus_and_queued_jobs_are_limited_per_user() {
         .places()
         .into_iter()
         .map(|(_, p)| match p {
-            Place::OverLimit(why) => why,
+            Place::OverLimit(why) => why.to_string(),
             other => panic!("{other:?}"),
         })
         .collect();
