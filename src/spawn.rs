@@ -161,6 +161,7 @@ impl Spawn {
             env: &env,
             procs: None,
             report: write.as_raw_fd(),
+            open_max: open_max(),
         };
         let pid = Pid::from_raw(self.fork(&mut child)?);
         drop(write);
@@ -223,6 +224,9 @@ struct Child<'a> {
     procs: Option<RawFd>,
     /// The close-on-exec pipe that takes the errno of a failure.
     report: RawFd,
+    /// One past the highest descriptor to close where the kernel has no
+    /// `close_range` (this process's limit on open files).
+    open_max: u32,
 }
 
 impl Child<'_> {
@@ -271,10 +275,6 @@ impl Child<'_> {
             for signal in 1..=64 {
                 libc::syscall(libc::SYS_rt_sigaction, signal, &default, 0usize, 8usize);
             }
-            // Then nothing blocked: the parent of a vfork-style clone
-            // blocks every signal until its child has exec'd, so that no
-            // handler of its runs in this child on their shared memory.
-            set_blocked(0);
             if libc::setpgid(0, 0) < 0 {
                 fail(last());
             }
@@ -297,12 +297,45 @@ impl Child<'_> {
             // report stays, until the exec. A kernel older than 5.9 has
             // no `close_range`: the descriptors are then left as they
             // are, closed on exec where they say so.
+            // Where there is none (a kernel older than 5.9, or a
+            // container's filter that refuses it), one by one up to the
+            // limit on open files: a descriptor the daemon inherited from
+            // whoever started it, or one a library opened without
+            // close-on-exec, must not reach a user's job.
             let report = report as u32;
+            let close = |from: u32, to: u32| {
+                if libc::syscall(libc::SYS_close_range, from, to, 0u32) < 0 {
+                    for fd in from..=to.min(self.open_max) {
+                        libc::syscall(libc::SYS_close, fd);
+                    }
+                }
+            };
             if report > 3 {
-                libc::syscall(libc::SYS_close_range, 3u32, report - 1, 0u32);
+                close(3, report - 1);
             }
-            libc::syscall(libc::SYS_close_range, report.max(2) + 1, u32::MAX, 0u32);
+            close(report.max(2) + 1, u32::MAX);
             if let Some((groups, gid, uid, saved)) = &spawn.user {
+                // The audit system's login id, while this process may
+                // still set it: one started by systemd has none, and a
+                // job could then set any it likes (root's among them) for
+                // every audit record of its own. Absent without audit.
+                let fd = libc::syscall(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    c"/proc/self/loginuid".as_ptr(),
+                    libc::O_WRONLY | libc::O_CLOEXEC,
+                );
+                if fd >= 0 {
+                    let mut digits = [0u8; 10];
+                    let at = decimal(*uid, &mut digits);
+                    libc::syscall(
+                        libc::SYS_write,
+                        fd,
+                        digits[at..].as_ptr(),
+                        digits.len() - at,
+                    );
+                    libc::syscall(libc::SYS_close, fd);
+                }
                 // Raw, not the C library's: its set*id also signal the
                 // parent's threads, which do not exist here. The saved
                 // user id is `Spawn::user`'s choice.
@@ -312,15 +345,56 @@ impl Child<'_> {
                 {
                     fail(last());
                 }
+                // Where the saved id stays root's until the exec, the
+                // switch left every capability in place: none is kept,
+                // and none is passed on to the job (ambient or
+                // inheritable, as a unit's `AmbientCapabilities=` would).
+                let header = CapHeader {
+                    version: LINUX_CAPABILITY_VERSION_3,
+                    pid: 0,
+                };
+                let none = [CapData::default(); 2];
+                if libc::syscall(libc::SYS_capset, &header, none.as_ptr()) < 0
+                    || libc::syscall(
+                        libc::SYS_prctl,
+                        libc::PR_CAP_AMBIENT,
+                        libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                        0,
+                        0,
+                        0,
+                    ) < 0
+                {
+                    fail(last());
+                }
                 // The user may signal this process now, and where the
                 // switch left it dumpable (`fs.suid_dumpable = 1`) a
                 // SIGQUIT would write the memory it shares with its root
                 // parent (the nursery's, other runs' launches among it)
                 // into a core file of the user's. Not dumpable until the
                 // `exec`, which makes the job's own memory; the parent
-                // sets its flag back.
+                // sets its flag back. Signals stay blocked until then.
                 libc::syscall(libc::SYS_prctl, libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+                // A session keyring of the job's own, as a login's
+                // (`pam_keyinit`): the one it would inherit is the
+                // daemon's, which every user's jobs would share, and
+                // with it the keys each adds (credentials to file
+                // servers). Kernels without keys, and containers whose
+                // filter refuses `keyctl` (to the job as well), have none
+                // to share this way.
+                if libc::syscall(
+                    libc::SYS_keyctl,
+                    KEYCTL_JOIN_SESSION_KEYRING,
+                    std::ptr::null::<libc::c_char>(),
+                ) < 0
+                    && !matches!(last(), libc::ENOSYS | libc::EPERM)
+                {
+                    fail(last() | AS_ITS_USER);
+                }
             }
+            // Then nothing blocked: the parent of a vfork-style clone
+            // blocks every signal until its child has exec'd, so that no
+            // handler of its runs in this child on their shared memory.
+            set_blocked(0);
             if let Some(mask) = spawn.umask {
                 libc::syscall(libc::SYS_umask, mask);
             }
@@ -421,6 +495,55 @@ fn clone3(cgroup: Option<RawFd>, child: &mut Child) -> io::Result<libc::pid_t> {
 /// Sets this thread's blocked signals to `mask` (bit `n - 1` for signal
 /// `n`, the kernel's own set: the C library's calls leave its two internal
 /// signals out) and returns those blocked before.
+/// `keyctl`'s operation that gives the caller a new session keyring.
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_int = 1;
+
+/// `capset`'s header and data (two 32-bit halves of each set), version 3.
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Writes `n` in decimal at the end of `digits`; where it starts.
+/// Allocates nothing: it runs in a child that shares its parent's heap.
+fn decimal(mut n: u32, digits: &mut [u8; 10]) -> usize {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return at;
+        }
+    }
+}
+
+/// This process's limit on open files, as `close_range`'s stand-in
+/// closes up to it (at most 2^20 descriptors).
+fn open_max() -> u32 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: one struct the kernel fills.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    match got {
+        0 => limit.rlim_cur.min(1 << 20) as u32,
+        _ => 1 << 20,
+    }
+}
+
 fn set_blocked(mask: u64) -> u64 {
     let mut before = 0u64;
     // SAFETY: two 8-byte sets, the kernel's size.
@@ -678,14 +801,21 @@ mod tests {
 
     #[test]
     #[ignore = "needs root: starts the job as nobody"]
-    fn a_job_as_its_user_holds_no_id_or_capability_of_root_and_its_starter_stays_dumpable() {
+    fn a_job_as_its_user_holds_no_id_capability_or_keyring_of_root_and_its_starter_stays_dumpable()
+    {
         const NOBODY: u32 = 65534;
         let dir = tempfile::tempdir().unwrap();
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
         // The shell's own auxiliary vector: AT_SECURE (23) would be 1
-        // had the exec counted as a change of privilege.
+        // had the exec counted as a change of privilege. The session
+        // keyring it sees: one of its own (root's, inherited, would not
+        // be listed to it). Its audit login id, where audit is.
         let script = "grep -E '^(Uid|Gid|Cap(Inh|Prm|Eff|Amb)):' /proc/self/status; \
-                      od -An -v -tu8 -w16 /proc/$$/auxv | awk '$1 == 23 { print \"AT_SECURE\", $2 }'";
+                      od -An -v -tu8 -w16 /proc/$$/auxv | awk '$1 == 23 { print \"AT_SECURE\", $2 }'; \
+                      if [ -r /proc/keys ]; then \
+                        awk '$8 == \"keyring\" && $9 ~ /^_(uid_)?ses/ { print \"keyring\", $6 }' /proc/keys | sort -u; \
+                      else echo keyring 65534; fi; \
+                      echo loginuid $(cat /proc/self/loginuid 2>/dev/null || echo none)";
         let args = ["-c", script].map(OsStr::new);
         let mut spawn = Spawn::new("sh", args, &env(), stdio(dir.path()), dir.path()).unwrap();
         let nobody = nix::unistd::Gid::from_raw(NOBODY);
@@ -697,11 +827,22 @@ mod tests {
         let out = fs::read_to_string(dir.path().join("out")).unwrap();
         let ids = "65534\t65534\t65534\t65534";
         let none = "0000000000000000";
+        // Unset (systemd's services, this test): the job's own now. Set
+        // already: root may change it, unless the kernel keeps it.
+        let login = match fs::read_to_string("/proc/self/loginuid") {
+            Err(_) => "none".to_string(),
+            Ok(id) if id == "4294967295" => NOBODY.to_string(),
+            Ok(id) => match out.ends_with(&format!("loginuid {id}\n")) {
+                true => id,
+                false => NOBODY.to_string(),
+            },
+        };
         assert_eq!(
             out,
             format!(
                 "Uid:\t{ids}\nGid:\t{ids}\nCapInh:\t{none}\nCapPrm:\t{none}\n\
-                 CapEff:\t{none}\nCapAmb:\t{none}\nAT_SECURE 0\n"
+                 CapEff:\t{none}\nCapAmb:\t{none}\nAT_SECURE 0\nkeyring 65534\n\
+                 loginuid {login}\n"
             )
         );
     }
