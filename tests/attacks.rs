@@ -1644,7 +1644,67 @@ fn a_mount_in_pending_is_taken_away_and_never_holds_the_daemon() {
         table.windows(point.len()).any(|w| w == point)
     };
     spool.wait_for("the mount to be taken away", 5.0, || !mounted());
-    spool.assert_logged("a fuse mount of uid 0 in a spool directory users drop into; taken away");
+    spool.assert_logged("a fuse mount of uid 0 where the daemon looks in the spool; taken away");
+    drop(fuse);
+}
+
+#[test]
+#[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
+fn a_mount_on_what_a_task_gives_its_user_is_taken_away_and_one_inside_work_stays() {
+    // A task directory gives its user `work/` (a job dropped as a bare
+    // file), each run's `stdout` and `stderr`, the reason and the owner's
+    // copy; the daemon reads the end of `stderr` when a run fails and
+    // hands `work/` over again at a re-run, through whatever is mounted
+    // there. A file system that never answers held the loop for good.
+    let (_alice, bob, spool) = shared_daemon("");
+    let dir = spool.user_dir(
+        &bob,
+        "bob-drop",
+        &[(
+            "sleeper.rad",
+            "memory: 1G
+sleep 60
+",
+        )],
+    );
+    fs::rename(
+        dir.join("sleeper.rad"),
+        spool.root.join("pending/sleeper.rad"),
+    )
+    .unwrap();
+    spool.wait_for("the job to run", 10.0, || {
+        spool
+            .find("sleeper")
+            .is_some_and(|(state, _)| state == "running")
+    });
+    let (_, task) = spool.find("sleeper").unwrap();
+    let mounted = |at: &Path| {
+        let table = fs::read("/proc/self/mountinfo").unwrap();
+        let point = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::as_bytes(at.as_os_str());
+        table
+            .windows(point.len() + 1)
+            .any(|w| w[..point.len()] == *point && w[point.len()] == b' ')
+    };
+    // The job's data, mounted inside its `work/`: its own, left alone.
+    let data = task.join("work/data");
+    let kept = common::silent_fuse::SilentFuse::failing(&data, nix::libc::EIO);
+    let run = task.join("run-1");
+    let fuse = common::silent_fuse::SilentFuse::mount(&run);
+    let said = "run-1: a fuse mount of uid 0 where the daemon looks in the spool; taken away";
+    spool.wait_for("the mount on run-1 to be taken away", 5.0, || {
+        !mounted(&run) && spool.daemon_log().contains(said)
+    });
+    assert!(mounted(&data), "the job's own mount inside work/ stays");
+    // Unmounted where it is, before the task moves on with it.
+    drop(kept);
+    // The run fails: the daemon reads the end of its stderr.
+    let out = spool
+        .carma()
+        .args(["cancel", &task.file_name().unwrap().to_string_lossy()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    still_serves(&spool, &bob, "1");
     drop(fuse);
 }
 

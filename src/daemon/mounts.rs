@@ -1,35 +1,77 @@
-//! No user's mount stays inside the spool's drop directories.
+//! No user's mount stays where the daemon looks.
 //!
 //! `pending/` and `cancel/` are open to every user, who may make a
 //! directory there and mount a FUSE file system on it (`fusermount`). The
 //! daemon looks at each entry it finds (`lstat`, an open); where the host
 //! lets users mount with `allow_other` (`/etc/fuse.conf`), such a look
 //! reaches the user's file system, and one that never answers would hold
-//! the event loop, and with it every user's jobs, for good.
+//! the event loop, and with it every user's jobs, for good. The same goes
+//! for what a task directory gives its user: the job's `work/`, its runs'
+//! `stdout` and `stderr`, the reason and the owner's copy. The daemon
+//! reads the end of `stderr` when a run fails, hands `work/` to its user
+//! again at a re-run, and renames the others; a user may mount on each,
+//! since each is theirs.
 //!
 //! So a thread of its own watches the mount table (`/proc/self/mountinfo`
 //! reports each change to `poll`) and takes away, as soon as it appears,
-//! every mount below those two directories: `umount2` with `MNT_FORCE`,
-//! which aborts a FUSE connection (every access waiting on it fails at
-//! once, the loop's included), and `MNT_DETACH`. Nothing the daemon does
-//! needs a mount there, so none is spared. Within the daemon's mount
-//! namespace only: the user's own view is theirs.
+//! every mount below the two drop directories and every mount in a task
+//! directory of the other states but those inside a job's `work/` (a job
+//! may mount its data there, and the daemon never looks inside):
+//! `umount2` with `MNT_FORCE`, which aborts a FUSE connection (every
+//! access waiting on it fails at once, the loop's included), and
+//! `MNT_DETACH`. Within the daemon's mount namespace only: the user's own
+//! view is theirs.
 
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, Read, Seek};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, umount2};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::procfs::Mount;
+use crate::spool::State;
+use crate::spool::record::WORK;
 
-/// Starts the thread that takes away mounts below `guarded` (absolute
-/// paths, as the mount table names them). A daemon that is not root
-/// cannot unmount: it only says what it finds.
-pub(super) fn guard(guarded: Vec<PathBuf>) -> io::Result<()> {
+/// Where no mount may stay, as the mount table names the directories
+/// (absolute, links resolved).
+#[derive(Debug, Clone)]
+pub(super) struct Guarded {
+    /// No mount anywhere below these: the drop directories.
+    whole: Vec<PathBuf>,
+    /// No mount in the task directories these hold, but inside their
+    /// `work/`: the other state directories.
+    tasks: Vec<PathBuf>,
+}
+
+impl Guarded {
+    /// Whether a mount on `point` is taken away.
+    fn covers(&self, point: &Path) -> bool {
+        let strictly_below = |dir: &PathBuf| point != dir && point.starts_with(dir);
+        if self.whole.iter().any(strictly_below) {
+            return true;
+        }
+        self.tasks.iter().any(|dir| {
+            let Ok(inside) = point.strip_prefix(dir) else {
+                return false;
+            };
+            let mut names = inside.components();
+            // `TASK/work/...`: the job's own; `TASK` itself is carma's
+            // (root's, which no user may mount on).
+            match (names.next(), names.next(), names.next()) {
+                (Some(_), Some(work), Some(_)) => work.as_os_str() != WORK,
+                (Some(_), Some(_), None) => true,
+                _ => false,
+            }
+        })
+    }
+}
+
+/// Starts the thread that takes away mounts where `guarded` says. A
+/// daemon that is not root cannot unmount: it only says what it finds.
+pub(super) fn guard(guarded: Guarded) -> io::Result<()> {
     let mut table = File::open("/proc/self/mountinfo")?;
     std::thread::Builder::new()
         .name("mounts".into())
@@ -80,14 +122,14 @@ fn take_away(mount: &Mount) -> bool {
     match umount2(&mount.point, flags) {
         Ok(()) => {
             log::warn!(
-                "{point}: a {} mount{owner} in a spool directory users drop into; taken away",
+                "{point}: a {} mount{owner} where the daemon looks in the spool; taken away",
                 mount.kind
             );
             true
         }
         Err(e) => {
             log::warn!(
-                "{point}: a {} mount{owner} in a spool directory users drop into; cannot take \
+                "{point}: a {} mount{owner} where the daemon looks in the spool; cannot take \
                  it away ({e}): a look at it may wait on its file system",
                 mount.kind
             );
@@ -97,17 +139,13 @@ fn take_away(mount: &Mount) -> bool {
 }
 
 /// The outermost mounts of the table `text` (`/proc/self/mountinfo`)
-/// strictly below one of `guarded`. Only the outermost: taking it away
+/// that `guarded` covers. Only the outermost: taking it away
 /// (`MNT_DETACH`) takes every mount below it along, and a path to an
 /// inner one would be looked up through the outer one, a file system that
 /// may never answer.
-pub(super) fn below(text: &[u8], guarded: &[PathBuf]) -> Vec<Mount> {
+pub(super) fn below(text: &[u8], guarded: &Guarded) -> Vec<Mount> {
     let found: Vec<Mount> = crate::procfs::mounts(text)
-        .filter(|m| {
-            guarded
-                .iter()
-                .any(|g| m.point != *g && m.point.starts_with(g))
-        })
+        .filter(|m| guarded.covers(&m.point))
         .collect();
     let inside_another = |m: &Mount| {
         found
@@ -122,13 +160,16 @@ pub(super) fn below(text: &[u8], guarded: &[PathBuf]) -> Vec<Mount> {
         .collect()
 }
 
-/// The spool's drop directories, as the mount table names them (links
+/// The spool's directories, as the mount table names them (links
 /// resolved).
-pub(super) fn guarded(spool: &crate::spool::Spool) -> Vec<PathBuf> {
-    let dirs = [spool.dir(crate::spool::State::Pending), spool.cancel_dir()];
-    dirs.iter()
-        .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()))
-        .collect()
+pub(super) fn guarded(spool: &crate::spool::Spool) -> Guarded {
+    let real = |d: PathBuf| std::fs::canonicalize(&d).unwrap_or(d);
+    Guarded {
+        whole: vec![real(spool.dir(State::Pending)), real(spool.cancel_dir())],
+        tasks: [State::Running, State::Recovery, State::Done, State::Failed]
+            .map(|state| real(spool.dir(state)))
+            .to_vec(),
+    }
 }
 
 #[cfg(test)]
@@ -148,10 +189,41 @@ mod tests {
 garbled line
 ";
 
-    fn spool_dirs() -> Vec<PathBuf> {
-        ["/var/spool/carma/pending", "/var/spool/carma/cancel"]
-            .map(PathBuf::from)
-            .to_vec()
+    fn spool_dirs() -> Guarded {
+        let dirs = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| PathBuf::from(format!("/var/spool/carma/{n}")))
+                .collect()
+        };
+        Guarded {
+            whole: dirs(&["pending", "cancel"]),
+            tasks: dirs(&["running", "recovery", "done", "failed"]),
+        }
+    }
+
+    #[test]
+    fn in_a_task_directory_only_mounts_inside_the_jobs_work_stay() {
+        let g = spool_dirs();
+        let at = |p: &str| g.covers(Path::new(&format!("/var/spool/carma/{p}")));
+        for taken in [
+            "running/000001-a/work",
+            "running/000001-a/run-1",
+            "running/000001-a/reason",
+            "recovery/000001-a/work",
+            "failed/000002-b/owner.json",
+        ] {
+            assert!(at(taken), "{taken}");
+        }
+        for left in [
+            "running/000001-a/work/data",
+            "done/000001-a/work/d/e",
+            "running",
+            "running/000001-a",
+            "staging/x/y",
+        ] {
+            assert!(!at(left), "{left}");
+        }
     }
 
     #[test]
