@@ -43,7 +43,15 @@ impl Daemon {
                         .map_err(|why| format!("{}: {}: {why}", d.kind.key(), d.task))?;
                     Ok(ResolvedDependency { kind: d.kind, task })
                 })
-                .collect::<Result<Vec<_>, String>>()?;
+                .collect::<Result<Vec<ResolvedDependency>, String>>()?;
+            // Each task once per kind: a job naming one 320 times (64
+            // names on each of its lines and on the command line) waits
+            // for it once.
+            let mut seen = std::collections::HashSet::new();
+            let resolved = resolved
+                .into_iter()
+                .filter(|d| seen.insert((d.kind, d.task)))
+                .collect();
             record.after = Some(resolved);
         }
         Ok(record

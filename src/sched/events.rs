@@ -35,7 +35,7 @@ impl Scheduler {
             return;
         }
         for d in &demand.after {
-            self.dependents.entry(d.task).or_default().push(task);
+            self.dependents.entry(d.task).or_default().insert(task);
         }
         if demand.after.iter().any(|d| d.met() == Some(false)) {
             self.doomed.push(task);

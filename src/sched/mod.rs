@@ -275,7 +275,7 @@ pub struct Scheduler {
     /// What each user has running, for their limits and fair share.
     loads: Loads,
     /// Per task, the tasks that wait for it (`after:`, ...).
-    dependents: FxHashMap<TaskId, Vec<TaskId>>,
+    dependents: FxHashMap<TaskId, BTreeSet<TaskId>>,
     /// Running tasks started from behind a blocked head.
     backfilled: BTreeSet<TaskId>,
     /// Waiting tasks found to depend on something that can no longer
@@ -555,7 +555,7 @@ impl Scheduler {
         };
         for d in &t.demand.after {
             if let Some(dependents) = self.dependents.get_mut(&d.task) {
-                dependents.retain(|&id| id != task);
+                dependents.remove(&task);
                 if dependents.is_empty() {
                     self.dependents.remove(&d.task);
                 }

@@ -231,6 +231,44 @@ fn an_unmeetable_dependency_fails_the_task_and_its_own_dependents() {
 }
 
 #[test]
+fn a_task_named_many_times_by_many_dependents_fails_each_once() {
+    // 2,000 tasks, each naming task 1 on 300 lines: every end of one of
+    // them went over all 600,000 entries, and task 1's failure over that
+    // many again per dependent.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    queue(&mut core, 0.0, 1, Need::WholeGpu);
+    let once = Dependency {
+        kind: DependencyKind::AfterOk,
+        task: TaskId(1),
+        started: false,
+        ended: None,
+    };
+    let dependents = (2..2002).map(|id| Event::Queued {
+        task: TaskId(id),
+        demand: Demand {
+            after: vec![once; 300],
+            ..Demand::new(Need::Mib(GIB))
+        },
+    });
+    core.step_all(s(1.0), dependents);
+    let failed = Event::Exited {
+        task: TaskId(1),
+        exit: Exit::Failed("exit status 1".into()),
+    };
+    let actions = core.step(s(2.0), failed);
+    let mut failures: Vec<u64> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Fail { task, .. } => Some(task.0),
+            _ => None,
+        })
+        .collect();
+    failures.sort();
+    assert_eq!(failures, (1..2002).collect::<Vec<_>>());
+    assert_eq!(core.queued(), (0, 0));
+}
+
+#[test]
 fn after_waits_only_for_the_start_and_a_driver_known_end_counts() {
     let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
     // 2 waits `after` 1; both are placed in the same step, 1 first.
