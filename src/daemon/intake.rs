@@ -97,7 +97,7 @@ impl Daemon {
     /// it; any other (or an entry of another kind) is claimed, which sets
     /// it aside unopened with its reason. Entries whose intake failed wait
     /// for their own retry.
-    fn take_entries(&mut self, mut entries: Vec<String>, mut odd: Vec<OsString>) {
+    pub(super) fn take_entries(&mut self, mut entries: Vec<String>, mut odd: Vec<OsString>) {
         entries.sort();
         entries.dedup();
         let now = self.now();

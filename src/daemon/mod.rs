@@ -504,12 +504,26 @@ impl Daemon {
         }
         self.with_world(|life, now, world| life.retry_due(now, world));
         let now = self.now();
-        if self.entry_retry.due(now) && !self.intake_retry.due(now) {
-            self.rescan();
-            // What the rescan took failed again (a later retry) or went;
-            // what it set aside waits by another clock. Still due, it
-            // would ask for a rescan at every turn.
-            self.entry_retry.forget_due(now);
+        if !self.intake_retry.due(now) {
+            // The entries due, by name: not a rescan, which lists all of
+            // `pending/` (a user whose drops wait on their junk limit has
+            // one due every few milliseconds).
+            let (names, odd): (Vec<_>, Vec<_>) = self
+                .entry_retry
+                .due_keys(now)
+                .into_iter()
+                .map(OsString::into_string)
+                .partition(Result::is_ok);
+            if !names.is_empty() || !odd.is_empty() {
+                self.take_entries(
+                    names.into_iter().flatten().collect(),
+                    odd.into_iter().filter_map(Result::err).collect(),
+                );
+                // What was taken failed again (a later retry) or went;
+                // what was set aside waits by another clock. Still due, it
+                // would be retried at every turn.
+                self.entry_retry.forget_due(now);
+            }
         }
         if self.intake_retry.due(now) {
             self.rescan();

@@ -111,6 +111,18 @@ impl<K: std::hash::Hash + Eq> Backoffs<K> {
         self.each.retain(|key, _| keep(key));
     }
 
+    /// The keys whose retry is due at `now`.
+    pub fn due_keys(&self, now: Time) -> Vec<K>
+    where
+        K: Clone,
+    {
+        self.each
+            .iter()
+            .filter(|(_, b)| b.due(now))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
     /// Forgets the keys whose retry is due at `now`: looked at again, they
     /// were left to wait by another clock (a file still being written, a
     /// job waiting for its summary).
