@@ -1088,6 +1088,41 @@ fn refused_job_files_are_kept_only_up_to_the_cap() {
 
 #[test]
 #[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn arrays_handed_in_at_once_are_held_to_a_users_task_limit() {
+    // An array counted as one task until its elements were taken in, a
+    // turn later: one submit of 64 arrays of 1,000 passed
+    // queue.user_max_tasks (10,000) 64 times over.
+    let (_alice, bob, spool) = shared_daemon("[queue]\nuser_max_tasks = 50\n");
+    let rad = "memory: 1G\narray: 1-20\nsleep 424213\n";
+    let files: Vec<(String, &str)> = (1..=4).map(|i| (format!("a{i}.rad"), rad)).collect();
+    let named: Vec<(&str, &str)> = files.iter().map(|(f, t)| (f.as_str(), *t)).collect();
+    let home = spool.user_dir(&bob, "bob-arrays", &named);
+    let paths: Vec<String> = files
+        .iter()
+        .map(|(f, _)| home.join(f).display().to_string())
+        .collect();
+    let out = bob.carma(&spool, &format!("submit {}", paths.join(" ")));
+    assert!(!out.status.success(), "all four taken: {}", stdout(&out));
+    assert!(
+        stderr(&out).contains("queue.user_max_tasks"),
+        "{}",
+        stderr(&out)
+    );
+    let held: usize = ["pending", "running"]
+        .iter()
+        .map(|state| spool.tasks(state).len())
+        .sum();
+    assert_eq!(held, 40, "two arrays of 20 taken, two refused");
+    for pid in sleepers("424213") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
 fn requeuing_ended_tasks_is_held_to_a_users_limits() {
     // queue.user_max_tasks bounds a user's waiting and running tasks; a
     // requeued task that ended is a new waiting one, and was taken in

@@ -42,20 +42,32 @@ impl Daemon {
                 .map(|(_, i)| i)
                 .collect(),
         };
-        for index in (spec.first..=spec.last).filter(|i| *i != member.index && !made.contains(i)) {
-            let mut element = record.clone();
-            element.requeued();
-            element.array = Some(ArrayMember {
-                index,
-                expanded: false,
-                ..member
-            });
-            if let Err(e) = self.spool.copy_task(state, &name, &element) {
-                log::error!(
-                    "{name}: cannot make array element {index}: {e}; made when the daemon next starts"
-                );
-                return;
-            }
+        let elements: Vec<_> = (spec.first..=spec.last)
+            .filter(|i| *i != member.index && !made.contains(i))
+            .map(|index| {
+                let mut element = record.clone();
+                element.requeued();
+                element.array = Some(ArrayMember {
+                    index,
+                    expanded: false,
+                    ..member
+                });
+                element
+            })
+            .collect();
+        let (placed, failed) = self.spool.copy_tasks(state, &name, &elements);
+        // Taken in now, not when their arrival is heard: until then the
+        // owner's count of tasks held the array as one, and a request of
+        // 64 arrays passed `queue.user_max_tasks` 64 times over.
+        for element in placed {
+            self.take(element, State::Pending);
+        }
+        if let Some(e) = failed {
+            log::error!(
+                "{name}: cannot make all its array elements: {e}; the rest are made when the \
+                 daemon next starts"
+            );
+            return;
         }
         if let Some(task) = self.life.tasks.get_mut(&seq) {
             if let Some(a) = task.record.array.as_mut() {
