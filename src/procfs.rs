@@ -315,25 +315,62 @@ fn parse_locks(text: &str, dev: u64, ino: u64) -> Vec<(u32, bool)> {
         .collect()
 }
 
-/// Processes that have the file `path` open, found through their
-/// `/proc/<pid>/fd` links (by device and inode, not by name). For a lock
-/// that was handed down to a child process, `/proc/locks` still names the
-/// parent that took it; the processes holding the file open are the truth.
+/// Processes of the file's owner that have the file `path` open, found
+/// through their `/proc/<pid>/fd` links (by device and inode, not by
+/// name). For a lock that was handed down to a child process,
+/// `/proc/locks` still names the parent that took it; the processes
+/// holding the file open are the truth. Each open file is looked at
+/// with the attributes the kernel has cached: a fresh look at a file on
+/// a user's FUSE mount would ask that file system, which may never
+/// answer. Only processes of the file's owner are looked at, which
+/// leaves out every other user's.
 pub fn openers(path: &Path) -> Vec<u32> {
     let Ok(target) = fs::metadata(path) else {
         return Vec::new();
     };
+    let wanted = (
+        nix::sys::stat::major(target.dev()),
+        nix::sys::stat::minor(target.dev()),
+        target.ino(),
+    );
     processes()
+        .filter(|(_, dir)| fs::metadata(dir).is_ok_and(|m| m.uid() == target.uid()))
         .filter(|(_, dir)| {
             fs::read_dir(dir.join("fd")).is_ok_and(|fds| {
-                fds.flatten().any(|fd| {
-                    fs::metadata(fd.path())
-                        .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
-                })
+                fds.flatten()
+                    .any(|fd| cached_identity(&fd.path()) == Some(wanted))
             })
         })
         .map(|(pid, _)| pid)
         .collect()
+}
+
+/// The device (major, minor) and inode of the file a `/proc` descriptor
+/// link names, as the kernel has them cached (`AT_STATX_DONT_SYNC`: no
+/// request to the file's file system).
+fn cached_identity(link: &Path) -> Option<(u64, u64, u64)> {
+    use nix::libc;
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(link.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero `statx` is a valid value for the kernel to fill.
+    let mut stat: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a buffer of the kernel's size.
+    let done = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            libc::STATX_INO,
+            &mut stat,
+        )
+    };
+    (done == 0).then(|| {
+        (
+            u64::from(stat.stx_dev_major),
+            u64::from(stat.stx_dev_minor),
+            stat.stx_ino,
+        )
+    })
 }
 
 /// Every process now: its pid and its `/proc/<pid>` directory.
@@ -510,6 +547,20 @@ fn unescape(bytes: &[u8]) -> OsString {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_holders_of_a_file_are_found_by_its_device_and_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        std::fs::write(&path, "").unwrap();
+        let me = std::process::id();
+        assert!(!super::openers(&path).contains(&me));
+        let held = std::fs::File::open(&path).unwrap();
+        // Another name of another file is not it.
+        std::fs::write(dir.path().join("other"), "").unwrap();
+        assert_eq!(super::openers(&path), [me]);
+        drop(held);
+    }
+
     #[test]
     fn unwritten_memory_is_dirty_and_under_writeback() {
         let meminfo = "MemTotal:       24000000 kB\nDirty:              1200 kB\n\
