@@ -567,9 +567,20 @@ fn read_submission(dir: &Path, owner: u32) -> Result<Submission, String> {
             // (its names are its owner's, as many and as long as they
             // like).
             const NAMED: usize = 4;
+            // Looked at on the daemon's loop: a directory of millions of
+            // names (hard links cost their owner nothing) is not listed
+            // to its end.
+            const LISTED: usize = 4096;
             let mut rads = Vec::new();
             let mut count = 0usize;
-            for entry in fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            let listing = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for (seen, entry) in listing.enumerate() {
+                if seen == LISTED {
+                    return Err(format!(
+                        "the submitted directory holds more than {LISTED} names and no \
+                         {SUBMISSION} naming its job"
+                    ));
+                }
                 let name = entry
                     .map_err(|e| format!("{}: {e}", dir.display()))?
                     .file_name();
@@ -689,5 +700,17 @@ mod tests {
         );
         assert!(why.ends_with(" and 46 more"), "{why}");
         assert!(why.len() < 1000, "{} bytes", why.len());
+    }
+
+    #[test]
+    fn a_directory_of_very_many_names_is_not_listed_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("job.rad"), "").unwrap();
+        for i in 0..5000 {
+            fs::hard_link(dir.path().join("job.rad"), dir.path().join(format!("n{i}"))).unwrap();
+        }
+        let owner = nix::unistd::geteuid().as_raw();
+        let why = read_submission(dir.path(), owner).err().unwrap();
+        assert!(why.contains("more than 4096 names"), "{why}");
     }
 }
