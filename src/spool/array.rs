@@ -21,10 +21,10 @@ impl Spool {
     /// New tasks in `pending/`, one per record of `records`, each with
     /// the job files of task `name` (in `state`) and its record (renamed
     /// to the new task): an array's elements. Made in `staging/` and put
-    /// on disk together (see [`make_trees_durable`]), then placed, and
-    /// `pending/` flushed once: a thousand elements cost a few flushes,
-    /// not six each. The tasks placed, and the error that stopped the
-    /// rest, if one did.
+    /// on disk together (one `syncfs` for many, unless much else waits to
+    /// be written), then placed, and `pending/` flushed once: a thousand
+    /// elements cost a few flushes, not five each. The tasks placed, and
+    /// the error that stopped the rest, if one did.
     pub fn copy_tasks(
         &self,
         state: State,
