@@ -336,7 +336,15 @@ pub struct Lifecycle {
     launch_retry: Backoff,
     /// The daemon's own user, who (with root) may act on every task.
     me: u32,
+    /// Arrays whose every element was found taken in: `pending/` is not
+    /// listed again for a request about them (an array's elements are
+    /// made once, and never again while the daemon runs).
+    settled_arrays: std::collections::HashSet<u64>,
 }
+
+/// Arrays remembered as settled at most: past it, the memory starts
+/// afresh (each array costs one more listing).
+const SETTLED_ARRAYS: usize = 65_536;
 
 impl Lifecycle {
     /// A lifecycle around `core`, for a daemon running as user `me`.
@@ -363,6 +371,7 @@ impl Lifecycle {
             events: Vec::new(),
             launch_retry: Backoff::default(),
             me,
+            settled_arrays: std::collections::HashSet::new(),
         }
     }
 

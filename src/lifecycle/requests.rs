@@ -186,19 +186,27 @@ impl Lifecycle {
         // records are read, so that a request costs nothing of the
         // spool's history (it listed every state and read every newer
         // task's record).
+        // Listed once per array: found settled, it stays so (its
+        // elements are taken in as they are made), and a user's requests
+        // about it never list `pending/` again.
         let in_array = |record: &TaskRecord| record.array.is_some_and(|a| a.job == member.job);
-        let untaken = world
-            .pending_from(member.job)
-            .into_iter()
-            .filter(|n| !self.tasks.contains_key(&n.seq()))
-            .any(|n| {
-                world
-                    .load_record(State::Pending, &n)
-                    .is_ok_and(|r| in_array(&r))
-            });
+        let untaken = !self.settled_arrays.contains(&member.job)
+            && world
+                .pending_from(member.job)
+                .into_iter()
+                .filter(|n| !self.tasks.contains_key(&n.seq()))
+                .any(|n| {
+                    world
+                        .load_record(State::Pending, &n)
+                        .is_ok_and(|r| in_array(&r))
+                });
         if expanding || untaken {
             return Answer::Wait;
         }
+        if self.settled_arrays.len() >= super::SETTLED_ARRAYS {
+            self.settled_arrays.clear();
+        }
+        self.settled_arrays.insert(member.job);
         let mut elements: Vec<TaskName> = self
             .tasks
             .values()

@@ -62,6 +62,8 @@ struct Memory {
     no_start: Option<String>,
     /// What asking a supervisor to stop comes to.
     stop: Option<Stop>,
+    /// How often `pending/` was listed.
+    listings: std::cell::Cell<usize>,
 }
 
 impl Memory {
@@ -144,6 +146,7 @@ impl World for Memory {
     }
 
     fn pending_from(&self, seq: u64) -> Vec<TaskName> {
+        self.listings.set(self.listings.get() + 1);
         self.dirs
             .iter()
             .filter(|(_, state)| **state == State::Pending)

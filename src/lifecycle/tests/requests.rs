@@ -324,6 +324,14 @@ fn cancelling_an_array_cancels_the_requesters_elements_and_waits_while_it_is_mad
         &story.asks(BOB, "cancel-array.000002-arr"),
         "belongs to uid 1001"
     ));
+    // Found settled, the array is not looked for in `pending/` again: a
+    // user's requests about it listed all of it each.
+    let listed = story.world.listings.get();
+    assert!(refused(
+        &story.asks(BOB, "cancel-array.000003-arr"),
+        "belongs to uid 1001"
+    ));
+    assert_eq!(story.world.listings.get(), listed);
     assert_eq!(
         story.asks(ALICE, "cancel-array.000002-arr"),
         Answer::Done("array 1: 3 unfinished tasks cancelled".into())
