@@ -519,16 +519,16 @@ pub fn write_owner_copy(dir: &Path, owner: Option<u32>, record: &TaskRecord) -> 
     let Some(ids) = owner_ids(owner).filter(|&(uid, _)| uid != 0) else {
         return Ok(());
     };
-    let runs = (1..)
-        .map(|run| (run, dir.join(format!("run-{run}"))))
-        .take_while(|(_, run_dir)| std::fs::symlink_metadata(run_dir).is_ok_and(|m| m.is_dir()))
-        .take(1000)
-        .map(|(run, run_dir)| OwnerRun {
-            run,
-            launch: read_state(&run_dir.join(LAUNCH))
-                .ok()
-                .map(Launch::without_script),
-            exit: read_state(&run_dir.join(EXIT)).ok(),
+    let runs = owner_runs(dir)
+        .map(|run| {
+            let run_dir = dir.join(format!("run-{run}"));
+            OwnerRun {
+                run,
+                launch: read_state(&run_dir.join(LAUNCH))
+                    .ok()
+                    .map(Launch::without_script),
+                exit: read_state(&run_dir.join(EXIT)).ok(),
+            }
         })
         .collect();
     let copy = OwnerCopy {
@@ -536,6 +536,25 @@ pub fn write_owner_copy(dir: &Path, owner: Option<u32>, record: &TaskRecord) -> 
         runs,
     };
     super::atomic::write_durable_as(&dir.join(OWNER_COPY), &to_json(&copy), 0o400, Some(ids))
+}
+
+/// Runs an owner's copy tells of at most: the latest. Each copy is
+/// written as the task ends, on the daemon's loop, and a task requeued
+/// again and again gathers runs, each `launch.json` as large as its job's
+/// script: reading them all at every end grew with the square of the
+/// requeues.
+const OWNER_RUNS: u32 = 32;
+
+/// The runs of the task directory `dir` an owner's copy tells of: the
+/// latest [`OWNER_RUNS`] (runs are numbered from 1 without a gap).
+fn owner_runs(dir: &Path) -> std::ops::RangeInclusive<u32> {
+    let last = (1..=u32::MAX)
+        .take_while(|run| {
+            std::fs::symlink_metadata(dir.join(format!("run-{run}"))).is_ok_and(|m| m.is_dir())
+        })
+        .last()
+        .unwrap_or(0);
+    last.saturating_sub(OWNER_RUNS - 1).max(1)..=last
 }
 
 /// The copy of an ended task's record and runs that carma gave its owner,
@@ -577,6 +596,20 @@ pub fn give_dir_to_owner(path: &Path, owner: Option<u32>) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_owners_copy_tells_of_the_latest_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(super::owner_runs(dir.path()).is_empty());
+        for run in 1..=3 {
+            std::fs::create_dir(dir.path().join(format!("run-{run}"))).unwrap();
+        }
+        assert_eq!(super::owner_runs(dir.path()), 1..=3);
+        for run in 4..=40 {
+            std::fs::create_dir(dir.path().join(format!("run-{run}"))).unwrap();
+        }
+        assert_eq!(super::owner_runs(dir.path()), 9..=40);
+    }
+
     use super::*;
 
     #[test]
