@@ -479,6 +479,14 @@ fn spawn_job(
     launch: &Launch,
     cgroup: Option<RunCgroup>,
 ) -> io::Result<(Pid, Option<RunCgroup>)> {
+    // A root daemon names whom every job runs as, root's own jobs
+    // included (`daemon.allow_root_jobs`): a launch that names nobody was
+    // damaged or half-read, and is no reason to run a job as root.
+    if launch.run_as.is_none() && Uid::effective().is_root() {
+        return Err(io::Error::other(
+            "its launch names no user to run as, and a job never runs as root for want of one",
+        ));
+    }
     let script = run_dir.join(SCRIPT);
     let mut text = launch.script.join("\n");
     text.push('\n');
@@ -600,5 +608,18 @@ mod tests {
         // A launch from before boots were recorded: its supervisor flushed
         // its name, which decides alone.
         assert!(!may_have_started(launched_in(None).path()));
+    }
+
+    #[test]
+    #[ignore = "needs root: what a root supervisor refuses"]
+    fn a_root_supervisor_runs_no_job_whose_launch_names_no_user() {
+        let run = launched_in(None);
+        let launch: Launch = read_state(&run.path().join(LAUNCH)).unwrap();
+        let e = spawn_job(run.path(), &launch, None).unwrap_err();
+        assert!(e.to_string().contains("names no user"), "{e}");
+        assert!(
+            !run.path().join(STDOUT).exists(),
+            "nothing of the job's made"
+        );
     }
 }
