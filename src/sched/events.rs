@@ -20,6 +20,12 @@ impl Scheduler {
                 .tasks
                 .get(&d.task)
                 .is_some_and(|t| t.running || t.crashes > 0);
+            if d.ended.is_none()
+                && let Some(&succeeded) = self.ended_now.get(&d.task)
+            {
+                d.started = true;
+                d.ended = Some(succeeded);
+            }
         }
         let refused = match self.placeable(&demand) {
             Err(why) => Some(FailReason::Unplaceable(why)),

@@ -276,6 +276,11 @@ pub struct Scheduler {
     loads: Loads,
     /// Per task, the tasks that wait for it (`after:`, ...).
     dependents: FxHashMap<TaskId, BTreeSet<TaskId>>,
+    /// Tasks that ended within the events being fed, and how: a task
+    /// queued later in the same events waits for one of them as its
+    /// driver saw it before the end was fed (running), and would never
+    /// hear of the end.
+    ended_now: FxHashMap<TaskId, bool>,
     /// Running tasks started from behind a blocked head.
     backfilled: BTreeSet<TaskId>,
     /// Waiting tasks found to depend on something that can no longer
@@ -323,6 +328,7 @@ impl Scheduler {
             waiting: Queue::default(),
             loads: Loads::default(),
             dependents: FxHashMap::default(),
+            ended_now: FxHashMap::default(),
             doomed: Vec::new(),
             backfilled: BTreeSet::new(),
             arrivals: 0,
@@ -364,6 +370,7 @@ impl Scheduler {
     ) {
         self.account(now);
         self.now = self.now.max(now);
+        self.ended_now.clear();
         for event in events {
             // A tick comes at (about) the deadline that the memo keeps.
             if !matches!(event, Event::Queued { .. } | Event::Sample(_)) {
@@ -534,6 +541,7 @@ impl Scheduler {
     /// Tells the tasks that depend on `task` how it ended; those that now
     /// never can start are doomed.
     fn note_ended(&mut self, task: TaskId, succeeded: bool) {
+        self.ended_now.insert(task, succeeded);
         for &id in self.dependents.get(&task).into_iter().flatten() {
             if let Some(t) = self.tasks.get_mut(&id) {
                 for d in t.demand.after.iter_mut().filter(|d| d.task == task) {

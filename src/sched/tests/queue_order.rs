@@ -269,6 +269,24 @@ fn a_task_named_many_times_by_many_dependents_fails_each_once() {
 }
 
 #[test]
+fn a_task_queued_just_after_its_dependency_ended_hears_of_the_end() {
+    // The driver read task 1 as running when it took task 2 in, and fed
+    // 1's end first: 2 waited for an end the core had already forgotten.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB]);
+    queue(&mut core, 0.0, 1, Need::Mib(GIB));
+    let mut waits = dependent(2, 1, DependencyKind::AfterOk);
+    if let Event::Queued { demand, .. } = &mut waits {
+        demand.after[0].started = true;
+    }
+    let ended = Event::Exited {
+        task: TaskId(1),
+        exit: Exit::Success,
+    };
+    let actions = core.step_all(s(1.0), [ended, waits]);
+    assert_eq!(launched(&actions), [(2, vec![0])]);
+}
+
+#[test]
 fn after_waits_only_for_the_start_and_a_driver_known_end_counts() {
     let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB; 2]);
     // 2 waits `after` 1; both are placed in the same step, 1 first.
