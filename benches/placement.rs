@@ -55,17 +55,7 @@ fn over_limit_ahead() {
         core.step(now, queued(task, 1, Need::Mib(4 * GIB)));
     }
     // Something else holds half of every GPU: the head's 60 GiB fit none.
-    let half_used = (0..GPUS)
-        .map(|g| GpuSample {
-            gpu: g,
-            used_mib: 40 * GIB,
-            smact: 0.1,
-            occupancy: None,
-            dram: None,
-            healthy: true,
-            tasks: Vec::new(),
-        })
-        .collect();
+    let half_used = (0..GPUS).map(|g| reading(g, 40 * GIB, 0.1)).collect();
     core.step(now, Event::Sample(half_used));
     core.step(now, queued(QUEUED + 2, 2, Need::Mib(60 * GIB)));
     println!(
@@ -91,15 +81,7 @@ fn measure(what: &str, rules: Rules, user: fn(u64) -> Option<u32>) {
     for second in 0..60 {
         now = Time::from_secs(second);
         let samples = (0..GPUS)
-            .map(|g| GpuSample {
-                gpu: g,
-                used_mib: (g as u64 % 7) * 4 * GIB,
-                smact: 0.1 + (g % 5) as f64 * 0.1,
-                occupancy: None,
-                dram: None,
-                healthy: true,
-                tasks: Vec::new(),
-            })
+            .map(|g| reading(g, (g as u64 % 7) * 4 * GIB, 0.1 + (g % 5) as f64 * 0.1))
             .collect();
         core.step(now, Event::Sample(samples));
     }
@@ -171,6 +153,19 @@ fn measure(what: &str, rules: Rules, user: fn(u64) -> Option<u32>) {
         assert!(actions.is_empty());
     }
     report("decision where the head fits nowhere", &mut blocked);
+}
+
+/// A healthy GPU's reading: `used_mib` in use, at SM activity `smact`.
+fn reading(gpu: usize, used_mib: u64, smact: f64) -> GpuSample {
+    GpuSample {
+        gpu,
+        used_mib,
+        smact,
+        occupancy: None,
+        dram: None,
+        healthy: true,
+        tasks: Vec::new(),
+    }
 }
 
 fn report(what: &str, times: &mut [Duration]) {

@@ -31,6 +31,9 @@ impl Spool {
         name: &TaskName,
         records: &[TaskRecord],
     ) -> (Vec<TaskName>, Option<SpoolError>) {
+        if records.is_empty() {
+            return (Vec::new(), None);
+        }
         let first = match self.allocate(records.len() as u64) {
             Ok(first) => first,
             Err(e) => return (Vec::new(), Some(e)),
