@@ -62,14 +62,10 @@ fn over_limit_ahead() {
         "one user over max_running_per_user, {} tasks waiting ahead of another's head:",
         core.queued().1 - 1
     );
-    let mut times = Vec::new();
-    for i in 0..2_000 {
-        let start = Instant::now();
-        let actions = core.step(now + Duration::from_micros(i), Event::Tick);
-        times.push(start.elapsed());
-        assert!(actions.is_empty());
-    }
-    report("decision where the head fits nowhere", &mut times);
+    report(
+        "decision where the head fits nowhere",
+        &mut ticks(&mut core, now, 2_000),
+    );
 }
 
 /// Both figures for a queue of tasks whose `n`-th is `user(n)`'s.
@@ -143,16 +139,24 @@ fn measure(what: &str, rules: Rules, user: fn(u64) -> Option<u32>) {
 
     // The head needs more than any GPU has free: every GPU is rejected.
     queue(&mut core, Need::Mib(70 * GIB), &mut running);
-    let blocked_core = core.clone();
-    let mut blocked = Vec::new();
-    let mut core = blocked_core;
-    for i in 0..5_000 {
-        let start = Instant::now();
-        let actions = core.step(now + Duration::from_micros(i), Event::Tick);
-        blocked.push(start.elapsed());
-        assert!(actions.is_empty());
-    }
-    report("decision where the head fits nowhere", &mut blocked);
+    report(
+        "decision where the head fits nowhere",
+        &mut ticks(&mut core, now, 5_000),
+    );
+}
+
+/// How long each of `n` ticks takes, a microsecond apart from `now`, that
+/// launch nothing.
+fn ticks(core: &mut Scheduler, now: Time, n: u64) -> Vec<Duration> {
+    (0..n)
+        .map(|i| {
+            let start = Instant::now();
+            let actions = core.step(now + Duration::from_micros(i), Event::Tick);
+            let took = start.elapsed();
+            assert!(actions.is_empty());
+            took
+        })
+        .collect()
 }
 
 /// A healthy GPU's reading: `used_mib` in use, at SM activity `smact`.

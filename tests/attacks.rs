@@ -1652,6 +1652,16 @@ fn a_cancel_asked_before_the_daemon_died_still_ends_a_held_job() {
     drop(fuse);
 }
 
+/// Whether something is mounted on `at`, as this process's mount table
+/// says (the path whole, followed by the field's end).
+fn mounted(at: &Path) -> bool {
+    let table = fs::read("/proc/self/mountinfo").unwrap();
+    let point = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::as_bytes(at.as_os_str());
+    table
+        .windows(point.len() + 1)
+        .any(|w| w[..point.len()] == *point && w[point.len()] == b' ')
+}
+
 #[test]
 #[ignore = "needs root: mounts a FUSE file system and attacks as a user (.ci/run runs it)"]
 fn a_mount_in_pending_is_taken_away_and_never_holds_the_daemon() {
@@ -1673,12 +1683,7 @@ fn a_mount_in_pending_is_taken_away_and_never_holds_the_daemon() {
     let fuse = common::silent_fuse::SilentFuse::mount(&at);
     spool.signal_daemon("CONT");
     still_serves(&spool, &bob, "1");
-    let mounted = || {
-        let table = fs::read("/proc/self/mountinfo").unwrap();
-        let point = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::as_bytes(at.as_os_str());
-        table.windows(point.len()).any(|w| w == point)
-    };
-    spool.wait_for("the mount to be taken away", 5.0, || !mounted());
+    spool.wait_for("the mount to be taken away", 5.0, || !mounted(&at));
     spool.assert_logged("a fuse mount of uid 0 where the daemon looks in the spool; taken away");
     drop(fuse);
 }
@@ -1713,13 +1718,6 @@ sleep 60
             .is_some_and(|(state, _)| state == "running")
     });
     let (_, task) = spool.find("sleeper").unwrap();
-    let mounted = |at: &Path| {
-        let table = fs::read("/proc/self/mountinfo").unwrap();
-        let point = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::as_bytes(at.as_os_str());
-        table
-            .windows(point.len() + 1)
-            .any(|w| w[..point.len()] == *point && w[point.len()] == b' ')
-    };
     // The job's data, mounted inside its `work/`: its own, left alone.
     let data = task.join("work/data");
     let kept = common::silent_fuse::SilentFuse::failing(&data, nix::libc::EIO);
