@@ -64,6 +64,15 @@ pub struct Spawn {
     /// The file mode creation mask to run with; `None` keeps this
     /// process's.
     umask: Option<libc::mode_t>,
+    /// This process is shielded from the kernel's OOM killer (a negative
+    /// `oom_score_adj`, which a child inherits): the program is not.
+    unshield: bool,
+}
+
+/// Whether `oom_score_adj`'s text shields its process from the OOM
+/// killer.
+fn shielded(adj: &str) -> bool {
+    adj.trim().parse::<i32>().is_ok_and(|adj| adj < 0)
 }
 
 /// A C string from bytes a user gave (a path, an argument, a variable):
@@ -112,6 +121,7 @@ impl Spawn {
             workdir: c_string(workdir.as_os_str().as_bytes(), "the working directory")?,
             cgroup: None,
             umask: None,
+            unshield: false,
         })
     }
 
@@ -138,6 +148,17 @@ impl Spawn {
             false => uid,
         };
         self.user = Some((groups, gid, uid, saved));
+    }
+
+    /// Runs the program without this process's shield from the kernel's
+    /// OOM killer, if it has one: an administrator who protects the
+    /// daemon (`OOMScoreAdjust=` in its unit) would otherwise protect
+    /// every job, and the kernel would kill logins and other services
+    /// first when a job takes the host's memory. The program starts at 0,
+    /// the value a login gets, and, set by root, may not go below it.
+    pub fn unshield_from_oom_killer(&mut self) {
+        self.unshield =
+            std::fs::read_to_string("/proc/self/oom_score_adj").is_ok_and(|adj| shielded(&adj));
     }
 
     /// Starts the program inside the cgroup whose directory is open at
@@ -314,6 +335,20 @@ impl Child<'_> {
                 close(3, report - 1);
             }
             close(report.max(2) + 1, u32::MAX);
+            if spawn.unshield {
+                // Raised, which any process may do; written while still
+                // root, it is also the least the job may set.
+                let fd = libc::syscall(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    c"/proc/self/oom_score_adj".as_ptr(),
+                    libc::O_WRONLY | libc::O_CLOEXEC,
+                );
+                if fd < 0 || libc::syscall(libc::SYS_write, fd, b"0".as_ptr(), 1usize) < 0 {
+                    fail(last());
+                }
+                libc::syscall(libc::SYS_close, fd);
+            }
             if let Some((groups, gid, uid, saved)) = &spawn.user {
                 // The audit system's login id, while this process may
                 // still set it: one started by systemd has none, and a
@@ -845,6 +880,35 @@ mod tests {
                  loginuid {login}\n"
             )
         );
+    }
+
+    #[test]
+    fn a_job_starts_at_zero_when_its_starter_is_shielded_from_the_oom_killer_and_at_its_starters_score_otherwise()
+     {
+        // Only a shielded (negative) score is raised; lowering one takes
+        // a capability this test may lack, so the child's write is tried
+        // from a score above zero, where anyone may lower it again.
+        assert!(shielded("-500\n") && !shielded("0\n") && !shielded("300\n"));
+        assert!(!shielded("") && !shielded("-x"));
+        let dir = tempfile::tempdir().unwrap();
+        let own = fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+        fs::write("/proc/self/oom_score_adj", "300").unwrap();
+        let start = |unshield: Option<bool>| {
+            let args = ["-c", "cat /proc/self/oom_score_adj"].map(OsStr::new);
+            let mut spawn = Spawn::new("sh", args, &env(), stdio(dir.path()), dir.path()).unwrap();
+            spawn.unshield_from_oom_killer();
+            if let Some(unshield) = unshield {
+                spawn.unshield = unshield;
+            }
+            let started = spawn.start();
+            started
+                .map(wait)
+                .map(|_| fs::read_to_string(dir.path().join("out")).unwrap())
+        };
+        let (kept, raised) = (start(None), start(Some(true)));
+        fs::write("/proc/self/oom_score_adj", own.trim()).unwrap();
+        assert_eq!(kept.unwrap(), "300\n", "a score above zero is inherited");
+        assert_eq!(raised.unwrap(), "0\n");
     }
 
     #[test]

@@ -1161,6 +1161,34 @@ fn requeuing_ended_tasks_is_held_to_a_users_limits() {
     still_serves(&spool, &bob, "1");
 }
 
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_task_requeued_again_and_again_counts_its_runs_against_its_users_limits() {
+    // Each run keeps root's copy of the job's script (`launch.json`), and
+    // a requeue was counted by its job files alone: a user requeueing one
+    // task in a loop filled root's disk a script at a time.
+    let (alice, bob, spool) = shared_daemon("[queue]\nuser_max_spool_mib = 1\n");
+    let line = format!(": {}\n", "x".repeat(60_000));
+    let rad = format!("memory: 1G\n{}", line.repeat(5));
+    let name = done_as(&spool, &alice, "alice-big", &rad);
+    let failed = spool.root.join("failed").join(&name);
+    let mut runs = 1;
+    while !failed.exists() {
+        assert!(runs < 5, "requeued {runs} times, never held to the limit");
+        let out = alice.carma(&spool, &format!("requeue {name}"));
+        assert!(out.status.success(), "{}", stderr(&out));
+        spool.wait_for("the requeued task to end", 15.0, || {
+            spool.root.join("done").join(&name).exists() || failed.exists()
+        });
+        runs += 1;
+    }
+    // 300 KB of job file and 300 KB a launch: the third requeue is over.
+    assert_eq!(runs, 4, "refused at the third requeue");
+    let reason = fs::read_to_string(failed.join("reason")).unwrap();
+    assert!(reason.contains("queue.user_max_spool_mib"), "{reason}");
+    still_serves(&spool, &bob, "1");
+}
+
 /// `user`'s jobs `rads` (file name and text), submitted to wait for a
 /// first job of theirs; while they wait, the working directory they were
 /// submitted from becomes `mount`/x, a mount that never answers, so that

@@ -576,6 +576,35 @@ fn requeue_runs_an_ended_task_again_and_stops_a_running_one_to_queue_it() {
 }
 
 #[test]
+fn a_task_keeps_the_launches_of_its_latest_32_runs() {
+    // Each run's launch.json is root's copy of the script: a task
+    // requeued again and again keeps the latest 32, and every run's exit.
+    let mut spool = Spool::new("1x40GiB");
+    spool.start_daemon();
+    let name = spool.submit("again.rad", "name: again\nmemory: 1G\ntrue\n");
+    spool.wait_count("done", 1, 10.0);
+    let (_, dir) = spool.find(&name).unwrap();
+    // Runs 2 to 40, as an older carma that kept every launch left them.
+    for run in 2..=40 {
+        let to = dir.join(format!("run-{run}"));
+        fs::create_dir(&to).unwrap();
+        for file in ["launch.json", "exit.json", "supervisor.json"] {
+            fs::copy(dir.join("run-1").join(file), to.join(file)).unwrap();
+        }
+    }
+    let said = carma(&spool, &["requeue", &name]);
+    assert!(said.contains("requeued"), "{said}");
+    spool.wait_count("done", 1, 10.0);
+    let (state, dir) = spool.find(&name).unwrap();
+    assert_eq!(state, "done");
+    let launched = |run: u32| dir.join(format!("run-{run}/launch.json")).exists();
+    assert!(launched(41), "the new run keeps its launch");
+    assert!(!launched(9), "run 41 took run 9's launch");
+    assert!((10..=41).all(launched));
+    assert!(dir.join("run-9/exit.json").exists(), "a run's exit stays");
+}
+
+#[test]
 fn an_array_job_runs_one_task_per_index_at_most_n_at_once_and_cancels_together() {
     let mut spool = Spool::new("4x40GiB");
     let ledger = spool.dir.path().join("ledger");

@@ -26,8 +26,8 @@ use crate::lifecycle::{Closing, Graces, Limits, NotStarted, Started, Stop, Task,
 use crate::nursery::{Born, Supervisors};
 use crate::procfs::ProcessId;
 use crate::spool::record::{
-    Launch, REASON, RECORD, TaskRecord, WORK, give_dir_to_owner, to_json, unix_now, write_json,
-    write_owner_copy, write_reason,
+    KEPT_RUNS, Launch, REASON, RECORD, TaskRecord, WORK, drop_launches, give_dir_to_owner,
+    kept_runs, to_json, unix_now, write_json, write_owner_copy, write_reason,
 };
 use crate::spool::{
     PRIVATE, Spool, State, TASK_DIR_MODE, TaskName, make_dir, sync_dir, write_replace, write_whole,
@@ -164,6 +164,13 @@ impl World for Hands<'_> {
         // boot counts as started whatever its files say
         // ([`supervisor::may_have_started`]), so neither `launch.json` nor
         // the supervisor's name needs its own flush on the way to the job.
+        // Only the latest runs keep their launch, root's copy of the
+        // script: a task requeued again and again would gather them.
+        if let Some(old) = run.checked_sub(KEPT_RUNS).filter(|&old| old > 0)
+            && let Err(e) = drop_launches(&from_dir, old..=old)
+        {
+            log::warn!("{name}: cannot remove run-{old}'s launch.json: {e}");
+        }
         let staged = from_dir.join(format!(".{run_name}"));
         let named = from_dir.join(&run_name);
         let _ = self.spool.discard(&staged);
@@ -298,10 +305,9 @@ impl World for Hands<'_> {
             self.unsynced.extend(failed.into_iter().map(|(dir, _)| dir));
             return Err(why);
         }
-        let job = self
-            .spool
-            .task_dir(state, name)
-            .join(crate::spool::record::JOB);
+        let dir = self.spool.task_dir(state, name);
+        drop_launches(&dir, kept_runs(&dir))?;
+        let job = dir.join(crate::spool::record::JOB);
         match std::fs::symlink_metadata(&job) {
             Ok(m) if m.is_dir() => self.spool.discard(&job),
             Ok(_) => Ok(()),

@@ -22,7 +22,7 @@ use crate::lifecycle::{Refusal, Refused};
 use crate::rad::{self, FileError, JobFile};
 use crate::sched::{ArrayOf, Demand, Need};
 use crate::spool::record::{
-    ArrayMember, EstimateNote, JOB, RECORD, TaskRecord, unix_now, write_json,
+    ArrayMember, EstimateNote, JOB, RECORD, TaskRecord, kept_launch_bytes, unix_now, write_json,
 };
 use crate::spool::{Claimed, JobCopy, SpoolError, State, TaskName};
 use crate::supervisor::{is_transient, last_run, started_unended};
@@ -472,9 +472,11 @@ impl Daemon {
                     .filter(|_| unprivileged)
                     .and_then(|r| self.config.recovery.retries_refusal(r))
             });
+        // A task that ran before holds its latest runs' launches too.
         let bytes = match &copy {
             Some(copy) => copy.bytes,
-            None => crate::spool::tree_bytes(&job),
+            None if is_fresh => crate::spool::tree_bytes(&job),
+            None => crate::spool::tree_bytes(&job).saturating_add(kept_launch_bytes(&dir)),
         };
         // Counted when first taken in, or requeued; a restart reloads what
         // was accepted. An array's task requeued is one task.

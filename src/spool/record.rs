@@ -519,7 +519,7 @@ pub fn write_owner_copy(dir: &Path, owner: Option<u32>, record: &TaskRecord) -> 
     let Some(ids) = owner_ids(owner).filter(|&(uid, _)| uid != 0) else {
         return Ok(());
     };
-    let runs = owner_runs(dir)
+    let runs = kept_runs(dir)
         .map(|run| {
             let run_dir = dir.join(format!("run-{run}"));
             OwnerRun {
@@ -538,23 +538,51 @@ pub fn write_owner_copy(dir: &Path, owner: Option<u32>, record: &TaskRecord) -> 
     super::atomic::write_durable_as(&dir.join(OWNER_COPY), &to_json(&copy), 0o400, Some(ids))
 }
 
-/// Runs an owner's copy tells of at most: the latest. Each copy is
-/// written as the task ends, on the daemon's loop, and a task requeued
+/// Runs whose `launch.json` a task keeps: the latest. A task requeued
 /// again and again gathers runs, each `launch.json` as large as its job's
-/// script: reading them all at every end grew with the square of the
-/// requeues.
-const OWNER_RUNS: u32 = 32;
+/// script and root's, on root's disk: an older run keeps its exit and its
+/// output, not its launch, so that a task holds at most this many
+/// launches, which count against its owner's limits
+/// (`queue.user_max_spool_mib`, `user_max_ended_mib`). An owner's copy,
+/// written as the task ends on the daemon's loop, tells of these runs too:
+/// reading every run at every end grew with the square of the requeues.
+pub const KEPT_RUNS: u32 = 32;
 
-/// The runs of the task directory `dir` an owner's copy tells of: the
-/// latest [`OWNER_RUNS`] (runs are numbered from 1 without a gap).
-fn owner_runs(dir: &Path) -> std::ops::RangeInclusive<u32> {
+/// The runs of the task directory `dir` that keep their launch: the
+/// latest [`KEPT_RUNS`] (runs are numbered from 1 without a gap).
+pub fn kept_runs(dir: &Path) -> std::ops::RangeInclusive<u32> {
     let last = (1..=u32::MAX)
         .take_while(|run| {
             std::fs::symlink_metadata(dir.join(format!("run-{run}"))).is_ok_and(|m| m.is_dir())
         })
         .last()
         .unwrap_or(0);
-    last.saturating_sub(OWNER_RUNS - 1).max(1)..=last
+    last.saturating_sub(KEPT_RUNS - 1).max(1)..=last
+}
+
+/// Bytes of the launches the task directory `dir` keeps ([`KEPT_RUNS`]):
+/// root's copies of its job's script, counted with its job files.
+pub fn kept_launch_bytes(dir: &Path) -> u64 {
+    kept_runs(dir)
+        .filter_map(|run| {
+            std::fs::symlink_metadata(dir.join(format!("run-{run}")).join(LAUNCH)).ok()
+        })
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Removes the launches of the task directory `dir`'s runs `runs`: the
+/// oldest kept one's as a new run starts, and all that are kept when the
+/// task's copies go; a missing one is no error.
+pub fn drop_launches(dir: &Path, runs: std::ops::RangeInclusive<u32>) -> std::io::Result<()> {
+    for run in runs {
+        match std::fs::remove_file(dir.join(format!("run-{run}")).join(LAUNCH)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The copy of an ended task's record and runs that carma gave its owner,
@@ -599,15 +627,15 @@ mod tests {
     #[test]
     fn an_owners_copy_tells_of_the_latest_runs() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(super::owner_runs(dir.path()).is_empty());
+        assert!(super::kept_runs(dir.path()).is_empty());
         for run in 1..=3 {
             std::fs::create_dir(dir.path().join(format!("run-{run}"))).unwrap();
         }
-        assert_eq!(super::owner_runs(dir.path()), 1..=3);
+        assert_eq!(super::kept_runs(dir.path()), 1..=3);
         for run in 4..=40 {
             std::fs::create_dir(dir.path().join(format!("run-{run}"))).unwrap();
         }
-        assert_eq!(super::owner_runs(dir.path()), 9..=40);
+        assert_eq!(super::kept_runs(dir.path()), 9..=40);
     }
 
     use super::*;

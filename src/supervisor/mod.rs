@@ -526,6 +526,7 @@ fn spawn_job(
     // Entered as the job's user, after the switch: a directory the user
     // may not enter fails the job instead of being entered as root.
     let mut spawn = Spawn::new("bash", args, &launch.env, stdio, &launch.workdir)?;
+    spawn.unshield_from_oom_killer();
     if let Some(user) = &run_as {
         // initgroups(3) reads the group database, which is not safe
         // between fork and exec; its two halves are: getgrouplist (by the
