@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use super::Msg;
+use crate::journal::{Hush, left_out};
 use crate::spool::socket::{Receipt, Reply, Request, RequestError};
 use crate::spool::{Spool, SpoolError, Staged};
 
@@ -44,6 +45,13 @@ const MAX_PER_USER: usize = 4;
 /// The bytes of jobs held at once, read or waiting for the loop: however
 /// many connections carry large summaries, the daemon holds at most this.
 const MAX_BYTES_HELD: u64 = 64 << 20;
+
+/// The bytes of one user's jobs held at once: room is taken for a whole
+/// request before its jobs are read, so a user who declares large
+/// requests and then sends nothing held 40 MiB of the 64 for the request
+/// time, and with a second account all of it. One request's most fits.
+const MAX_BYTES_PER_USER: u64 = 16 << 20;
+const _: () = assert!(crate::spool::socket::MAX_REQUEST_BYTES <= MAX_BYTES_PER_USER);
 
 /// A request's jobs, claimed on disk, on their way to the loop, which
 /// places them and answers.
@@ -90,12 +98,16 @@ impl Answer {
     }
 }
 
-/// Connections now held, in all and per user, and their jobs' bytes.
+/// Connections now held, in all and per user, and their jobs' bytes; and
+/// the refusals logged, held to a rate (a user who sends junk in a loop
+/// would fill the journal's quota for the unit).
 #[derive(Debug, Default)]
 struct Held {
     all: usize,
-    by_user: HashMap<u32, usize>,
+    /// Each user's connections and bytes.
+    by_user: HashMap<u32, (usize, u64)>,
     bytes: u64,
+    hush: Hush,
 }
 
 /// One connection's place in [`Held`] (and the bytes it holds), given back
@@ -111,12 +123,15 @@ impl Slot {
     /// A place for a connection of `uid`'s, if the bounds leave one.
     fn take(held: &Arc<Mutex<Held>>, uid: u32) -> Option<Slot> {
         let mut h = held.lock().unwrap_or_else(|e| e.into_inner());
-        let mine = h.by_user.get(&uid).copied().unwrap_or(0);
-        if h.all >= MAX_CONNECTIONS || mine >= MAX_PER_USER {
+        if h.all >= MAX_CONNECTIONS {
             return None;
         }
+        let mine = h.by_user.entry(uid).or_default();
+        if mine.0 >= MAX_PER_USER {
+            return None;
+        }
+        mine.0 += 1;
         h.all += 1;
-        h.by_user.insert(uid, mine + 1);
         Some(Slot {
             held: Arc::clone(held),
             uid,
@@ -130,9 +145,27 @@ impl Slot {
         if h.bytes + bytes > MAX_BYTES_HELD {
             return Err("the daemon holds too many submitted bytes now".into());
         }
+        let mine = h.by_user.entry(self.uid).or_default();
+        if mine.1 + bytes > MAX_BYTES_PER_USER {
+            return Err(format!(
+                "the daemon holds {} MiB of this user's submissions already; at most {} MiB \
+                 at once",
+                mine.1.div_ceil(1 << 20),
+                MAX_BYTES_PER_USER >> 20
+            ));
+        }
+        mine.1 += bytes;
         h.bytes += bytes;
         self.bytes += bytes;
         Ok(())
+    }
+
+    /// Whether a refusal of this connection's request may be logged now:
+    /// `Some` with how many were left out before it ([`Hush`]).
+    fn may_log_refusal(&self) -> Option<u64> {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        h.hush
+            .allow("refused submission", Some(self.uid), Instant::now())
     }
 }
 
@@ -141,9 +174,10 @@ impl Drop for Slot {
         let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
         h.all -= 1;
         h.bytes -= self.bytes;
-        if let Some(n) = h.by_user.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(mine) = h.by_user.get_mut(&self.uid) {
+            mine.0 -= 1;
+            mine.1 -= self.bytes;
+            if mine.0 == 0 {
                 h.by_user.remove(&self.uid);
             }
         }
@@ -324,7 +358,12 @@ fn take(mut stream: UnixStream, peer: u32, mut slot: Slot, spool: &Spool, tx: &S
             }
         }
         Err(RequestError::Invalid(why)) => {
-            log::warn!("a submission from uid {peer} refused: {why}");
+            if let Some(held) = slot.may_log_refusal() {
+                log::warn!(
+                    "a submission from uid {peer} refused: {why}{}",
+                    left_out(held)
+                );
+            }
             Reply::Refused(why).send(&mut stream);
         }
         Err(RequestError::Busy(why)) => {
@@ -379,19 +418,26 @@ mod tests {
     }
 
     #[test]
-    fn the_bytes_held_are_bounded_in_all_and_given_back() {
+    fn the_bytes_held_are_bounded_per_user_and_in_all_and_given_back() {
+        const MIB: u64 = 1 << 20;
         let held = Arc::new(Mutex::new(Held::default()));
-        let mut one = Slot::take(&held, 1).unwrap();
-        let mut two = Slot::take(&held, 2).unwrap();
-        one.hold(MAX_BYTES_HELD - 10).unwrap();
-        assert!(two.hold(11).is_err());
-        two.hold(10).unwrap();
-        drop(one);
-        Slot::take(&held, 3)
-            .unwrap()
-            .hold(MAX_BYTES_HELD - 10)
-            .unwrap();
-        drop(two);
-        assert_eq!(held.lock().unwrap().bytes, 0);
+        let mut first = Slot::take(&held, 1).unwrap();
+        let mut second = Slot::take(&held, 1).unwrap();
+        first.hold(10 * MIB).unwrap();
+        let why = second.hold(10 * MIB).unwrap_err();
+        assert!(why.contains("10 MiB of this user's"), "{why}");
+        second.hold(MAX_BYTES_PER_USER - 10 * MIB).unwrap();
+        let mut others: Vec<Slot> = (2..5).map(|uid| Slot::take(&held, uid).unwrap()).collect();
+        for slot in &mut others {
+            slot.hold(MAX_BYTES_PER_USER).unwrap();
+        }
+        let mut last = Slot::take(&held, 5).unwrap();
+        let why = last.hold(1).unwrap_err();
+        assert!(why.contains("too many submitted bytes"), "{why}");
+        drop(first);
+        last.hold(10 * MIB).unwrap();
+        drop((second, others, last));
+        let h = held.lock().unwrap();
+        assert_eq!((h.bytes, h.by_user.len()), (0, 0));
     }
 }
