@@ -29,6 +29,7 @@
 mod chart;
 mod config;
 mod page;
+mod peer;
 mod routes;
 mod server;
 mod view;

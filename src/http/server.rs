@@ -3,8 +3,8 @@
 //!
 //! - Number: at most [`WORKERS`] connections are answered at once and
 //!   [`QUEUED`] more wait, at most [`PER_PEER`] of them one peer's (a
-//!   local user, known on loopback by the socket's owner as the kernel
-//!   lists it, or a remote address); past that a connection is told
+//!   local user, known by the socket's owner as the kernel tells it, or a
+//!   remote address: [`super::peer`]); past that a connection is told
 //!   "busy" (503) with one write that cannot block, and closed unread. So
 //!   one user who opens connections and sends nothing holds two workers,
 //!   not the page.
@@ -21,12 +21,13 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::Board;
+use super::peer::{Peer, peer_of};
 use super::routes::{self, Response};
 
 /// Threads answering requests.
@@ -50,13 +51,6 @@ const DRAIN_TIME: Duration = Duration::from_secs(1);
 /// Pause after `accept` fails (no file descriptors left): the failure is
 /// not spun on.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
-
-/// Who a connection is, for [`PER_PEER`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Peer {
-    User(u32),
-    Address(IpAddr),
-}
 
 /// Connections in flight per peer.
 type InFlight = Arc<Mutex<HashMap<Peer, usize>>>;
@@ -139,58 +133,6 @@ fn release(in_flight: &InFlight, peer: Peer) {
             counts.remove(&peer);
         }
     }
-}
-
-/// The peer of `stream`: on loopback the user whose socket it is (every
-/// local user connects from 127.0.0.1), else its address.
-fn peer_of(stream: &TcpStream) -> Peer {
-    let (Ok(mut remote), Ok(mut local)) = (stream.peer_addr(), stream.local_addr()) else {
-        return Peer::Address(IpAddr::from([0, 0, 0, 0]));
-    };
-    // On a dual-stack listener an IPv4 client is `::ffff:a.b.c.d`, and its
-    // socket is listed in `/proc/net/tcp`, not `tcp6`.
-    remote.set_ip(remote.ip().to_canonical());
-    local.set_ip(local.ip().to_canonical());
-    if (remote.ip().is_loopback() || remote.ip() == local.ip())
-        && let Some(uid) = socket_owner(remote, local)
-    {
-        return Peer::User(crate::accounts::accountable(uid));
-    }
-    Peer::Address(remote.ip())
-}
-
-/// The uid of the local TCP socket bound to `from` and connected to `to`,
-/// from `/proc/net/tcp` or `tcp6`.
-fn socket_owner(from: SocketAddr, to: SocketAddr) -> Option<u32> {
-    let table = match from {
-        SocketAddr::V4(_) => "/proc/net/tcp",
-        SocketAddr::V6(_) => "/proc/net/tcp6",
-    };
-    let (from, to) = (proc_net_address(from), proc_net_address(to));
-    let text = std::fs::read_to_string(table).ok()?;
-    text.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(1)? == &from && fields.get(2)? == &to).then(|| fields.get(7)?.parse().ok())?
-    })
-}
-
-/// An address as `/proc/net/tcp` writes it: each 32-bit word of the
-/// address in the machine's byte order, in hex, then the port.
-fn proc_net_address(address: SocketAddr) -> String {
-    let octets: Vec<u8> = match address.ip() {
-        IpAddr::V4(ip) => ip.octets().to_vec(),
-        IpAddr::V6(ip) => ip.octets().to_vec(),
-    };
-    let words: String = octets
-        .chunks(4)
-        .map(|word| {
-            format!(
-                "{:08X}",
-                u32::from_ne_bytes(word.try_into().unwrap_or([0; 4]))
-            )
-        })
-        .collect();
-    format!("{words}:{:04X}", address.port())
 }
 
 /// Tells a connection there is no room, without waiting on it.
@@ -523,20 +465,6 @@ mod tests {
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "HTTP/1.1 200 OK");
         drop(held);
-    }
-
-    #[test]
-    fn a_socket_is_found_by_its_addresses_as_the_kernel_lists_them() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server_side, _) = listener.accept().unwrap();
-        let me = nix::unistd::geteuid().as_raw();
-        assert_eq!(peer_of(&server_side), Peer::User(me));
-        assert_eq!(
-            proc_net_address("127.0.0.1:8080".parse().unwrap()),
-            format!("{:08X}:1F90", u32::from_ne_bytes([127, 0, 0, 1]))
-        );
-        drop(client);
     }
 
     #[test]
