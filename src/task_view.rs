@@ -226,7 +226,8 @@ fn owner_by_files(dir: &Path) -> Option<u32> {
 }
 
 /// Why a failed task failed, when the caller may know: from carma's record
-/// (root), else from the `reason` file (its owner).
+/// (root), else from the `reason` file (its owner: the file is theirs, so
+/// they could rewrite it, and what it says is shown to them alone).
 pub fn failure_reason(spool: &Spool, name: &TaskName) -> Option<String> {
     let record = spool.load_record(State::Failed, name).ok();
     reason(&spool.task_dir(State::Failed, name), record.as_ref())
@@ -236,7 +237,10 @@ fn reason(dir: &Path, record: Option<&TaskRecord>) -> Option<String> {
     if let Some(reason) = record.and_then(|r| r.outcome.as_ref()?.reason.clone()) {
         return Some(one_line(&reason));
     }
-    let (bytes, _) = read_beneath(dir, REASON, MAX_REASON_BYTES).ok()?;
+    let (bytes, meta) = read_beneath(dir, REASON, MAX_REASON_BYTES).ok()?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return None;
+    }
     let text = String::from_utf8_lossy(&bytes);
     Some(one_line(text.lines().next().unwrap_or_default()))
 }

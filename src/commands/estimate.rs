@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use carma::config::Config;
 use carma::estimate::{Chain, Estimate, EstimateInput, EstimatorKind};
+use carma::journal::shown;
 use carma::rad::{self, LegacyRules};
 use carma::sched::Need;
 use carma::summary::Summary;
@@ -106,7 +107,7 @@ fn to_json(input: &EstimateInput, e: &Estimate) -> Result<Value> {
 
 fn print_text(input: &EstimateInput, e: &Estimate) {
     for (kind, why) in &e.declined {
-        println!("{kind}: no answer: {why}");
+        println!("{kind}: no answer: {}", shown(why));
     }
     println!("{}", e.describe());
     if let Some(s) = &input.summary {
@@ -121,7 +122,7 @@ fn print_text(input: &EstimateInput, e: &Estimate) {
             input.batch().map_or("unknown".into(), |b| b.to_string()),
         );
         for note in &s.notes {
-            println!("note: {note}");
+            println!("note: {}", shown(note));
         }
     }
 }
@@ -135,10 +136,13 @@ pub(super) fn job_from_rad(path: &Path, legacy: &LegacyRules) -> Result<Estimate
     let dir = path.parent().unwrap_or(Path::new("."));
     let (input, summary_warning) = EstimateInput::from_spec(&job.spec, dir, legacy);
     for warning in &job.warnings {
-        eprintln!("{warning}");
+        eprintln!("{}", shown(&warning.to_string()));
     }
     if let Some(warning) = summary_warning {
-        eprintln!("{}: warning: {warning}", path.display());
+        eprintln!(
+            "{}",
+            shown(&format!("{}: warning: {warning}", path.display()))
+        );
     }
     Ok(input)
 }

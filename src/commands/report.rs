@@ -96,13 +96,15 @@ pub fn plot_into(dir: &Path, runs: &[&plot::Run]) -> Result<()> {
     Ok(())
 }
 
-/// A text cell a spreadsheet shows as text: one that starts as a formula
-/// would (`=`, `+`, `-`, `@`, a tab or a carriage return) gets a leading
-/// `'`. A reason quotes what a user named their file.
+/// A text cell a spreadsheet shows as text, and a terminal as one line:
+/// one that starts as a formula would (`=`, `+`, `-`, `@`) gets a leading
+/// `'`, and control characters (an escape sequence, a line break) are
+/// written as escapes. A reason quotes what a user named their file.
 fn cell(text: &str) -> String {
+    let text = carma::journal::one_line(text);
     match text.chars().next() {
         Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{text}"),
-        _ => text.to_owned(),
+        _ => text,
     }
 }
 
@@ -117,6 +119,10 @@ mod tests {
             "'=HYPERLINK(\"x\").rad:1:1: bad"
         );
         assert_eq!(cell("@cmd"), "'@cmd");
+        assert_eq!(
+            cell("x\u{1b}]0;pwned\u{7}\n\tok"),
+            "x\\u{1b}]0;pwned\\u{7}\\n\\tok"
+        );
         assert_eq!(cell("out of GPU memory"), "out of GPU memory");
         assert_eq!(cell(""), "");
     }

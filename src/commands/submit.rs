@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 
 use carma::config::Config;
+use carma::journal::shown;
 use carma::rad;
 use carma::rad::DependencyRef;
 use carma::sched::DependencyKind;
@@ -89,12 +90,12 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
         match rad::check_file(file) {
             Ok(job) => {
                 for warning in &job.warnings {
-                    eprintln!("{warning}");
+                    eprintln!("{}", shown(&warning.to_string()));
                 }
                 specs.push((file, job.spec));
             }
             Err(e) => {
-                eprintln!("{e}");
+                eprintln!("{}", shown(&e.to_string()));
                 bad += 1;
             }
         }
@@ -129,7 +130,7 @@ pub fn run(config_path: Option<&Path>, args: Args) -> Result<ExitCode> {
     }
     let mut batch = spool.submit(&jobs, &after).context("nothing submitted")?;
     if let Some(warning) = &batch.warning {
-        eprintln!("carma: {warning}");
+        eprintln!("carma: {}", shown(warning));
     }
     let mut unnumbered = 0;
     let handed = std::mem::take(&mut batch.submitted);
@@ -247,7 +248,11 @@ fn hand_over(
                     _ => println!("{name}"),
                 }
                 if let Some(why) = refused {
-                    eprintln!("carma: {name} ({}) will not run: {why}", file.display());
+                    eprintln!(
+                        "carma: {name} ({}) will not run: {}",
+                        shown(&file.display().to_string()),
+                        shown(why)
+                    );
                     failed = true;
                 }
             }

@@ -176,9 +176,13 @@ impl Daemon {
     }
 
     /// Says in `status.json`, for a while, which task the submission
-    /// `entry` became: its submitter may be looking for it there.
+    /// `entry` became: its submitter may be looking for it there. Every
+    /// user reads that file: a control character in the name a user gave
+    /// is written as an escape (JSON leaves C1 controls and
+    /// bidirectional overrides as they are).
     pub(super) fn remember_adoption(&mut self, entry: String, name: &str) {
-        self.adopted.remember(entry, name.to_string());
+        self.adopted
+            .remember(crate::journal::one_line(&entry), name.to_string());
     }
 
     /// Looking at `pending/` failed for a reason that may pass (too many

@@ -148,7 +148,7 @@ pub(super) fn send(
         ("CARMA_STATE".to_string(), state.to_string()),
         (
             "CARMA_REASON".to_string(),
-            reason.unwrap_or_default().to_string(),
+            crate::journal::one_line(reason.unwrap_or_default()),
         ),
     ]);
     let launch = Launch {

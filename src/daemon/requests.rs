@@ -118,12 +118,13 @@ impl Daemon {
                 }
             }
             let _ = fs::remove_file(&path);
+            // Every user reads the verdicts in `status.json`.
             self.life.verdicts.add(Verdict {
-                request: file_name,
+                request: crate::journal::one_line(&file_name),
                 uid: requester,
                 at: unix_now(),
                 refused,
-                said,
+                said: crate::journal::one_line(&said),
             });
             self.status_due();
         }

@@ -277,11 +277,15 @@ impl Outcome {
         Outcome::failed_at(reason, unix_now())
     }
 
-    /// A failure at Unix time `at`, for `reason`.
+    /// A failure at Unix time `at`, for `reason`, kept as one line: a
+    /// reason may quote a user's file name, and goes to the `reason`
+    /// file, the administrator's notify hook (`CARMA_REASON`), `carma
+    /// report --csv` and `status.json`, where an escape or a line break of
+    /// the user's would act on whoever reads them.
     pub fn failed_at(reason: &str, at: f64) -> Outcome {
         Outcome {
             state: "failed".into(),
-            reason: Some(reason.to_string()),
+            reason: Some(crate::journal::one_line(reason)),
             at,
         }
     }
@@ -490,7 +494,7 @@ impl RunExit {
 /// 0400, owned by the job's user when carma is root). carma itself never
 /// reads it back; the reason it acts on is in the record.
 pub fn write_reason(dir: &Path, owner: Option<u32>, reason: &str) -> io::Result<()> {
-    let text = format!("{reason}\n");
+    let text = format!("{}\n", crate::journal::one_line(reason));
     super::atomic::write_durable_as(&dir.join(REASON), text.as_bytes(), 0o400, owner_ids(owner))
 }
 
@@ -624,6 +628,22 @@ pub fn give_dir_to_owner(path: &Path, owner: Option<u32>) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_reason_is_one_line_whatever_the_file_name_it_quotes() {
+        // A drop named with an escape sequence and a line break, refused.
+        let quoted = "pending/x\u{1b}]0;pwned\u{7}\n<0>forged.rad: empty";
+        let outcome = super::Outcome::failed_at(quoted, 0.0);
+        let reason = outcome.reason.unwrap();
+        assert_eq!(
+            reason,
+            "pending/x\\u{1b}]0;pwned\\u{7}\\n<0>forged.rad: empty"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        super::write_reason(dir.path(), None, quoted).unwrap();
+        let written = std::fs::read_to_string(dir.path().join(super::REASON)).unwrap();
+        assert_eq!(written, format!("{reason}\n"));
+    }
+
     #[test]
     fn an_owners_copy_tells_of_the_latest_runs() {
         let dir = tempfile::tempdir().unwrap();
