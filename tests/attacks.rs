@@ -1885,5 +1885,20 @@ fn jobs_refused_over_the_socket_count_as_refused_drops() {
         stderr(&out)
     );
     assert_eq!(spool.tasks("failed").len(), 120);
+    // From then on until the minute is over, a request is answered as it
+    // is read: its jobs were written and flushed by root, each given a
+    // number, and then thrown away.
+    let numbered = next_id(&spool);
+    let out = submit();
+    assert!(
+        stderr(&out).contains("not submitted: more than 100 of its owner's jobs were refused"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        next_id(&spool),
+        numbered,
+        "no job of the request was written"
+    );
     still_serves_at_once(&spool, &bob, "refused");
 }

@@ -32,6 +32,7 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use super::Msg;
 use crate::journal::{Hush, left_out};
+use crate::lifecycle::JUNK_PER_MINUTE;
 use crate::spool::socket::{Receipt, Reply, Request, RequestError};
 use crate::spool::{Spool, SpoolError, Staged};
 
@@ -52,6 +53,40 @@ const MAX_BYTES_HELD: u64 = 64 << 20;
 /// time, and with a second account all of it. One request's most fits.
 const MAX_BYTES_PER_USER: u64 = 16 << 20;
 const _: () = assert!(crate::spool::socket::MAX_REQUEST_BYTES <= MAX_BYTES_PER_USER);
+
+/// Users whose every job the loop refuses until a moment, past the limit
+/// on refused jobs ([`JUNK_PER_MINUTE`]): their requests are answered as
+/// they are read, as the loop would answer them. Answered there, each
+/// request's jobs (up to 10 MiB) were first written and flushed into the
+/// spool by root and then thrown away, as often as the user liked.
+#[derive(Debug, Clone, Default)]
+pub struct Barred(Arc<Mutex<HashMap<u32, Instant>>>);
+
+impl Barred {
+    /// The loop refuses `uid`'s jobs until `until`.
+    pub fn bar(&self, uid: u32, until: Instant) {
+        let mut barred = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        barred.retain(|_, until| *until > now);
+        barred.insert(uid, until);
+    }
+
+    /// Whether `uid`'s jobs are refused now.
+    fn holds(&self, uid: u32) -> bool {
+        let barred = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        barred
+            .get(&uid)
+            .is_some_and(|&until| until > Instant::now())
+    }
+}
+
+/// Why a job of a user past the limit on refused jobs is not taken.
+pub(super) fn junk_refusal() -> String {
+    format!(
+        "more than {JUNK_PER_MINUTE} of its owner's jobs were refused within a minute; \
+         submit it again once it is over"
+    )
+}
 
 /// A request's jobs, claimed on disk, on their way to the loop, which
 /// places them and answers.
@@ -188,7 +223,7 @@ impl Drop for Slot {
 /// there) and sends the loop each request's claims. Anyone may connect to
 /// a root daemon, as anyone may submit to it; only its own user to any
 /// other.
-pub fn listen(spool: Spool, tx: Sender<Msg>) -> io::Result<()> {
+pub fn listen(spool: Spool, tx: Sender<Msg>, barred: Barred) -> io::Result<()> {
     let path = &spool.socket_path();
     match fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => fs::remove_file(path)?,
@@ -207,7 +242,7 @@ pub fn listen(spool: Spool, tx: Sender<Msg>) -> io::Result<()> {
     };
     fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
     let held = Arc::new(Mutex::new(Held::default()));
-    let mut readers = Readers::new(spool, tx);
+    let mut readers = Readers::new(spool, tx, barred);
     std::thread::Builder::new()
         .name("submissions".into())
         .spawn(move || {
@@ -233,6 +268,7 @@ type Connection = (UnixStream, u32, Slot);
 struct Readers {
     spool: Spool,
     tx: Sender<Msg>,
+    barred: Barred,
     /// Readers waiting for a connection that none has claimed yet, less
     /// the connections queued for readers on their way to wait. A
     /// connection claims one (and is queued for whichever reader takes it
@@ -246,11 +282,12 @@ struct Readers {
 }
 
 impl Readers {
-    fn new(spool: Spool, tx: Sender<Msg>) -> Readers {
+    fn new(spool: Spool, tx: Sender<Msg>, barred: Barred) -> Readers {
         let (queue, waiting) = std::sync::mpsc::channel();
         Readers {
             spool,
             tx,
+            barred,
             idle: Arc::new(AtomicIsize::new(0)),
             started: 0,
             queue,
@@ -278,14 +315,14 @@ impl Readers {
             let _ = self.queue.send(connection);
             return;
         }
-        let (spool, tx) = (self.spool.clone(), self.tx.clone());
+        let (spool, tx, barred) = (self.spool.clone(), self.tx.clone(), self.barred.clone());
         let (idle, waiting) = (Arc::clone(&self.idle), Arc::clone(&self.waiting));
         let spawned = std::thread::Builder::new()
             .name("submission".into())
             .spawn(move || {
                 let mut next = Some(connection);
                 while let Some((stream, peer, slot)) = next {
-                    take(stream, peer, slot, &spool, &tx);
+                    take(stream, peer, slot, &spool, &tx, &barred);
                     idle.fetch_add(1, Ordering::AcqRel);
                     // The lock is held only to wait, which cannot panic and
                     // poison it.
@@ -321,7 +358,14 @@ fn accept(mut stream: UnixStream, held: &Arc<Mutex<Held>>, readers: &mut Readers
 /// Reads one request whole, within [`REQUEST_TIME`], checks it, writes
 /// its claims and hands them to the loop; a request that cannot be read,
 /// passes no check or finds the disk failing is answered here.
-fn take(mut stream: UnixStream, peer: u32, mut slot: Slot, spool: &Spool, tx: &Sender<Msg>) {
+fn take(
+    mut stream: UnixStream,
+    peer: u32,
+    mut slot: Slot,
+    spool: &Spool,
+    tx: &Sender<Msg>,
+    barred: &Barred,
+) {
     // Buffered: a request comes in a few reads, not one per field (each
     // read also sets the socket's timeout).
     let mut timed = io::BufReader::with_capacity(
@@ -332,8 +376,17 @@ fn take(mut stream: UnixStream, peer: u32, mut slot: Slot, spool: &Spool, tx: &S
         },
     );
     let me = nix::unistd::geteuid().as_raw();
-    let staged = Request::read(&mut timed, |bytes| slot.hold(bytes)).and_then(|request| {
-        let handed = request.check(peer, me).map_err(RequestError::Invalid)?;
+    let handed = Request::read(&mut timed, |bytes| slot.hold(bytes))
+        .and_then(|request| request.check(peer, me).map_err(RequestError::Invalid));
+    // The place is the user's: a subordinate id is barred with them.
+    if let Ok(handed) = &handed
+        && barred.holds(slot.uid)
+    {
+        let why = junk_refusal();
+        Reply::Taken(vec![Receipt::not_taken(&why); handed.len()]).send(&mut stream);
+        return;
+    }
+    let staged = handed.and_then(|handed| {
         spool.stage_handed(handed).map_err(|e| {
             log::error!("cannot take in uid {peer}'s submitted jobs: {e}");
             RequestError::Busy(format!("the daemon cannot take jobs in now: {e}"))
@@ -415,6 +468,21 @@ mod tests {
         drop(others);
         let h = held.lock().unwrap();
         assert_eq!((h.all, h.by_user.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_user_is_barred_until_the_moment_given_and_no_longer() {
+        let barred = Barred::default();
+        barred.bar(7, Instant::now() + Duration::from_secs(60));
+        barred.bar(8, Instant::now());
+        assert!(barred.holds(7));
+        assert!(!barred.holds(8) && !barred.holds(9));
+        barred.bar(9, Instant::now() + Duration::from_secs(60));
+        assert_eq!(
+            barred.0.lock().unwrap().len(),
+            2,
+            "8's bar is over, and gone"
+        );
     }
 
     #[test]

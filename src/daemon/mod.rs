@@ -192,6 +192,9 @@ struct Daemon {
     hush: crate::journal::Hush,
     /// Drops refused in the current minute, per user.
     junk_drops: crate::lifecycle::PerMinute,
+    /// Users past `junk_drops`' limit, and until when, for the socket's
+    /// readers.
+    barred: listener::Barred,
     /// Owners of ended tasks, read from their records as dependencies
     /// name them ([`depends`]).
     ended_owners: std::cell::RefCell<HashMap<u64, Option<u32>>>,

@@ -142,6 +142,7 @@ pub fn run(options: Options) -> Result<()> {
             "drops refused",
             "their drops wait in pending/",
         ),
+        barred: Default::default(),
         ended_owners: Default::default(),
         backstop: Default::default(),
         notifications: Default::default(),
@@ -168,7 +169,7 @@ pub fn run(options: Options) -> Result<()> {
     // Listened on only once the spool is restored: a submission's number
     // comes after every number a crash left in staging/.
     let socket = daemon.spool.socket_path();
-    if let Err(e) = listener::listen(daemon.spool.clone(), tx.clone()) {
+    if let Err(e) = listener::listen(daemon.spool.clone(), tx.clone(), daemon.barred.clone()) {
         log::warn!(
             "cannot listen on {} ({e}); submissions come by pending/ alone",
             socket.display()

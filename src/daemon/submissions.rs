@@ -7,11 +7,11 @@
 //! or `hold` of the task must find it.
 
 use std::sync::mpsc::Receiver;
+use std::time::Instant;
 
-use super::listener::{Answer, Submission};
+use super::listener::{Answer, Submission, junk_refusal};
 use super::{Daemon, Msg};
 use crate::accounts::accountable;
-use crate::lifecycle::JUNK_PER_MINUTE;
 use crate::spool::socket::{Receipt, Reply};
 
 impl Daemon {
@@ -34,10 +34,11 @@ impl Daemon {
             let payer = accountable(peer);
             let limited = !self.life.privileged(peer);
             if limited && self.junk_drops.refuses(payer, self.now()) {
-                let why = format!(
-                    "more than {JUNK_PER_MINUTE} of its owner's jobs were refused within a \
-                     minute; submit it again once it is over"
-                );
+                // Their next requests until then are answered as they are
+                // read, before their jobs are written.
+                let until = Instant::now() + self.junk_drops.over_in(self.now());
+                self.barred.bar(payer, until);
+                let why = junk_refusal();
                 let receipts = staged
                     .into_iter()
                     .map(|s| {

@@ -476,6 +476,12 @@ impl PerMinute {
         self.counts.get(&uid).is_some_and(|&n| n >= self.limit)
     }
 
+    /// How long from `now` until the current minute is over, and with it
+    /// every refusal.
+    pub fn over_in(&self, now: Time) -> Duration {
+        WINDOW.saturating_sub(now.saturating_sub(self.since))
+    }
+
     fn roll(&mut self, now: Time) {
         if now.saturating_sub(self.since) >= WINDOW {
             self.since = now;

@@ -257,7 +257,10 @@ pub(in crate::spool) fn job_bytes(job: &Job) -> u64 {
 /// Exactly `len` bytes, read as they come (never allocated ahead: a
 /// length is only what the sender claims).
 fn read_exactly(from: &mut impl Read, len: u64) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
+    // Room for all of it at once, which the caller bounded (the header's
+    // length, the bytes admitted): grown as it came, a buffer held up to
+    // twice what was admitted.
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     from.take(len).read_to_end(&mut bytes)?;
     match bytes.len() as u64 == len {
         true => Ok(bytes),
