@@ -413,6 +413,9 @@ fn the_job_submit_hook_sizes_jobs_and_says_why_when_it_cannot() {
         said.contains("tres: nil") && said.contains("expected a path ending in .rad"),
         "{said}"
     );
+    // A path's C1 controls and bidirectional overrides reach no log line.
+    let said = run_hook(CARMA, dir.path(), "/tmp/x\u{9b}2J\u{202e}dar.y");
+    assert!(said.contains("/tmp/x?2J?dar.y"), "{said}");
     // No user holds slurmctld for long: 20 estimates a minute each.
     let said = run_hook_times(CARMA, dir.path(), "plain.rad", 21);
     assert_eq!(said.matches("tres: gres:shard:12").count(), 20, "{said}");

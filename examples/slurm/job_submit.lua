@@ -94,9 +94,21 @@ local AS_ROOT = (function()
    return uid == nil or uid == 0
 end)()
 
--- A path as it may go into a log line: control characters as `?`.
+-- A path as it may go into a log line: control characters as `?`, and
+-- so are (in UTF-8) the C1 controls (U+0080-U+009F, which terminals act
+-- on like escapes) and the characters that reorder or break a line
+-- (U+061C, U+200E/F, U+2028/9, U+202A-U+202E, U+2066-U+2069).
 local function shown(text)
-   return (string.gsub(text, "%c", "?"))
+   local out = string.gsub(text, "%c", "?")
+   for _, pattern in ipairs({
+      "\194[\128-\159]",
+      "\216\156",
+      "\226\128[\142\143\168-\174]",
+      "\226\129[\166-\169]",
+   }) do
+      out = string.gsub(out, pattern, "?")
+   end
+   return out
 end
 
 local function find_carma()
