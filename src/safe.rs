@@ -127,7 +127,7 @@ pub fn read_tail_beneath(dir: &Path, relative: &str, bytes: u64) -> io::Result<V
 /// not have put there yet, whose links must not send a root daemon's
 /// lookups through their mounts.
 pub fn regular_beneath(dir: &Path, relative: &str) -> Option<FileStat> {
-    parent_beneath(dir, relative)
+    parent_beneath(dir, Path::new(relative))
         .and_then(|(parent, file)| stat_at(parent.as_fd(), file))
         .ok()
         .filter(|stat| is_regular(*stat))
@@ -136,17 +136,24 @@ pub fn regular_beneath(dir: &Path, relative: &str) -> Option<FileStat> {
 /// Opens `relative` below `dir` without following a link at any
 /// component, refusing `..` and absolute paths.
 fn open_beneath(dir: &Path, relative: &str) -> io::Result<OwnedFd> {
-    let (parent, file) = parent_beneath(dir, relative)?;
+    let (parent, file) = parent_beneath(dir, Path::new(relative))?;
     openat(&parent, file, read_flags(), Mode::empty()).map_err(io::Error::from)
 }
 
 /// The directory holding `relative` below `dir`, opened as a path without
 /// following a link at any component, and the last component's name.
-fn parent_beneath<'a>(dir: &Path, relative: &'a str) -> io::Result<(OwnedFd, &'a OsStr)> {
-    let invalid =
-        |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{relative}: {why}"));
+pub(crate) fn parent_beneath<'a>(
+    dir: &Path,
+    relative: &'a Path,
+) -> io::Result<(OwnedFd, &'a OsStr)> {
+    let invalid = |why: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: {why}", relative.display()),
+        )
+    };
     let mut components = Vec::new();
-    for c in Path::new(relative).components() {
+    for c in relative.components() {
         match c {
             Component::Normal(name) => components.push(name),
             Component::CurDir => {}

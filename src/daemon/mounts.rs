@@ -25,7 +25,7 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, Read, Seek};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, umount2};
@@ -49,11 +49,17 @@ pub(super) struct Guarded {
 impl Guarded {
     /// Whether a mount on `point` is taken away.
     fn covers(&self, point: &Path) -> bool {
-        let strictly_below = |dir: &PathBuf| point != dir && point.starts_with(dir);
-        if self.whole.iter().any(strictly_below) {
-            return true;
+        self.covering(point).is_some()
+    }
+
+    /// The guarded directory a mount on `point` is taken away from, if
+    /// any.
+    fn covering(&self, point: &Path) -> Option<&Path> {
+        let strictly_below = |dir: &&PathBuf| point != *dir && point.starts_with(dir);
+        if let Some(dir) = self.whole.iter().find(strictly_below) {
+            return Some(dir);
         }
-        self.tasks.iter().any(|dir| {
+        let in_task = |dir: &&PathBuf| {
             let Ok(inside) = point.strip_prefix(dir) else {
                 return false;
             };
@@ -65,7 +71,8 @@ impl Guarded {
                 (Some(_), Some(_), None) => true,
                 _ => false,
             }
-        })
+        };
+        self.tasks.iter().find(in_task).map(PathBuf::as_path)
     }
 }
 
@@ -85,7 +92,7 @@ pub(super) fn guard(guarded: Guarded) -> io::Result<()> {
                         let found = below(&text, &guarded);
                         stuck.retain(|id| found.iter().any(|m| m.id == *id));
                         for mount in found {
-                            if !stuck.contains(&mount.id) && !take_away(&mount) {
+                            if !stuck.contains(&mount.id) && !take_away(&mount, &guarded) {
                                 stuck.insert(mount.id);
                             }
                         }
@@ -112,14 +119,31 @@ fn read_table(table: &mut File) -> io::Result<Vec<u8>> {
 }
 
 /// Unmounts `mount` (forced, detached), saying whose it was; whether it
-/// could.
-fn take_away(mount: &Mount) -> bool {
+/// could. Reached from the guarded directory above it one name at a time,
+/// never through a link: every name below `pending/` is a user's, and
+/// unmounted by its path, a directory on the way that its user swapped
+/// for a link (`.d/sub` for a link to `/sys/fs`, with their mount on
+/// `.d/sub/cgroup`) made root take away whatever mount the link led to.
+fn take_away(mount: &Mount, guarded: &Guarded) -> bool {
     let owner = mount
         .owner
         .map_or_else(String::new, |uid| format!(" of uid {uid}"));
     let flags = MntFlags::MNT_FORCE | MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW;
     let point = crate::journal::shown(&mount.point.to_string_lossy());
-    match umount2(&mount.point, flags) {
+    let reached = guarded
+        .covering(&mount.point)
+        .ok_or_else(|| io::Error::other("not below a guarded directory"))
+        .and_then(|base| {
+            let relative = mount.point.strip_prefix(base).map_err(io::Error::other)?;
+            crate::safe::parent_beneath(base, relative)
+        });
+    let unmounted = reached.and_then(|(parent, name)| {
+        let path = Path::new("/proc/self/fd")
+            .join(parent.as_raw_fd().to_string())
+            .join(name);
+        umount2(&path, flags).map_err(io::Error::from)
+    });
+    match unmounted {
         Ok(()) => {
             log::warn!(
                 "{point}: a {} mount{owner} where the daemon looks in the spool; taken away",
@@ -224,6 +248,45 @@ garbled line
         ] {
             assert!(!at(left), "{left}");
         }
+    }
+
+    #[test]
+    #[ignore = "needs root: mounts a tmpfs"]
+    fn a_link_on_the_way_to_a_users_mount_leads_nowhere() {
+        // `pending/.d/sub` swapped for a link to where another mount is,
+        // just as the table named `pending/.d/sub/cgroup`: that mount was
+        // taken away.
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let (pending, victim) = (root.join("pending"), root.join("elsewhere/cgroup"));
+        std::fs::create_dir_all(pending.join(".d")).unwrap();
+        std::fs::create_dir_all(&victim).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), pending.join(".d/sub")).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &victim,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .unwrap();
+        let guarded = Guarded {
+            whole: vec![pending.clone()],
+            tasks: Vec::new(),
+        };
+        let mount = Mount {
+            id: 1,
+            point: pending.join(".d/sub/cgroup"),
+            kind: "fuse".into(),
+            owner: Some(65534),
+        };
+        let taken = take_away(&mount, &guarded);
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let still = table.contains(&format!(" {} ", victim.display()));
+        if still {
+            umount2(&victim, MntFlags::MNT_DETACH).unwrap();
+        }
+        assert!(!taken && still, "the mount the link led to was taken away");
     }
 
     #[test]
