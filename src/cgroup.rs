@@ -144,24 +144,22 @@ pub fn run_name(task: &str, run: u32) -> String {
     format!("{task}-run-{run}")
 }
 
-/// How long the daemon waits for a dead supervisor's run cgroup to empty
-/// after `cgroup.kill`: a killed process goes in milliseconds, and the
-/// daemon's loop waits meanwhile. One held in the kernel (a request to a
-/// FUSE server that does not answer) outlives any wait.
-const ORPHAN_PATIENCE: Duration = Duration::from_millis(500);
-
 /// Ends what the run cgroup `name` under `parent` still holds once its
 /// supervisor died without ending it, and removes the cgroup: every
 /// process the job started is in it, whatever it did to its session or its
-/// environment. How many processes it held, and the cgroup if processes
-/// outlived the kill (held in the kernel): it is left, for
-/// [`remove_emptied`] to take once they are gone. `None` when there is no
-/// such cgroup (the run had none, or it was removed already).
+/// environment. How many processes it held, and the cgroup if it was not
+/// empty the moment after `cgroup.kill`: it is left, for
+/// [`remove_emptied`] to take once they are gone. Not waited for: the
+/// daemon's loop would wait (it waited up to 500 ms for each, and a user
+/// whose jobs' processes are held in the kernel, by a FUSE server that
+/// never answers, could have a hundred supervisors killed at once). `None`
+/// when there is no such cgroup (the run had none, or it was removed
+/// already).
 pub fn end_orphaned_run(parent: &Path, name: &str) -> Option<(usize, Option<PathBuf>)> {
     let cgroup = RunCgroup::open(parent.join(name)).ok()?;
     let held = pids(cgroup.dir()).len();
     let dir = cgroup.dir().to_owned();
-    let (_, empty) = cgroup.finish(ORPHAN_PATIENCE);
+    let (_, empty) = cgroup.finish(Duration::ZERO);
     Some((held, (!empty).then_some(dir)))
 }
 

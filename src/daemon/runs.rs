@@ -165,9 +165,8 @@ impl Daemon {
                 let had_cgroup = in_cgroup.is_some();
                 let (in_cgroup, left) = in_cgroup.unwrap_or((0, None));
                 if let Some(dir) = left {
-                    log::warn!(
-                        "{name}: processes outlived cgroup.kill in {} (held in the kernel); \
-                         it is removed once they end",
+                    log::debug!(
+                        "{name}: {} is removed once the processes killed there have ended",
                         dir.display()
                     );
                     self.backstop.leave(dir);
