@@ -259,7 +259,7 @@ fn gather_run(dir: &Path, run: u32, copied: Option<&OwnerRun>, scope: Scope) -> 
         Ok(tail) => {
             let text = String::from_utf8_lossy(&tail);
             let ended_well = exit.as_ref().is_some_and(|e| e.succeeded() || e.cancelled);
-            let oom = !ended_well && scope.oom.find(&text).is_some();
+            let oom = !ended_well && scope.oom.find(text.as_bytes()).is_some();
             (last_lines(&text, scope.tail_lines), Some(oom), None)
         }
         Err(e) => (Vec::new(), None, Some(unreadable(&e))),

@@ -299,7 +299,7 @@ fn run_job(
     let text = String::from_utf8_lossy(tail.make_contiguous()).into_owned();
     let job_id = std::env::var("SLURM_JOB_ID").unwrap_or_else(|_| "?".into());
     let exit = ExitCode::from(u8::try_from(code).unwrap_or(1));
-    let Some(signature) = config.oom.find(&text) else {
+    let Some(signature) = config.oom.find(text.as_bytes()) else {
         return Ok(exit);
     };
     if granted_mib.is_none() {

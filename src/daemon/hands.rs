@@ -34,6 +34,7 @@ use crate::spool::{
 };
 use crate::supervisor;
 use crate::supervisor::last_run;
+use std::cell::OnceCell;
 
 /// What the daemon lends the lifecycle for one step: its spool, its
 /// configuration and what starting a job needs.
@@ -58,6 +59,10 @@ pub(super) struct Hands<'a> {
     /// State directories whose entries the step changed, to flush once it
     /// is over ([`Hands::flush`]), and those whose flush failed before.
     pub unsynced: Vec<PathBuf>,
+    /// carma's task directories in `pending/`, listed once for all the
+    /// requests of a turn: 256 `cancel --array` requests a turn, each of
+    /// another array, listed it 256 times (9 s with 10,000 waiting).
+    pub pending: &'a OnceCell<Vec<TaskName>>,
 }
 
 impl Hands<'_> {
@@ -121,14 +126,22 @@ impl World for Hands<'_> {
     }
 
     fn pending_from(&self, seq: u64) -> Vec<TaskName> {
-        self.spool
-            .list(State::Pending)
-            .map(|listing| listing.tasks)
-            .unwrap_or_default()
-            .into_iter()
-            // Anyone may put a task's name in pending/: only carma's own
-            // directories are task directories, whose records may be read.
-            .filter(|name| name.seq() >= seq && self.spool.is_task_dir(State::Pending, name))
+        let listed = self.pending.get_or_init(|| {
+            self.spool
+                .list(State::Pending)
+                .map(|listing| listing.tasks)
+                .unwrap_or_default()
+                .into_iter()
+                // Anyone may put a task's name in pending/: only carma's
+                // own directories are task directories, whose records may
+                // be read.
+                .filter(|name| self.spool.is_task_dir(State::Pending, name))
+                .collect()
+        });
+        listed
+            .iter()
+            .filter(|name| name.seq() >= seq)
+            .cloned()
             .collect()
     }
 

@@ -195,6 +195,9 @@ struct Daemon {
     /// Users past `junk_drops`' limit, and until when, for the socket's
     /// readers.
     barred: listener::Barred,
+    /// carma's task directories in `pending/` as listed for this turn's
+    /// requests ([`Hands::pending`]); emptied at each turn.
+    pending_listed: std::cell::OnceCell<Vec<crate::spool::TaskName>>,
     /// Owners of ended tasks, read from their records as dependencies
     /// name them ([`depends`]).
     ended_owners: std::cell::RefCell<HashMap<u64, Option<u32>>>,
@@ -291,6 +294,7 @@ impl Daemon {
             chain: &self.chain,
             take_in: Vec::new(),
             unsynced: self.unflushed.clone(),
+            pending: &self.pending_listed,
         };
         let result = f(&mut self.life, now, &mut hands);
         let failed = hands.flush();
@@ -351,6 +355,7 @@ impl Daemon {
                 return;
             }
             self.accounts.clear();
+            self.pending_listed.take();
             self.take_arrivals();
             let answers = self.take_handed();
             self.answers.extend(answers);

@@ -103,6 +103,11 @@ impl Daemon {
         let run_dir = run_dir(&self.spool, &task.name, task.run);
         let name = task.name.clone();
         let run = task.run;
+        // When the run was launched: this daemon's own launch is in
+        // memory, an earlier daemon's is read back (a launch.json is as
+        // large as its script, up to megabytes of escapes, and each run's
+        // end was one more parse on the loop).
+        let launched_at = (!task.adopted && task.since > 0.0).then_some(task.since);
         let user = task
             .run_as
             .as_ref()
@@ -125,9 +130,13 @@ impl Daemon {
                         self.backstop.leave(dir);
                     }
                 }
-                let run_s = read_state::<Launch>(&run_dir.join(supervisor::LAUNCH))
-                    .ok()
-                    .map(|launch| exit.ended_at - launch.launched_at);
+                let run_s = launched_at
+                    .or_else(|| {
+                        read_state::<Launch>(&run_dir.join(supervisor::LAUNCH))
+                            .ok()
+                            .map(|launch| launch.launched_at)
+                    })
+                    .map(|launched_at| exit.ended_at - launched_at);
                 (
                     self.classify(&name.to_string(), &exit, &run_dir),
                     exit.peak_mib,

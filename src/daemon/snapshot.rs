@@ -197,10 +197,13 @@ impl Daemon {
     /// Has the status file written at the next turn of the loop, not up
     /// to a second later: someone waits for what it will say (a receipt,
     /// a verdict). Not sooner than [`STATUS_SPACING`] after the last
-    /// write, though: each write lists every waiting task, and a user can
-    /// ask for a verdict at every turn.
+    /// write, though, nor than four times as long as it took (as for a
+    /// receipt): each write lists every waiting task, and a user can ask
+    /// for a verdict at every turn (a write of 100 ms, with 50,000
+    /// waiting, every 150 ms).
     pub(super) fn status_due(&mut self) {
-        self.status_due_at(Instant::now().max(self.status_wrote + STATUS_SPACING));
+        let spacing = STATUS_SPACING.max(self.receipt_spacing());
+        self.status_due_at(Instant::now().max(self.status_wrote + spacing));
     }
 
     /// How long after a status write the next one a receipt asks for may

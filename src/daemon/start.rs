@@ -143,6 +143,7 @@ pub fn run(options: Options) -> Result<()> {
             "their drops wait in pending/",
         ),
         barred: Default::default(),
+        pending_listed: Default::default(),
         ended_owners: Default::default(),
         backstop: Default::default(),
         notifications: Default::default(),

@@ -118,14 +118,18 @@ pub fn lock_run(run_dir: &Path) -> io::Result<(File, File)> {
 /// so a lease the user took on it fails the read instead of holding the
 /// daemon for the lease's break time (45 s by default).
 pub fn tail(path: &Path, bytes: u64) -> io::Result<String> {
+    Ok(String::from_utf8_lossy(&tail_bytes(path, bytes)?).into_owned())
+}
+
+/// [`tail`] as the file has it, for a search that needs no text.
+pub fn tail_bytes(path: &Path, bytes: u64) -> io::Result<Vec<u8>> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(OsStr::to_str)) else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{}: not a file in a directory", path.display()),
         ));
     };
-    let tail = crate::safe::read_tail_beneath(dir, name, bytes)?;
-    Ok(String::from_utf8_lossy(&tail).into_owned())
+    crate::safe::read_tail_beneath(dir, name, bytes)
 }
 
 /// Whether a supervisor still holds the run's lock.
