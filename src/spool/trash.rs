@@ -189,7 +189,7 @@ fn remove_entry(staging: &OwnedFd, name: &OsStr) -> io::Result<()> {
             };
             let done = match is_subdir {
                 true => hoist_or_detach(&dir, &child, staging, subtree_owner),
-                false => unlink(dir.as_fd(), &child, UnlinkatFlags::NoRemoveDir),
+                false => unlink_or_detach(&dir, &child),
             };
             match done {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -238,6 +238,19 @@ fn hoist_or_detach(
         }
         detach(dir, child)?;
         hoist(dir, child, staging, owner)
+    })
+}
+
+/// Unlinks the file `child` of `dir`, detaching first a mount on it
+/// (`fusermount` mounts on a user's regular file too): the unlink failed
+/// with EBUSY at every pass, and the tree stayed in `staging/` for good.
+fn unlink_or_detach(dir: &OwnedFd, child: &OsStr) -> io::Result<()> {
+    unlink(dir.as_fd(), child, UnlinkatFlags::NoRemoveDir).or_else(|e| {
+        if e.raw_os_error() != Some(nix::libc::EBUSY) {
+            return Err(e);
+        }
+        detach(dir, child)?;
+        unlink(dir.as_fd(), child, UnlinkatFlags::NoRemoveDir)
     })
 }
 
@@ -362,6 +375,17 @@ mod tests {
         )
         .unwrap();
         fs::write(top.join("a/mnt/f"), "x").unwrap();
+        // A mount on a file, as `fusermount` makes on a user's own.
+        fs::write(top.join("a/file"), "").unwrap();
+        let elsewhere = tempfile::NamedTempFile::new().unwrap();
+        nix::mount::mount(
+            Some(elsewhere.path()),
+            &top.join("a/file"),
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap();
         spool.discard(&top).unwrap();
         assert!(spool.empty_trash(None).unwrap());
         assert!(fs::read_dir(spool.staging()).unwrap().next().is_none());
