@@ -129,8 +129,11 @@ impl Daemon {
     }
 }
 
-/// Kills what runs of `run`'s job, in its cgroup under `job_cgroup` and
-/// among the children of its `supervisor`; what it did, in words.
+/// Kills what runs of `run`'s job: all of its cgroup under `job_cgroup`,
+/// or where it has none, the children of its `supervisor` (each looked at
+/// before it is signalled: up to the run's 16,384 processes, a job's
+/// orphans among them, at every pass; in a cgroup every one of them, its
+/// first process included, is killed with it). What it did, in words.
 fn kill(job_cgroup: Option<&Path>, run: &Overdue, supervisor: Option<&ProcessId>) -> String {
     let mut did = Vec::new();
     if let Some(parent) = job_cgroup {
@@ -140,7 +143,7 @@ fn kill(job_cgroup: Option<&Path>, run: &Overdue, supervisor: Option<&ProcessId>
             did.push(format!("cgroup.kill in {}", dir.display()));
         }
     }
-    if let Some(supervisor) = supervisor {
+    if let Some(supervisor) = supervisor.filter(|_| did.is_empty()) {
         let n = crate::procfs::signal_children(supervisor, Signal::SIGKILL);
         did.push(format!(
             "SIGKILL to {n} children of supervisor {}",
