@@ -78,6 +78,30 @@ impl Scheduler {
                 "it needs {n} GPUs at once, and this server has {whole} not cut into MIG \
                  instances (a process sees one MIG instance at most)"
             )),
+            _ => self.large_enough(demand, 0),
+        }
+    }
+
+    /// Whether the server has as many GPUs as `demand` asks for that could
+    /// each ever hold it after `crashes` OOM crashes: on GPUs of several
+    /// sizes, a need larger than the smaller ones fits only the largest,
+    /// and a task of two GPUs at 50 GiB on one of 40 and one of 80 waited
+    /// at the head of the queue for good, and every task behind it with
+    /// it. One GPU always could: the largest, idle.
+    pub(super) fn large_enough(&self, demand: &Demand, crashes: u32) -> Result<(), String> {
+        let want = self.want(demand, crashes);
+        let could = (0..self.gpus.len())
+            .filter(|&g| match self.on_gpu(want, g) {
+                Want::Idle(_) => true,
+                Want::Free { free_mib, .. } => free_mib <= self.gpus[g].total_mib,
+            })
+            .count();
+        match (demand.gpus as usize > could, want) {
+            (true, Want::Free { free_mib, .. }) => Err(format!(
+                "it needs {} GPUs with {} free each, and this server has {could} that large",
+                demand.gpus,
+                format_mib(free_mib)
+            )),
             _ => Ok(()),
         }
     }
@@ -130,6 +154,12 @@ impl Scheduler {
         if !self.stop_running(task) {
             return;
         }
+        // A re-run after an OOM crash asks for more (`recovery.mode =
+        // "looser"`), which may no longer fit enough of the GPUs.
+        let too_large = match (&exit, self.tasks.get(&task)) {
+            (Exit::Oom, Some(t)) => self.large_enough(&t.demand, t.crashes + 1).err(),
+            _ => None,
+        };
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
@@ -139,6 +169,13 @@ impl Scheduler {
             .unwrap_or(self.rules.recovery.max_retries);
         let outcome = match exit {
             Exit::Success => Action::Complete { task },
+            Exit::Oom if t.crashes < max_retries && too_large.is_some() => Action::Fail {
+                task,
+                reason: FailReason::Unplaceable(format!(
+                    "after an OOM crash, {}",
+                    too_large.unwrap_or_default()
+                )),
+            },
             Exit::Oom if t.crashes < max_retries => {
                 t.crashes += 1;
                 if let Some(user) = t.demand.user {

@@ -472,6 +472,87 @@ fn tasks_no_server_could_run_fail_at_once() {
 }
 
 #[test]
+fn a_task_of_several_gpus_that_only_the_largest_could_hold_fails_at_once_and_blocks_nobody() {
+    // One GPU of 40 GiB, one of 80: two GPUs with 50 GiB each fit only
+    // the larger, and the task waited at the head of the queue for good.
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB, 80 * GIB]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    let mut demand = Demand::new(Need::Mib(50 * GIB));
+    demand.gpus = 2;
+    match &submit(&mut core, 1.0, 1, demand)[..] {
+        [
+            Action::Fail {
+                reason: FailReason::Unplaceable(why),
+                ..
+            },
+        ] => assert!(
+            why.contains("2 GPUs") && why.contains("has 1 that large"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        launched(&queue(&mut core, 2.0, 2, Need::Mib(GIB))),
+        [(2, vec![0])]
+    );
+    // One GPU at 50 GiB, or two at 30, could run: they are kept.
+    let mut one = Demand::new(Need::Mib(50 * GIB));
+    one.gpus = 1;
+    assert_eq!(launched(&submit(&mut core, 3.0, 3, one)), [(3, vec![1])]);
+    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB, 80 * GIB]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    let mut two = Demand::new(Need::Mib(30 * GIB));
+    two.gpus = 2;
+    assert_eq!(launched(&submit(&mut core, 1.0, 4, two)), [(4, vec![0, 1])]);
+}
+
+#[test]
+fn a_re_run_that_asks_more_than_enough_gpus_could_hold_fails_instead_of_waiting() {
+    // Looser re-runs ask for more after each crash: two GPUs at 36 GiB
+    // (38 with the margin) fit a 40 and an 80 GiB GPU; after a crash
+    // (42 GiB) the 40 GiB one can no longer hold the re-run.
+    let mut r = rules(Policy::FirstFit);
+    r.recovery.mode = RecoveryMode::Looser;
+    r.recovery.looser_step_mib = 6 * GIB;
+    let mut core = Scheduler::new(r, &[40 * GIB, 80 * GIB]);
+    core.step(
+        s(0.0),
+        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
+    );
+    let mut demand = Demand::new(Need::Mib(36 * GIB));
+    demand.gpus = 2;
+    assert_eq!(
+        launched(&submit(&mut core, 1.0, 1, demand)),
+        [(1, vec![0, 1])]
+    );
+    let a = core.step(
+        s(2.0),
+        Event::Exited {
+            task: TaskId(1),
+            exit: Exit::Oom,
+        },
+    );
+    match &a[..] {
+        [
+            Action::Fail {
+                reason: FailReason::Unplaceable(why),
+                ..
+            },
+        ] => assert!(
+            why.starts_with("after an OOM crash, it needs 2 GPUs"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn unhealthy_gpus_are_skipped() {
     let mut core = four_gpus(Policy::Magm);
     let mut broken = sample(3, 5 * GIB, 0.1);
