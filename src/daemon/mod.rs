@@ -356,6 +356,7 @@ impl Daemon {
             }
             self.accounts.clear();
             self.pending_listed.take();
+            crate::rad::forget_listings();
             self.take_arrivals();
             let answers = self.take_handed();
             self.answers.extend(answers);

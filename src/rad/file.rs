@@ -9,6 +9,8 @@
 //! own directory, symbolic links included: jobs run as their owner, and
 //! carma must not be talked into reading other users' files.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -124,18 +126,53 @@ pub fn case_match(dir: &Path, relative: &str) -> Option<String> {
         None => (None, relative),
     };
     let wanted = file_name.to_lowercase();
-    let mut matches = crate::safe::names_beneath(dir, subdir.unwrap_or(""), CASE_SEARCH_LIMIT)
-        .ok()?
-        .into_iter()
-        .filter(|name| name.to_lowercase() == wanted);
-    let name = matches.next()?;
-    if matches.next().is_some() {
-        return None;
-    }
+    let name = LISTED.with_borrow_mut(|listed| {
+        let key = (dir.to_owned(), subdir.unwrap_or("").to_owned());
+        let names = match listed.get(&key) {
+            Some(names) => names,
+            None => {
+                let names = crate::safe::names_beneath(dir, &key.1, CASE_SEARCH_LIMIT).ok();
+                if listed.len() >= LISTINGS_KEPT {
+                    listed.clear();
+                }
+                listed.entry(key).or_insert(names)
+            }
+        };
+        let mut matches = names
+            .iter()
+            .flatten()
+            .filter(|name| name.to_lowercase() == wanted);
+        match (matches.next(), matches.next()) {
+            (Some(name), None) => Some(name.clone()),
+            _ => None,
+        }
+    })?;
     Some(match subdir {
         Some(subdir) => format!("{subdir}/{name}"),
         None => name,
     })
+}
+
+thread_local! {
+    /// The directories [`case_match`] listed since [`forget_listings`]:
+    /// the daemon takes in every drop of `pending/` in one turn, and each
+    /// that named a missing summary listed `pending/` again, up to 4,096
+    /// names each time (100,000 such drops held a start for minutes).
+    static LISTED: RefCell<HashMap<Listed, Option<Vec<String>>>> = RefCell::new(HashMap::new());
+}
+
+/// A directory [`case_match`] listed: the one it was given, and the
+/// subdirectory below it that it searched.
+type Listed = (PathBuf, String);
+
+/// Directories [`LISTED`] keeps at most (each at most
+/// [`CASE_SEARCH_LIMIT`] names).
+const LISTINGS_KEPT: usize = 64;
+
+/// Forgets the listings [`case_match`] made: the daemon calls it at each
+/// turn of its loop, so that a summary that arrived since is found.
+pub fn forget_listings() {
+    LISTED.with_borrow_mut(HashMap::clear);
 }
 
 /// Names a directory may hold for [`case_match`] to search it: the

@@ -33,7 +33,9 @@ use crate::sched::DependencyKind;
 pub use crate::sched::HostLimits;
 pub(crate) use error::clip;
 pub use error::{Position, RadError};
-pub use file::{FileError, JobFile, MAX_FILE_BYTES, case_match, check_bytes, check_file};
+pub use file::{
+    FileError, JobFile, MAX_FILE_BYTES, case_match, check_bytes, check_file, forget_listings,
+};
 pub use keyed::{KeyReference, reference};
 pub use legacy::LEGACY_WHOLE_GPU_MIB;
 pub use legacy_rules::{Declared, LegacyRules, MemoryLine};

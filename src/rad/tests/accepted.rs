@@ -228,3 +228,17 @@ fn host_limits_take_cpus_and_a_memory_size() {
     refused("host_memory: 0\ntrue\n", 1, 14, &["host memory"]);
     refused("host_memory: lots\ntrue\n", 1, 14, &["host memory"]);
 }
+
+#[test]
+fn a_summary_named_in_another_case_is_found_from_one_listing_until_it_is_forgotten() {
+    // The daemon takes in every drop of `pending/` in one turn: each that
+    // named a missing summary listed the directory again.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("Model.txt"), "").unwrap();
+    let found = || crate::rad::case_match(dir.path(), "model.txt");
+    assert_eq!(found().as_deref(), Some("Model.txt"));
+    std::fs::rename(dir.path().join("Model.txt"), dir.path().join("MODEL.txt")).unwrap();
+    assert_eq!(found().as_deref(), Some("Model.txt"), "listed once");
+    crate::rad::forget_listings();
+    assert_eq!(found().as_deref(), Some("MODEL.txt"));
+}
