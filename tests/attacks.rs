@@ -1215,6 +1215,39 @@ fn a_reason_its_owner_rewrote_is_shown_to_them_alone() {
     }
 }
 
+#[test]
+#[ignore = "needs root: makes users and attacks as them (.ci/run runs it)"]
+fn a_hold_left_while_no_daemon_ran_acts_however_much_junk_another_user_left() {
+    // The loop takes 256 names of cancel/ a turn, junk included; a start
+    // took one turn's worth before it placed, so bob's hold, listed after
+    // alice's thousands of junk names, came after his task had started.
+    let (alice, bob, mut spool) = shared_daemon("");
+    spool.submit_as(
+        &bob,
+        "bob-blocker",
+        &[("b.rad", "memory: whole\nsleep 1\n")],
+    );
+    let held = spool.submit_as(&bob, "bob-held", &[("h.rad", "memory: whole\ntrue\n")]);
+    spool.stop_daemon("TERM");
+    // The blocker ends while no daemon runs: the GPU is free at the start.
+    std::thread::sleep(Duration::from_millis(1500));
+    let cancel = spool.root.join("cancel");
+    let out = alice.run(&format!(
+        "cd {} && for i in $(seq 3000); do : > junk$i; done",
+        cancel.display()
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = bob.run(&format!(": > {}/hold.{held}", cancel.display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    spool.start_daemon();
+    spool.wait_for("cancel/ to be read", 20.0, || {
+        fs::read_dir(&cancel).unwrap().next().is_none()
+    });
+    let dir = spool.root.join("pending").join(&held);
+    assert!(dir.exists(), "bob's held task left pending/");
+    assert!(!dir.join("run-1").exists(), "{}", spool.daemon_log());
+}
+
 /// `user`'s jobs `rads` (file name and text), submitted to wait for a
 /// first job of theirs; while they wait, the working directory they were
 /// submitted from becomes `mount`/x, a mount that never answers, so that

@@ -177,8 +177,16 @@ pub fn run(options: Options) -> Result<()> {
         );
     }
     // Requests left while no daemon ran act before anything is placed: a
-    // hold left for a waiting task holds it.
+    // hold left for a waiting task holds it. All of them, not the first
+    // 256 the loop takes a turn: a user who left thousands of junk names
+    // in cancel/ pushed another's hold past the first placement. Within
+    // a bound of time, as junk by the million would hold the start.
+    let draining = Instant::now();
     daemon.cancel_requests();
+    while daemon.cancel_due && draining.elapsed() < START_REQUESTS_TIME {
+        daemon.cancel_due = false;
+        daemon.cancel_requests();
+    }
     signals(tx.clone())?;
     empty_trash(daemon.spool.clone())?;
     if let Some(addr) = http {
@@ -242,6 +250,10 @@ fn empty_trash(spool: Spool) -> Result<()> {
 
 /// How often the trash is emptied.
 const TRASH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a start may spend on the requests left in `cancel/` before it
+/// places anything (about 100,000 names, most of them junk, removed).
+const START_REQUESTS_TIME: Duration = Duration::from_secs(2);
 
 /// Forwards SIGTERM, SIGINT, SIGHUP and SIGUSR1 to the loop.
 fn signals(tx: Sender<Msg>) -> Result<()> {
