@@ -208,16 +208,30 @@ impl Mps {
     }
 
     /// Whether a control daemon serves the configured pipe directory: its
-    /// pid file names a live process of this daemon's user. After an
-    /// unclean end the pid may be anyone's: a user who took it would
-    /// otherwise keep carma from starting MPS.
+    /// pid file names a live process of this daemon's user that runs the
+    /// control program. After an unclean end the pid may be anyone's: a
+    /// user who took it would otherwise keep carma from starting MPS, and
+    /// so would any process of root's (an `sshd` child a user's connection
+    /// makes), and jobs would be pointed at a pipe nobody serves.
     fn running(&self) -> bool {
         let me = nix::unistd::geteuid().as_raw();
-        std::fs::read_to_string(self.config.pipe_dir.join("nvidia-cuda-mps-control.pid"))
-            .ok()
-            .and_then(|pid| pid.trim().parse::<u32>().ok())
-            .and_then(crate::procfs::real_uid)
-            .is_some_and(|uid| uid == me)
+        let Some(pid) =
+            std::fs::read_to_string(self.config.pipe_dir.join("nvidia-cuda-mps-control.pid"))
+                .ok()
+                .and_then(|pid| pid.trim().parse::<u32>().ok())
+        else {
+            return false;
+        };
+        // The kernel keeps a program's first 15 bytes of name.
+        let program = self
+            .config
+            .control
+            .file_name()
+            .map(std::os::unix::ffi::OsStrExt::as_bytes);
+        let runs_it = std::fs::read(format!("/proc/{pid}/comm")).is_ok_and(|comm| {
+            program.is_some_and(|p| comm.strip_suffix(b"\n") == Some(&p[..p.len().min(15)]))
+        });
+        runs_it && crate::procfs::real_uid(pid) == Some(me)
     }
 
     fn command(&self) -> Command {
@@ -233,7 +247,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pid_file_naming_another_users_process_is_no_control_daemon() {
+    fn a_pid_file_naming_another_program_or_another_users_is_no_control_daemon() {
         use std::os::unix::process::CommandExt;
         let dir = tempfile::tempdir().unwrap();
         let mut config = config();
@@ -244,18 +258,30 @@ mod tests {
         };
         let pid_file = dir.path().join("nvidia-cuda-mps-control.pid");
         assert!(!mps.running());
-        std::fs::write(&pid_file, format!("{}\n", std::process::id())).unwrap();
+        // A program named as the control daemon is (`sleep` by that name).
+        let control = dir.path().join("nvidia-cuda-mps-control");
+        std::os::unix::fs::symlink("/bin/sleep", &control).unwrap();
+        let start = |user: Option<u32>| {
+            let mut command = std::process::Command::new(&control);
+            command.arg("30");
+            if let Some(uid) = user {
+                command.uid(uid).gid(uid);
+            }
+            command.spawn().unwrap()
+        };
+        let mut mine = start(None);
+        std::fs::write(&pid_file, format!("{}\n", mine.id())).unwrap();
         assert!(mps.running());
+        // The old pid, now another program's of the same user (this test).
+        std::fs::write(&pid_file, format!("{}\n", std::process::id())).unwrap();
+        assert!(!mps.running());
+        let _ = mine.kill();
+        let _ = mine.wait();
         if !nix::unistd::geteuid().is_root() {
             return;
         }
         // The old pid, now a user's process.
-        let mut theirs = std::process::Command::new("sleep")
-            .arg("30")
-            .uid(65534)
-            .gid(65534)
-            .spawn()
-            .unwrap();
+        let mut theirs = start(Some(65534));
         std::fs::write(&pid_file, format!("{}\n", theirs.id())).unwrap();
         assert!(!mps.running());
         let _ = theirs.kill();
