@@ -356,15 +356,8 @@ fn mig_instances_are_shared_but_take_single_gpu_tasks_only() {
     let mut demand = Demand::new(Need::Mib(GIB));
     demand.gpus = 2;
     let actions = submit(&mut core, 2.0, 3, demand);
-    match &actions[..] {
-        [
-            Action::Fail {
-                reason: FailReason::Unplaceable(why),
-                ..
-            },
-        ] => assert!(why.contains("1 not cut into MIG instances"), "{why}"),
-        other => panic!("{other:?}"),
-    }
+    let why = unplaceable(&actions);
+    assert!(why.contains("1 not cut into MIG instances"), "{why}");
     // With two whole GPUs, one busy, the two-GPU task waits and says why
     // the instances will not do.
     let mut core = Scheduler::new(rules(Policy::FirstFit), &[20 * GIB, 40 * GIB, 40 * GIB]);

@@ -77,6 +77,20 @@ fn four_gpus(policy: Policy) -> Scheduler {
 // GPU 3 35 GiB. A 6 GiB task needs 6 + 2 (margin) = 8 GiB free, so every
 // GPU passes; the policy alone decides.
 
+/// Why the one action in `actions`, a failure to place, says the task
+/// can never be placed.
+fn unplaceable(actions: &[Action]) -> &str {
+    match actions {
+        [
+            Action::Fail {
+                reason: FailReason::Unplaceable(why),
+                ..
+            },
+        ] => why,
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Ends the running task `id` and returns what launched next.
 fn finish(core: &mut Scheduler, now: f64, id: u64) -> Vec<u64> {
     exit_with(core, now, id, Exit::Success)

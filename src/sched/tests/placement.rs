@@ -471,29 +471,28 @@ fn tasks_no_server_could_run_fail_at_once() {
     }
 }
 
-#[test]
-fn a_task_of_several_gpus_that_only_the_largest_could_hold_fails_at_once_and_blocks_nobody() {
-    // One GPU of 40 GiB, one of 80: two GPUs with 50 GiB each fit only
-    // the larger, and the task waited at the head of the queue for good.
-    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB, 80 * GIB]);
+/// An idle GPU of 40 GiB and one of 80.
+fn forty_and_eighty(rules: Rules) -> Scheduler {
+    let mut core = Scheduler::new(rules, &[40 * GIB, 80 * GIB]);
     core.step(
         s(0.0),
         Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
     );
+    core
+}
+
+#[test]
+fn a_task_of_several_gpus_that_only_the_largest_could_hold_fails_at_once_and_blocks_nobody() {
+    // Two GPUs with 50 GiB each fit only the larger, and the task waited
+    // at the head of the queue for good.
+    let mut core = forty_and_eighty(rules(Policy::FirstFit));
     let mut demand = Demand::new(Need::Mib(50 * GIB));
     demand.gpus = 2;
-    match &submit(&mut core, 1.0, 1, demand)[..] {
-        [
-            Action::Fail {
-                reason: FailReason::Unplaceable(why),
-                ..
-            },
-        ] => assert!(
-            why.contains("2 GPUs") && why.contains("has 1 that large"),
-            "{why}"
-        ),
-        other => panic!("{other:?}"),
-    }
+    let why = unplaceable(&submit(&mut core, 1.0, 1, demand)).to_owned();
+    assert!(
+        why.contains("2 GPUs") && why.contains("has 1 that large"),
+        "{why}"
+    );
     assert_eq!(
         launched(&queue(&mut core, 2.0, 2, Need::Mib(GIB))),
         [(2, vec![0])]
@@ -502,11 +501,7 @@ fn a_task_of_several_gpus_that_only_the_largest_could_hold_fails_at_once_and_blo
     let mut one = Demand::new(Need::Mib(50 * GIB));
     one.gpus = 1;
     assert_eq!(launched(&submit(&mut core, 3.0, 3, one)), [(3, vec![1])]);
-    let mut core = Scheduler::new(rules(Policy::FirstFit), &[40 * GIB, 80 * GIB]);
-    core.step(
-        s(0.0),
-        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
-    );
+    let mut core = forty_and_eighty(rules(Policy::FirstFit));
     let mut two = Demand::new(Need::Mib(30 * GIB));
     two.gpus = 2;
     assert_eq!(launched(&submit(&mut core, 1.0, 4, two)), [(4, vec![0, 1])]);
@@ -520,36 +515,22 @@ fn a_re_run_that_asks_more_than_enough_gpus_could_hold_fails_instead_of_waiting(
     let mut r = rules(Policy::FirstFit);
     r.recovery.mode = RecoveryMode::Looser;
     r.recovery.looser_step_mib = 6 * GIB;
-    let mut core = Scheduler::new(r, &[40 * GIB, 80 * GIB]);
-    core.step(
-        s(0.0),
-        Event::Sample(vec![sample(0, 0, 0.0), sample(1, 0, 0.0)]),
-    );
+    let mut core = forty_and_eighty(r);
     let mut demand = Demand::new(Need::Mib(36 * GIB));
     demand.gpus = 2;
     assert_eq!(
         launched(&submit(&mut core, 1.0, 1, demand)),
         [(1, vec![0, 1])]
     );
-    let a = core.step(
-        s(2.0),
-        Event::Exited {
-            task: TaskId(1),
-            exit: Exit::Oom,
-        },
+    let oom = Event::Exited {
+        task: TaskId(1),
+        exit: Exit::Oom,
+    };
+    let why = unplaceable(&core.step(s(2.0), oom)).to_owned();
+    assert!(
+        why.starts_with("after an OOM crash, it needs 2 GPUs"),
+        "{why}"
     );
-    match &a[..] {
-        [
-            Action::Fail {
-                reason: FailReason::Unplaceable(why),
-                ..
-            },
-        ] => assert!(
-            why.starts_with("after an OOM crash, it needs 2 GPUs"),
-            "{why}"
-        ),
-        other => panic!("{other:?}"),
-    }
 }
 
 #[test]
