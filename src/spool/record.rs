@@ -555,12 +555,27 @@ pub const KEPT_RUNS: u32 = 32;
 /// The runs of the task directory `dir` that keep their launch: the
 /// latest [`KEPT_RUNS`] (runs are numbered from 1 without a gap).
 pub fn kept_runs(dir: &Path) -> std::ops::RangeInclusive<u32> {
-    let last = (1..=u32::MAX)
-        .take_while(|run| {
-            std::fs::symlink_metadata(dir.join(format!("run-{run}"))).is_ok_and(|m| m.is_dir())
-        })
-        .last()
-        .unwrap_or(0);
+    let ran = |run: u32| {
+        std::fs::symlink_metadata(dir.join(format!("run-{run}"))).is_ok_and(|m| m.is_dir())
+    };
+    // Found in a few looks however many runs there were (doubling, then
+    // halving): a task requeued again and again is looked at at each
+    // intake and end.
+    let (mut last, mut missing) = (0u32, 1u32);
+    while ran(missing) {
+        last = missing;
+        missing = missing.saturating_mul(2);
+        if missing == u32::MAX {
+            break;
+        }
+    }
+    while missing - last > 1 {
+        let middle = last + (missing - last) / 2;
+        match ran(middle) {
+            true => last = middle,
+            false => missing = middle,
+        }
+    }
     last.saturating_sub(KEPT_RUNS - 1).max(1)..=last
 }
 
@@ -656,6 +671,13 @@ mod tests {
             std::fs::create_dir(dir.path().join(format!("run-{run}"))).unwrap();
         }
         assert_eq!(super::kept_runs(dir.path()), 9..=40);
+        for run in 41..=100 {
+            std::fs::create_dir(dir.path().join(format!("run-{run}"))).unwrap();
+        }
+        assert_eq!(super::kept_runs(dir.path()), 69..=100);
+        let one = tempfile::tempdir().unwrap();
+        std::fs::create_dir(one.path().join("run-1")).unwrap();
+        assert_eq!(super::kept_runs(one.path()), 1..=1);
     }
 
     use super::*;
