@@ -78,6 +78,18 @@ impl Scheduler {
                 "it needs {n} GPUs at once, and this server has {whole} not cut into MIG \
                  instances (a process sees one MIG instance at most)"
             )),
+            // Passed over for good otherwise, holding one of its user's
+            // places among their tasks.
+            n if demand.user.is_some()
+                && self.rules.queue.max_gpus_per_user > 0
+                && n > self.rules.queue.max_gpus_per_user =>
+            {
+                Err(format!(
+                    "it needs {n} GPUs at once, and a user's jobs may hold at most {} \
+                     (queue.max_gpus_per_user)",
+                    self.rules.queue.max_gpus_per_user
+                ))
+            }
             _ => self.large_enough(demand, 0),
         }
     }

@@ -392,6 +392,15 @@ fn gpus_and_queued_jobs_are_limited_per_user() {
         .collect();
     assert!(whys[0].contains("max_gpus_per_user"), "{whys:?}");
     assert!(whys[1].contains("max_queued_per_user"), "{whys:?}");
+    // A task asking for more than a user may hold at all fails at once:
+    // it waited for good, one of its user's places among their tasks.
+    let three = Demand {
+        gpus: 3,
+        user: Some(8),
+        ..Demand::new(Need::Mib(GIB))
+    };
+    let why = unplaceable(&submit(&mut core, 2.0, 4, three)).to_owned();
+    assert!(why.contains("at most 2 (queue.max_gpus_per_user)"), "{why}");
 }
 
 #[test]
