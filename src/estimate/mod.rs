@@ -423,6 +423,27 @@ impl Chain {
         for &kind in order {
             match self.ask(kind, input, order) {
                 Ok(answer) => {
+                    // A job's word is taken, but not below what the same
+                    // job was seen to use here: `memory: 1M` on a job that
+                    // peaked at 70 GiB put it beside others, whose jobs
+                    // the kernel then killed (without MPS nothing caps a
+                    // job's memory), charged to their owners.
+                    let (kind, answer) = match kind {
+                        EstimatorKind::Declared => match self.seen_above(&answer, input) {
+                            Some(seen) => {
+                                declined.push((
+                                    kind,
+                                    format!(
+                                        "the job declares {}, less than it was seen to use here",
+                                        answer.need
+                                    ),
+                                ));
+                                (EstimatorKind::History, seen)
+                            }
+                            None => (kind, answer),
+                        },
+                        _ => (kind, answer),
+                    };
                     return Estimate {
                         need: answer.need,
                         source: Some(kind),
@@ -446,6 +467,19 @@ impl Chain {
             declined,
             declared_by: None,
         }
+    }
+
+    /// What this job was seen to use here, when that is more than
+    /// `declared` says.
+    fn seen_above(&self, declared: &Answer, input: &EstimateInput) -> Option<Answer> {
+        let mib = |need: Need| match need {
+            Need::Mib(mib) => mib,
+            Need::WholeGpu => u64::MAX,
+            Need::Unknown => 0,
+        };
+        self.ask(EstimatorKind::History, input, &[])
+            .ok()
+            .filter(|seen| mib(seen.need) > mib(declared.need))
     }
 
     fn ask(

@@ -58,6 +58,35 @@ fn a_declared_need_wins() {
 }
 
 #[test]
+fn a_declared_need_below_what_the_job_was_seen_to_use_gives_way_to_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = Chain::new(&settings(dir.path()));
+    let mut input = job("resnet50_32.model", 32);
+    chain
+        .history()
+        .record(&input.fingerprint(), 70 * 1024, None)
+        .unwrap();
+    input.declared = Some(Need::Mib(1));
+    let e = chain.estimate(&input);
+    assert_eq!(e.source, Some(EstimatorKind::History));
+    assert!(
+        matches!(e.need, Need::Mib(mib) if mib > 70 * 1024),
+        "{:?}",
+        e.need
+    );
+    let (kind, why) = &e.declined[0];
+    assert_eq!(*kind, EstimatorKind::Declared);
+    assert!(why.contains("less than it was seen to use"), "{why}");
+    // Above what it was seen to use, the job's word stands.
+    input.declared = Some(Need::Mib(80 * 1024));
+    let e = chain.estimate(&input);
+    assert_eq!(
+        (e.need, e.source),
+        (Need::Mib(80 * 1024), Some(EstimatorKind::Declared))
+    );
+}
+
+#[test]
 fn a_cnn_gets_a_bucket_from_the_ensemble() {
     let dir = tempfile::tempdir().unwrap();
     let chain = Chain::new(&settings(dir.path()));
