@@ -17,7 +17,7 @@ import sys, os
 d, n = sys.argv[1], int(sys.argv[2])
 for i in range(n):
     with open(os.path.join(d, f".j{i}.rad"), "w") as f:
-        f.write("memory: 1G\nmodel: missing.txt\nsleep 1000\n")
+        f.write("memory: 1G\nmodel: missing.txt\nsleep 7301\n")
 for i in range(n):
     os.rename(os.path.join(d, f".j{i}.rad"), os.path.join(d, f"j{i}.rad"))
 PY
@@ -30,5 +30,5 @@ while ls $D/spool/pending | grep -q '^j'; do sleep 0.05; done
 END=$(date +%s.%N)
 echo "$(basename $BIN) N=$N: serving after $(echo "$SERVE - $START" | bc) s, every drop claimed after $(echo "$END - $START" | bc) s"
 kill -TERM $P; wait $P 2>/dev/null
-pkill -f "sleep 1000" 2>/dev/null
+pkill -f "sleep 7301" 2>/dev/null
 rm -rf $D
